@@ -1,0 +1,734 @@
+// posenc-client: command-line client of the posenc service. See kUsage below.
+// Exit codes: 0 ok, 1 the RPC failed (or health is not SERVING), 2 usage or local file error.
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/hf_config.h"
+#include "client/posenc_client.h"
+#include "client/tensor_proto.h"
+#include "server/common/status_macros.h"
+#include "server/tensor/npy.h"
+
+namespace posenc::client {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRpc = 1;
+constexpr int kExitUsage = 2;
+
+constexpr char kUsage[] = R"(usage: posenc-client COMMAND [flags]
+
+commands:
+  encode   one Encode call; prints shape, dtype, first values and the elapsed time
+  stream   --count N copies of the encode request over one EncodeStream; prints throughput
+  bias     AttentionBias (--scheme alibi|t5)
+  graph    GraphEncode (Laplacian eigenvectors)
+  table    GetTable (sinusoidal rows or rope cos/sin) into an .npy file
+  list     ListSchemes
+  health   grpc.health.v1 Check (exit 1 unless SERVING)
+
+common flags:
+  --target ADDR        host:port or unix:/path (default 127.0.0.1:50051)
+  --timeout DUR        per call, e.g. 10, 10s, 500ms (default 30s)
+  --tls                TLS with the system roots
+  --tls-ca FILE        CA bundle (PEM) that signed the server's certificate (implies --tls)
+  --tls-cert FILE --tls-key FILE   client certificate and key for mutual TLS
+  --tls-server-name N  name to expect in the server certificate
+  --request-id ID
+
+encode / stream:
+  --scheme sinusoidal|learned|rope|continuous   (default sinusoidal; rope with --hf-config)
+  input:  --shape 2,16,64 [--fill random|zeros] [--seed N]  or  --input x.npy
+          --dtype float32|float16|bfloat16 (default: the file's, else float32)
+  positions: --offsets 0,5  --ids 3,4,5  --values 0.0,0.5 (continuous)
+  sinusoidal/continuous: --base --layout interleaved|concatenated
+          --timescale per_dim|half_minus_one --value-scale (continuous)
+  sinusoidal/learned: --input-scale --pe-scale --fusion add|concat --pe-dim (sinusoidal)
+  learned: --table NAME --overflow error|clamp|interpolate
+  rope:   --hf-config config.json  --base --rotary-dim --style neox|gptj
+          --rope-layout bshd|bhsd|thd  --scaling linear|dynamic|yarn|llama3 --factor F
+          --original-max-pos N  --key k.npy | --key-shape 1,16,2,64  --key-output ko.npy
+          (with --hf-config and no --shape/--input: 8 tokens of the model's heads)
+  --output y.npy (bfloat16 outputs are written as float32)  --print N (values shown, 8)
+  stream: --count N (default 100)
+
+bias:   --scheme alibi|t5 --query-length Q --key-length K [--query-offset O]
+        alibi: --heads H --mode symmetric|causal --max-bias B
+        t5: --num-buckets --max-distance --bidirectional --table NAME
+        --scores s.npy [--dtype]  --output b.npy
+graph:  --nodes N --edges 0-1,1-2,2-0 --k K [--normalized] [--input x.npy] [--output e.npy]
+table:  --scheme sinusoidal|rope --length L --dim D [--dtype] [--rows-per-chunk R]
+        sinusoidal flags as above; rope: --base --hf-config --scaling --factor
+        --output t.npy
+health: [--service NAME]
+)";
+
+// --------------------------------------------------------------------------------------
+// Flags: --name=value, --name value, or a bare --name for booleans; '_' and '-' are equal.
+
+class Flags {
+ public:
+  static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args,
+                                     const std::set<std::string>& known,
+                                     const std::set<std::string>& booleans) {
+    Flags flags;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& arg = args[i];
+      if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+      }
+      std::string name = arg.substr(2);
+      std::optional<std::string> value;
+      if (const size_t eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      }
+      std::replace(name.begin(), name.end(), '_', '-');
+      if (known.count(name) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+      }
+      if (!value) {
+        if (booleans.count(name) != 0) {
+          value = "true";
+        } else if (i + 1 < args.size()) {
+          value = args[++i];
+        } else {
+          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+        }
+      }
+      flags.values_[name] = *value;
+    }
+    return flags;
+  }
+
+  bool Has(const std::string& name) const { return values_.count(name) != 0; }
+  std::string Str(const std::string& name, const std::string& fallback = "") const {
+    auto it = values_.find(name);
+    return it == values_.end() ? fallback : it->second;
+  }
+
+  absl::StatusOr<std::optional<double>> OptDouble(const std::string& name) const {
+    if (!Has(name)) return std::optional<double>();
+    double v;
+    if (!absl::SimpleAtod(Str(name), &v)) return Bad(name, "a number");
+    return std::optional<double>(v);
+  }
+  absl::StatusOr<std::optional<int64_t>> OptInt(const std::string& name) const {
+    if (!Has(name)) return std::optional<int64_t>();
+    int64_t v;
+    if (!absl::SimpleAtoi(Str(name), &v)) return Bad(name, "an integer");
+    return std::optional<int64_t>(v);
+  }
+  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback) const {
+    ASSIGN_OR_RETURN(std::optional<int64_t> v, OptInt(name));
+    return v.value_or(fallback);
+  }
+  absl::StatusOr<bool> Bool(const std::string& name) const {
+    if (!Has(name)) return false;
+    const std::string v = absl::AsciiStrToLower(Str(name));
+    if (v == "true" || v == "1" || v == "yes") return true;
+    if (v == "false" || v == "0" || v == "no") return false;
+    return Bad(name, "true or false");
+  }
+  // "2,16,64"; also accepts 'x' as separator ("2x16x64").
+  absl::StatusOr<std::vector<int64_t>> IntList(const std::string& name) const {
+    std::vector<int64_t> out;
+    if (!Has(name)) return out;
+    for (absl::string_view part : absl::StrSplit(Str(name), absl::ByAnyChar(",x"), absl::SkipEmpty())) {
+      int64_t v;
+      if (!absl::SimpleAtoi(part, &v)) return Bad(name, "a comma-separated list of integers");
+      out.push_back(v);
+    }
+    return out;
+  }
+  absl::StatusOr<std::vector<double>> DoubleList(const std::string& name) const {
+    std::vector<double> out;
+    if (!Has(name)) return out;
+    for (absl::string_view part : absl::StrSplit(Str(name), ',', absl::SkipEmpty())) {
+      double v;
+      if (!absl::SimpleAtod(part, &v)) return Bad(name, "a comma-separated list of numbers");
+      out.push_back(v);
+    }
+    return out;
+  }
+
+  // A proto enum value by case-insensitive name ('-' for '_'), e.g. --layout concatenated.
+  template <typename E>
+  absl::StatusOr<std::optional<E>> Enum(const std::string& name,
+                                        bool (*parse)(const std::string&, E*),
+                                        const google::protobuf::EnumDescriptor* descriptor) const {
+    if (!Has(name)) return std::optional<E>();
+    std::string upper = absl::AsciiStrToUpper(Str(name));
+    std::replace(upper.begin(), upper.end(), '-', '_');
+    E value;
+    if (!parse(upper, &value)) {
+      std::vector<std::string> names;
+      for (int i = 0; i < descriptor->value_count(); ++i) {
+        names.push_back(absl::AsciiStrToLower(descriptor->value(i)->name()));
+      }
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " '", Str(name), "' is not one of ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    return std::optional<E>(value);
+  }
+
+ private:
+  absl::Status Bad(const std::string& name, absl::string_view expected) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " '", Str(name), "' is not ", expected));
+  }
+
+  std::map<std::string, std::string> values_;
+};
+
+const std::set<std::string> kCommonFlags = {
+    "target", "timeout", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "request-id", "help"};
+const std::set<std::string> kBooleanFlags = {"tls", "help", "bidirectional", "normalized"};
+const std::set<std::string> kSinusoidalFlags = {"base", "layout", "timescale", "input-scale",
+                                                "pe-scale", "fusion", "pe-dim", "value-scale"};
+const std::set<std::string> kRopeFlags = {"base", "rotary-dim", "style", "rope-layout", "hf-config",
+                                          "scaling", "factor", "original-max-pos"};
+
+std::set<std::string> Union(std::initializer_list<const std::set<std::string>*> sets,
+                            std::initializer_list<const char*> extra = {}) {
+  std::set<std::string> out(kCommonFlags);
+  for (const auto* s : sets) out.insert(s->begin(), s->end());
+  for (const char* e : extra) out.insert(e);
+  return out;
+}
+
+// --------------------------------------------------------------------------------------
+// Local helpers.
+
+int UsageError(const absl::Status& status) {
+  std::cerr << "posenc-client: " << status.message() << "\n(run posenc-client --help for usage)\n";
+  return kExitUsage;
+}
+
+int RpcError(absl::string_view rpc, const absl::Status& status) {
+  std::cerr << "posenc-client: " << rpc << " failed: " << absl::StatusCodeToString(status.code())
+            << ": " << status.message() << "\n";
+  return kExitRpc;
+}
+
+absl::StatusOr<absl::Duration> ParseTimeout(const std::string& text) {
+  double seconds;
+  if (absl::SimpleAtod(text, &seconds)) return absl::Seconds(seconds);
+  absl::Duration d;
+  if (absl::ParseDuration(text, &d)) return d;
+  return absl::InvalidArgumentError(absl::StrCat("--timeout '", text, "' is not a duration (10, 10s, 500ms)"));
+}
+
+absl::StatusOr<std::unique_ptr<PosencClient>> MakeClient(const Flags& flags) {
+  ClientOptions options;
+  options.target = flags.Str("target", options.target);
+  if (flags.Has("timeout")) { ASSIGN_OR_RETURN(options.timeout, ParseTimeout(flags.Str("timeout"))); }
+  ASSIGN_OR_RETURN(options.tls, flags.Bool("tls"));
+  options.tls_ca_file = flags.Str("tls-ca");
+  options.tls_cert_file = flags.Str("tls-cert");
+  options.tls_key_file = flags.Str("tls-key");
+  options.tls_server_name = flags.Str("tls-server-name");
+  return PosencClient::Create(options);
+}
+
+// Reads an .npy of float32/float16 into a Tensor of `dtype` (or the file's dtype if unset).
+absl::StatusOr<v1::Tensor> TensorFromNpy(const std::string& path, std::optional<v1::DType> dtype) {
+  ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
+  if (!IsFloat(array.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds ", DTypeName(array.dtype),
+                                                   "; a float32 or float16 array is needed"));
+  }
+  const v1::DType want = dtype.value_or(ToProtoDType(array.dtype));
+  if (want == ToProtoDType(array.dtype)) return MakeTensorFromBytes(array.dtype, array.shape, array.data);
+  std::vector<float> values(array.data.size() / DTypeSize(array.dtype));
+  ToFloat32(array.dtype, array.data.data(), values.data(), values.size());
+  return MakeTensor(values, array.shape, want);
+}
+
+absl::StatusOr<v1::Tensor> FilledTensor(const std::vector<int64_t>& shape, const std::string& fill,
+                                        uint64_t seed, v1::DType dtype) {
+  ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape, "--shape"));
+  std::vector<float> values(static_cast<size_t>(n), 0.0f);
+  if (fill == "random") {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (float& v : values) v = uniform(rng);
+  } else if (fill != "zeros") {
+    return absl::InvalidArgumentError(absl::StrCat("--fill '", fill, "' is not random or zeros"));
+  }
+  return MakeTensor(values, shape, dtype);
+}
+
+// Writes a response tensor; .npy has no bfloat16, so those become float32.
+absl::Status WriteTensorNpy(const std::string& path, const v1::Tensor& tensor) {
+  ASSIGN_OR_RETURN(const ConstTensorView view, ViewTensor(tensor, "output"));
+  if (view.dtype != DType::kBFloat16) {
+    return WriteNpyFile(path, view.dtype, view.shape, absl::string_view(tensor.data()));
+  }
+  ASSIGN_OR_RETURN(std::vector<float> values, TensorToFloats(tensor, "output"));
+  std::cerr << "note: " << path << ": bfloat16 written as float32 (.npy has no bfloat16)\n";
+  return WriteNpyFile(path, DType::kFloat32, view.shape,
+                      absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                       values.size() * sizeof(float)));
+}
+
+void PrintTensorSummary(absl::string_view label, const v1::Tensor& tensor, int64_t count) {
+  auto view = ViewTensor(tensor, label);
+  if (!view.ok()) {
+    std::cout << label << ": " << view.status().message() << "\n";
+    return;
+  }
+  std::string first;
+  if (IsFloat(view->dtype)) {
+    auto values = TensorToFloats(tensor, label);
+    const size_t k = std::min<size_t>(values->size(), static_cast<size_t>(std::max<int64_t>(count, 0)));
+    for (size_t i = 0; i < k; ++i) absl::StrAppendFormat(&first, "%s%.6g", i ? " " : "", (*values)[i]);
+    if (k < values->size()) first += " ...";
+  } else {
+    auto values = TensorToInts(tensor, label);
+    const size_t k = std::min<size_t>(values->size(), static_cast<size_t>(std::max<int64_t>(count, 0)));
+    for (size_t i = 0; i < k; ++i) absl::StrAppend(&first, i ? " " : "", (*values)[i]);
+    if (k < values->size()) first += " ...";
+  }
+  std::cout << label << ": shape " << ShapeString(view->shape) << " " << DTypeName(view->dtype)
+            << "  first: " << first << "\n";
+}
+
+double Millis(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+// --------------------------------------------------------------------------------------
+// Request builders. Errors from these are usage errors (exit 2).
+
+absl::Status FillSinusoidal(const Flags& f, v1::Sinusoidal* s) {
+  ASSIGN_OR_RETURN(auto base, f.OptDouble("base"));
+  if (base) s->set_base(*base);
+  ASSIGN_OR_RETURN(auto layout, f.Enum<v1::SinusoidalLayout>("layout", v1::SinusoidalLayout_Parse,
+                                                              v1::SinusoidalLayout_descriptor()));
+  if (layout) s->set_layout(*layout);
+  ASSIGN_OR_RETURN(auto timescale, f.Enum<v1::Timescale>("timescale", v1::Timescale_Parse,
+                                                          v1::Timescale_descriptor()));
+  if (timescale) s->set_timescale(*timescale);
+  ASSIGN_OR_RETURN(auto input_scale, f.OptDouble("input-scale"));
+  if (input_scale) s->set_input_scale(static_cast<float>(*input_scale));
+  ASSIGN_OR_RETURN(auto pe_scale, f.OptDouble("pe-scale"));
+  if (pe_scale) s->set_pe_scale(static_cast<float>(*pe_scale));
+  ASSIGN_OR_RETURN(auto fusion, f.Enum<v1::Fusion>("fusion", v1::Fusion_Parse, v1::Fusion_descriptor()));
+  if (fusion) s->set_fusion(*fusion);
+  ASSIGN_OR_RETURN(auto pe_dim, f.OptInt("pe-dim"));
+  if (pe_dim) s->set_pe_dim(static_cast<int32_t>(*pe_dim));
+  return absl::OkStatus();
+}
+
+// Fills a Rope from --hf-config, then the explicit flags on top. `hf` receives the config.
+absl::Status FillRope(const Flags& f, v1::Rope* rope, std::optional<HfRopeConfig>* hf) {
+  if (f.Has("hf-config")) {
+    ASSIGN_OR_RETURN(HfRopeConfig config, LoadHfRopeConfig(f.Str("hf-config")));
+    *rope = config.rope;
+    *hf = std::move(config);
+  }
+  ASSIGN_OR_RETURN(auto base, f.OptDouble("base"));
+  if (base) rope->set_base(*base);
+  ASSIGN_OR_RETURN(auto rotary_dim, f.OptInt("rotary-dim"));
+  if (rotary_dim) rope->set_rotary_dim(static_cast<int32_t>(*rotary_dim));
+  ASSIGN_OR_RETURN(auto style, f.Enum<v1::RopeStyle>("style", v1::RopeStyle_Parse, v1::RopeStyle_descriptor()));
+  if (style) rope->set_style(*style);
+  ASSIGN_OR_RETURN(auto layout, f.Enum<v1::RopeLayout>("rope-layout", v1::RopeLayout_Parse,
+                                                        v1::RopeLayout_descriptor()));
+  if (layout) rope->set_layout(*layout);
+  ASSIGN_OR_RETURN(auto scaling, f.Enum<v1::RopeScalingType>("scaling", v1::RopeScalingType_Parse,
+                                                              v1::RopeScalingType_descriptor()));
+  if (scaling) rope->mutable_scaling()->set_type(*scaling);
+  ASSIGN_OR_RETURN(auto factor, f.OptDouble("factor"));
+  if (factor) rope->mutable_scaling()->set_factor(*factor);
+  ASSIGN_OR_RETURN(auto original, f.OptInt("original-max-pos"));
+  if (original) rope->mutable_scaling()->set_original_max_position_embeddings(*original);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const Flags& f) {
+  v1::EncodeRequest request;
+  request.set_request_id(f.Str("request-id"));
+  const std::string scheme = f.Str("scheme", f.Has("hf-config") ? "rope" : "sinusoidal");
+  std::optional<HfRopeConfig> hf;
+  if (scheme == "sinusoidal") {
+    RETURN_IF_ERROR(FillSinusoidal(f, request.mutable_sinusoidal()));
+  } else if (scheme == "learned") {
+    v1::Learned* learned = request.mutable_learned();
+    if (!f.Has("table")) return absl::InvalidArgumentError("--scheme learned needs --table NAME");
+    learned->set_table(f.Str("table"));
+    ASSIGN_OR_RETURN(auto overflow, f.Enum<v1::Overflow>("overflow", v1::Overflow_Parse, v1::Overflow_descriptor()));
+    if (overflow) learned->set_overflow(*overflow);
+    v1::Sinusoidal tmp;  // shares the scale and fusion flags
+    RETURN_IF_ERROR(FillSinusoidal(f, &tmp));
+    if (tmp.has_input_scale()) learned->set_input_scale(tmp.input_scale());
+    if (tmp.has_pe_scale()) learned->set_pe_scale(tmp.pe_scale());
+    learned->set_fusion(tmp.fusion());
+  } else if (scheme == "rope") {
+    RETURN_IF_ERROR(FillRope(f, request.mutable_rope(), &hf));
+  } else if (scheme == "continuous") {
+    v1::Continuous* c = request.mutable_continuous();
+    v1::Sinusoidal tmp;
+    RETURN_IF_ERROR(FillSinusoidal(f, &tmp));
+    if (tmp.has_base()) c->set_base(tmp.base());
+    c->set_layout(tmp.layout());
+    c->set_timescale(tmp.timescale());
+    ASSIGN_OR_RETURN(auto value_scale, f.OptDouble("value-scale"));
+    if (value_scale) c->set_value_scale(*value_scale);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--scheme '", scheme, "' is not one of sinusoidal, learned, rope, continuous"));
+  }
+
+  // Input.
+  std::optional<v1::DType> dtype;
+  if (f.Has("dtype")) { ASSIGN_OR_RETURN(dtype, ParseDTypeName(f.Str("dtype"))); }
+  if (f.Has("input") && f.Has("shape")) return absl::InvalidArgumentError("give --input or --shape, not both");
+  ASSIGN_OR_RETURN(const int64_t seed, f.Int("seed", 0));
+  if (f.Has("input")) {
+    ASSIGN_OR_RETURN(*request.mutable_input(), TensorFromNpy(f.Str("input"), dtype));
+  } else {
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, f.IntList("shape"));
+    if (shape.empty() && hf && hf->num_attention_heads > 0) {
+      // 8 tokens of the model's query heads, in the chosen layout.
+      constexpr int64_t kTokens = 8;
+      switch (request.rope().layout()) {
+        case v1::BHSD: shape = {1, hf->num_attention_heads, kTokens, hf->head_dim}; break;
+        case v1::THD: shape = {kTokens, hf->num_attention_heads, hf->head_dim}; break;
+        default: shape = {1, kTokens, hf->num_attention_heads, hf->head_dim}; break;
+      }
+    }
+    if (shape.empty()) return absl::InvalidArgumentError("give --shape 2,16,64 or --input x.npy");
+    ASSIGN_OR_RETURN(*request.mutable_input(),
+                     FilledTensor(shape, f.Str("fill", "random"), static_cast<uint64_t>(seed),
+                                  dtype.value_or(v1::FLOAT32)));
+  }
+  if (f.Has("key") || f.Has("key-shape")) {
+    if (scheme != "rope") return absl::InvalidArgumentError("--key and --key-shape are for --scheme rope");
+    if (f.Has("key")) {
+      ASSIGN_OR_RETURN(*request.mutable_key(), TensorFromNpy(f.Str("key"), request.input().dtype()));
+    } else {
+      ASSIGN_OR_RETURN(std::vector<int64_t> key_shape, f.IntList("key-shape"));
+      ASSIGN_OR_RETURN(*request.mutable_key(),
+                       FilledTensor(key_shape, f.Str("fill", "random"), static_cast<uint64_t>(seed) + 1,
+                                    request.input().dtype()));
+    }
+  }
+
+  // Positions.
+  ASSIGN_OR_RETURN(std::vector<int64_t> offsets, f.IntList("offsets"));
+  ASSIGN_OR_RETURN(std::vector<int64_t> ids, f.IntList("ids"));
+  ASSIGN_OR_RETURN(std::vector<double> values, f.DoubleList("values"));
+  request.mutable_positions()->mutable_offsets()->Add(offsets.begin(), offsets.end());
+  request.mutable_positions()->mutable_ids()->Add(ids.begin(), ids.end());
+  request.mutable_positions()->mutable_values()->Add(values.begin(), values.end());
+  return request;
+}
+
+// --------------------------------------------------------------------------------------
+// Commands.
+
+const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values",
+                                           "shape", "fill", "seed", "input", "dtype", "output", "key",
+                                           "key-shape", "key-output", "print", "count"};
+
+int RunEncode(const Flags& f, bool stream) {
+  auto request = BuildEncodeRequest(f);
+  if (!request.ok()) return UsageError(request.status());
+  auto client = MakeClient(f);
+  if (!client.ok()) return UsageError(client.status());
+  auto print = f.Int("print", 8);
+  if (!print.ok()) return UsageError(print.status());
+
+  if (!stream) {
+    const absl::Time start = absl::Now();
+    auto response = (*client)->Encode(*request);
+    const absl::Duration elapsed = absl::Now() - start;
+    if (!response.ok()) return RpcError("Encode", response.status());
+    PrintTensorSummary("output", response->output(), *print);
+    if (response->has_key_output()) PrintTensorSummary("key_output", response->key_output(), *print);
+    std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
+    if (f.Has("output")) {
+      if (absl::Status s = WriteTensorNpy(f.Str("output"), response->output()); !s.ok()) return RpcError("writing --output", s);
+    }
+    if (f.Has("key-output") && response->has_key_output()) {
+      if (absl::Status s = WriteTensorNpy(f.Str("key-output"), response->key_output()); !s.ok()) {
+        return RpcError("writing --key-output", s);
+      }
+    }
+    return kExitOk;
+  }
+
+  auto count = f.Int("count", 100);
+  if (!count.ok()) return UsageError(count.status());
+  if (*count < 1) return UsageError(absl::InvalidArgumentError("--count must be >= 1"));
+  const std::string id_prefix = request->request_id().empty() ? "stream" : request->request_id();
+  int64_t sent = 0;
+  int64_t received = 0;
+  size_t bytes_out = 0;
+  v1::EncodeResponse last;
+  const absl::Time start = absl::Now();
+  absl::Status status = (*client)->EncodeStream(
+      [&]() -> const v1::EncodeRequest* {
+        if (sent == *count) return nullptr;
+        request->set_request_id(absl::StrCat(id_prefix, "-", sent++));
+        return &*request;
+      },
+      [&](v1::EncodeResponse&& response) {
+        bytes_out += response.output().data().size() + response.key_output().data().size();
+        ++received;
+        if (received == *count) last = std::move(response);
+        return absl::OkStatus();
+      });
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!status.ok()) return RpcError("EncodeStream", status);
+  const size_t bytes_in = static_cast<size_t>(*count) *
+                          (request->input().data().size() + request->key().data().size());
+  PrintTensorSummary("last output", last.output(), *print);
+  std::cout << absl::StrFormat(
+      "%d responses in %.3f s: %.1f req/s, %.1f MiB/s sent, %.1f MiB/s received\n", received,
+      seconds, received / seconds, bytes_in / seconds / (1 << 20), bytes_out / seconds / (1 << 20));
+  return kExitOk;
+}
+
+int RunBias(const Flags& f) {
+  v1::BiasRequest request;
+  auto build = [&]() -> absl::Status {
+    request.set_request_id(f.Str("request-id"));
+    ASSIGN_OR_RETURN(auto q, f.OptInt("query-length"));
+    ASSIGN_OR_RETURN(auto k, f.OptInt("key-length"));
+    if (!q || !k) return absl::InvalidArgumentError("bias needs --query-length and --key-length");
+    request.set_query_length(*q);
+    request.set_key_length(*k);
+    ASSIGN_OR_RETURN(auto offset, f.OptInt("query-offset"));
+    if (offset) request.set_query_offset(*offset);
+    const std::string scheme = f.Str("scheme", "alibi");
+    if (scheme == "alibi") {
+      v1::Alibi* alibi = request.mutable_alibi();
+      ASSIGN_OR_RETURN(auto heads, f.OptInt("heads"));
+      if (!heads) return absl::InvalidArgumentError("--scheme alibi needs --heads");
+      alibi->set_num_heads(static_cast<int32_t>(*heads));
+      ASSIGN_OR_RETURN(auto mode, f.Enum<v1::AlibiMode>("mode", v1::AlibiMode_Parse, v1::AlibiMode_descriptor()));
+      if (mode) alibi->set_mode(*mode);
+      ASSIGN_OR_RETURN(auto max_bias, f.OptDouble("max-bias"));
+      if (max_bias) alibi->set_max_bias(*max_bias);
+    } else if (scheme == "t5") {
+      v1::T5Bias* t5 = request.mutable_t5();
+      ASSIGN_OR_RETURN(auto buckets, f.OptInt("num-buckets"));
+      if (buckets) t5->set_num_buckets(static_cast<int32_t>(*buckets));
+      ASSIGN_OR_RETURN(auto max_distance, f.OptInt("max-distance"));
+      if (max_distance) t5->set_max_distance(static_cast<int32_t>(*max_distance));
+      ASSIGN_OR_RETURN(const bool bidirectional, f.Bool("bidirectional"));
+      t5->set_bidirectional(bidirectional);
+      t5->set_table(f.Str("table"));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--scheme '", scheme, "' is not alibi or t5"));
+    }
+    if (f.Has("scores")) {
+      std::optional<v1::DType> dtype;
+      if (f.Has("dtype")) { ASSIGN_OR_RETURN(dtype, ParseDTypeName(f.Str("dtype"))); }
+      ASSIGN_OR_RETURN(*request.mutable_scores(), TensorFromNpy(f.Str("scores"), dtype));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = build(); !s.ok()) return UsageError(s);
+  auto client = MakeClient(f);
+  if (!client.ok()) return UsageError(client.status());
+  auto print = f.Int("print", 8);
+  if (!print.ok()) return UsageError(print.status());
+  const absl::Time start = absl::Now();
+  auto response = (*client)->AttentionBias(request);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!response.ok()) return RpcError("AttentionBias", response.status());
+  PrintTensorSummary("output", response->output(), *print);
+  std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
+  if (f.Has("output")) {
+    if (absl::Status s = WriteTensorNpy(f.Str("output"), response->output()); !s.ok()) return RpcError("writing --output", s);
+  }
+  return kExitOk;
+}
+
+int RunGraph(const Flags& f) {
+  v1::GraphRequest request;
+  auto build = [&]() -> absl::Status {
+    request.set_request_id(f.Str("request-id"));
+    ASSIGN_OR_RETURN(auto nodes, f.OptInt("nodes"));
+    ASSIGN_OR_RETURN(auto k, f.OptInt("k"));
+    if (!nodes || !k) return absl::InvalidArgumentError("graph needs --nodes and --k");
+    request.set_num_nodes(*nodes);
+    request.set_k(static_cast<int32_t>(*k));
+    ASSIGN_OR_RETURN(const bool normalized, f.Bool("normalized"));
+    request.set_normalized(normalized);
+    // "0-1,1-2" and "0,1,1,2" both list the pairs (0,1), (1,2).
+    std::vector<int64_t> edges;
+    for (absl::string_view part : absl::StrSplit(f.Str("edges"), absl::ByAnyChar(",- "), absl::SkipEmpty())) {
+      int64_t v;
+      if (!absl::SimpleAtoi(part, &v)) {
+        return absl::InvalidArgumentError(absl::StrCat("--edges: '", part, "' is not a node id"));
+      }
+      edges.push_back(v);
+    }
+    if (edges.size() % 2 != 0) return absl::InvalidArgumentError("--edges has an odd number of node ids");
+    request.mutable_edges()->Add(edges.begin(), edges.end());
+    if (f.Has("input")) { ASSIGN_OR_RETURN(*request.mutable_input(), TensorFromNpy(f.Str("input"), std::nullopt)); }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = build(); !s.ok()) return UsageError(s);
+  auto client = MakeClient(f);
+  if (!client.ok()) return UsageError(client.status());
+  auto print = f.Int("print", 8);
+  if (!print.ok()) return UsageError(print.status());
+  const absl::Time start = absl::Now();
+  auto response = (*client)->GraphEncode(request);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!response.ok()) return RpcError("GraphEncode", response.status());
+  PrintTensorSummary("output", response->output(), *print);
+  std::cout << "eigenvalues: " << absl::StrJoin(response->eigenvalues(), " ") << "\n";
+  std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
+  if (f.Has("output")) {
+    if (absl::Status s = WriteTensorNpy(f.Str("output"), response->output()); !s.ok()) return RpcError("writing --output", s);
+  }
+  return kExitOk;
+}
+
+int RunTable(const Flags& f) {
+  v1::TableRequest request;
+  auto build = [&]() -> absl::Status {
+    std::optional<HfRopeConfig> hf;
+    const std::string scheme = f.Str("scheme", f.Has("hf-config") ? "rope" : "sinusoidal");
+    if (scheme == "sinusoidal") {
+      RETURN_IF_ERROR(FillSinusoidal(f, request.mutable_sinusoidal()));
+    } else if (scheme == "rope") {
+      RETURN_IF_ERROR(FillRope(f, request.mutable_rope(), &hf));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--scheme '", scheme, "' is not sinusoidal or rope"));
+    }
+    ASSIGN_OR_RETURN(auto length, f.OptInt("length"));
+    if (!length) {
+      if (hf && hf->max_position_embeddings > 0) {
+        length = hf->max_position_embeddings;
+      } else {
+        return absl::InvalidArgumentError("table needs --length");
+      }
+    }
+    request.set_length(*length);
+    ASSIGN_OR_RETURN(auto dim, f.OptInt("dim"));
+    if (!dim && hf) dim = request.rope().has_rotary_dim() ? request.rope().rotary_dim() : hf->rotary_dim;
+    if (!dim) return absl::InvalidArgumentError("table needs --dim");
+    request.set_dim(static_cast<int32_t>(*dim));
+    if (f.Has("dtype")) {
+      ASSIGN_OR_RETURN(const v1::DType dtype, ParseDTypeName(f.Str("dtype")));
+      request.set_dtype(dtype);
+    }
+    ASSIGN_OR_RETURN(auto rows, f.OptInt("rows-per-chunk"));
+    if (rows) request.set_rows_per_chunk(*rows);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = build(); !s.ok()) return UsageError(s);
+  auto client = MakeClient(f);
+  if (!client.ok()) return UsageError(client.status());
+  auto print = f.Int("print", 8);
+  if (!print.ok()) return UsageError(print.status());
+  const absl::Time start = absl::Now();
+  auto table = (*client)->GetTableTensor(request);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!table.ok()) return RpcError("GetTable", table.status());
+  PrintTensorSummary("table", *table, *print);
+  std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
+  if (f.Has("output")) {
+    if (absl::Status s = WriteTensorNpy(f.Str("output"), *table); !s.ok()) return RpcError("writing --output", s);
+    std::cout << "wrote " << f.Str("output") << "\n";
+  }
+  return kExitOk;
+}
+
+int RunList(const Flags& f) {
+  auto client = MakeClient(f);
+  if (!client.ok()) return UsageError(client.status());
+  auto response = (*client)->ListSchemes();
+  if (!response.ok()) return RpcError("ListSchemes", response.status());
+  std::cout << "version: " << response->version() << "\n";
+  std::cout << "schemes: " << absl::StrJoin(response->schemes(), " ") << "\n";
+  std::vector<std::string> dtypes;
+  for (int d : response->dtypes()) dtypes.push_back(v1::DType_Name(static_cast<v1::DType>(d)));
+  std::cout << "dtypes: " << absl::StrJoin(dtypes, " ") << "\n";
+  std::cout << "tables:" << (response->tables().empty() ? " (none)" : "") << "\n";
+  for (const v1::NamedTable& t : response->tables()) {
+    std::cout << "  " << t.name() << " [" << absl::StrJoin(t.shape(), ",") << "] "
+              << v1::DType_Name(t.dtype()) << "\n";
+  }
+  return kExitOk;
+}
+
+int RunHealth(const Flags& f) {
+  auto client = MakeClient(f);
+  if (!client.ok()) return UsageError(client.status());
+  auto status = (*client)->Health(f.Str("service"));
+  if (!status.ok()) return RpcError("Health/Check", status.status());
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(*status) << "\n";
+  return *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitRpc;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  std::set<std::string> known;
+  if (command == "encode" || command == "stream") {
+    known = Union({&kSinusoidalFlags, &kRopeFlags, &kEncodeOnly});
+  } else if (command == "bias") {
+    known = Union({}, {"scheme", "query-length", "key-length", "query-offset", "heads", "mode",
+                       "max-bias", "num-buckets", "max-distance", "bidirectional", "table",
+                       "scores", "dtype", "output", "print"});
+  } else if (command == "graph") {
+    known = Union({}, {"nodes", "edges", "k", "normalized", "input", "output", "print"});
+  } else if (command == "table") {
+    known = Union({&kSinusoidalFlags, &kRopeFlags},
+                  {"scheme", "length", "dim", "dtype", "rows-per-chunk", "output", "print"});
+  } else if (command == "list") {
+    known = Union({});
+  } else if (command == "health") {
+    known = Union({}, {"service"});
+  } else {
+    return UsageError(absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'")));
+  }
+  auto flags = Flags::Parse(args, known, kBooleanFlags);
+  if (!flags.ok()) return UsageError(flags.status());
+  if (flags->Has("help")) {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  if (command == "encode") return RunEncode(*flags, /*stream=*/false);
+  if (command == "stream") return RunEncode(*flags, /*stream=*/true);
+  if (command == "bias") return RunBias(*flags);
+  if (command == "graph") return RunGraph(*flags);
+  if (command == "table") return RunTable(*flags);
+  if (command == "list") return RunList(*flags);
+  return RunHealth(*flags);
+}
+
+}  // namespace
+}  // namespace posenc::client
+
+int main(int argc, char** argv) { return posenc::client::Main(argc, argv); }

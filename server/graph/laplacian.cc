@@ -1,0 +1,451 @@
+#include "server/graph/laplacian.h"
+
+#include <Spectra/SymEigsSolver.h>
+
+#include <Eigen/Dense>
+#include <Eigen/OrderingMethods>
+#include <Eigen/SparseCholesky>
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/status_macros.h"
+
+namespace posenc {
+namespace {
+
+// Entries within this relative distance of the largest magnitude count as ties for the sign
+// rule, so that entries equal in exact arithmetic do not flip signs on rounding noise.
+constexpr double kSignTieTolerance = 1e-6;
+
+// Symmetric adjacency in CSR form: unique neighbours, no self-loops.
+struct Adjacency {
+  std::vector<int64_t> offsets;  // num_nodes + 1
+  std::vector<int32_t> neighbors;
+  int64_t Degree(int32_t v) const { return offsets[v + 1] - offsets[v]; }
+};
+
+Adjacency BuildAdjacency(int64_t num_nodes, absl::Span<const int64_t> edges) {
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  pairs.reserve(edges.size() / 2);
+  for (size_t e = 0; e + 1 < edges.size(); e += 2) {
+    int32_t u = static_cast<int32_t>(edges[e]), v = static_cast<int32_t>(edges[e + 1]);
+    if (u == v) continue;
+    if (u > v) std::swap(u, v);
+    pairs.emplace_back(u, v);
+  }
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+
+  Adjacency adj;
+  adj.offsets.assign(static_cast<size_t>(num_nodes) + 1, 0);
+  for (const auto& [u, v] : pairs) {
+    ++adj.offsets[u + 1];
+    ++adj.offsets[v + 1];
+  }
+  for (int64_t i = 0; i < num_nodes; ++i) adj.offsets[i + 1] += adj.offsets[i];
+  adj.neighbors.resize(pairs.size() * 2);
+  std::vector<int64_t> next(adj.offsets.begin(), adj.offsets.end() - 1);
+  for (const auto& [u, v] : pairs) {
+    adj.neighbors[next[u]++] = v;
+    adj.neighbors[next[v]++] = u;
+  }
+  // Pairs were sorted, so each neighbour list is ascending already.
+  return adj;
+}
+
+// Connected components, numbered in order of their smallest node.
+std::vector<std::vector<int32_t>> Components(const Adjacency& adj, int64_t num_nodes) {
+  std::vector<std::vector<int32_t>> components;
+  std::vector<char> seen(static_cast<size_t>(num_nodes), 0);
+  std::vector<int32_t> stack;
+  for (int32_t start = 0; start < num_nodes; ++start) {
+    if (seen[start]) continue;
+    std::vector<int32_t> members;
+    seen[start] = 1;
+    stack.push_back(start);
+    while (!stack.empty()) {
+      const int32_t v = stack.back();
+      stack.pop_back();
+      members.push_back(v);
+      for (int64_t e = adj.offsets[v]; e < adj.offsets[v + 1]; ++e) {
+        const int32_t w = adj.neighbors[e];
+        if (!seen[w]) {
+          seen[w] = 1;
+          stack.push_back(w);
+        }
+      }
+    }
+    std::sort(members.begin(), members.end());
+    components.push_back(std::move(members));
+  }
+  return components;
+}
+
+// The Laplacian of one connected component (local ids 0..size-1 in ascending global order).
+struct LocalLaplacian {
+  int32_t size = 0;
+  std::vector<int64_t> offsets;  // off-diagonal CSR
+  std::vector<int32_t> cols;
+  std::vector<double> values;
+  std::vector<double> diag;
+  double spectral_bound = 0;  // >= the largest eigenvalue (Gershgorin)
+
+  void Multiply(const double* x, double* y) const {
+    for (int32_t i = 0; i < size; ++i) {
+      double sum = diag[i] * x[i];
+      for (int64_t e = offsets[i]; e < offsets[i + 1]; ++e) sum += values[e] * x[cols[e]];
+      y[i] = sum;
+    }
+  }
+};
+
+LocalLaplacian BuildLocalLaplacian(const Adjacency& adj, const std::vector<int32_t>& members,
+                                   bool normalized, std::vector<int32_t>& local_id) {
+  LocalLaplacian lap;
+  lap.size = static_cast<int32_t>(members.size());
+  for (int32_t i = 0; i < lap.size; ++i) local_id[members[i]] = i;
+  lap.offsets.assign(members.size() + 1, 0);
+  lap.diag.resize(members.size());
+  for (int32_t i = 0; i < lap.size; ++i) {
+    lap.offsets[i + 1] = lap.offsets[i] + adj.Degree(members[i]);
+  }
+  lap.cols.resize(static_cast<size_t>(lap.offsets.back()));
+  lap.values.resize(lap.cols.size());
+  double bound = 0;
+  for (int32_t i = 0; i < lap.size; ++i) {
+    const int32_t v = members[i];
+    const double dv = static_cast<double>(adj.Degree(v));
+    lap.diag[i] = normalized ? (dv > 0 ? 1.0 : 0.0) : dv;
+    double row_abs = 0;
+    int64_t out = lap.offsets[i];
+    for (int64_t e = adj.offsets[v]; e < adj.offsets[v + 1]; ++e, ++out) {
+      const int32_t w = adj.neighbors[e];
+      lap.cols[out] = local_id[w];
+      lap.values[out] =
+          normalized ? -1.0 / std::sqrt(dv * static_cast<double>(adj.Degree(w))) : -1.0;
+      row_abs += std::fabs(lap.values[out]);
+    }
+    bound = std::max(bound, lap.diag[i] + row_abs);
+  }
+  lap.spectral_bound = bound;
+  return lap;
+}
+
+// The exact null vector of a connected component: constant, or D^1/2 1 when normalized.
+Eigen::VectorXd NullVector(const LocalLaplacian& lap, bool normalized) {
+  Eigen::VectorXd u(lap.size);
+  if (lap.size == 1) {
+    u(0) = 1.0;
+    return u;
+  }
+  for (int32_t i = 0; i < lap.size; ++i) {
+    const double degree = static_cast<double>(lap.offsets[i + 1] - lap.offsets[i]);
+    u(i) = normalized ? std::sqrt(degree) : 1.0;
+  }
+  return u / u.norm();
+}
+
+struct EigenPair {
+  double value;
+  int32_t component;
+  int32_t rank;  // position within its component's spectrum
+  Eigen::VectorXd vector;  // local to the component
+};
+
+absl::Status DenseSmallest(const LocalLaplacian& lap, int32_t count, int32_t component,
+                           std::vector<EigenPair>& out) {
+  Eigen::MatrixXd dense = Eigen::MatrixXd::Zero(lap.size, lap.size);
+  for (int32_t i = 0; i < lap.size; ++i) {
+    dense(i, i) = lap.diag[i];
+    for (int64_t e = lap.offsets[i]; e < lap.offsets[i + 1]; ++e) {
+      dense(i, lap.cols[e]) = lap.values[e];
+    }
+  }
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(dense);
+  if (solver.info() != Eigen::Success) {
+    return absl::InternalError(absl::StrCat("dense eigensolver failed on a component of ",
+                                            lap.size, " nodes"));
+  }
+  // Index 0 is the component's null vector, added exactly by the caller.
+  for (int32_t r = 1; r <= count; ++r) {
+    out.push_back({solver.eigenvalues()(r), component, r, solver.eigenvectors().col(r)});
+  }
+  return absl::OkStatus();
+}
+
+// Operators for Spectra, all restricted to the complement of the null vector u so that the
+// Krylov space is not spent on the known eigenvalue 0.
+class ProjectedOp {
+ public:
+  using Scalar = double;
+  ProjectedOp(const Eigen::VectorXd& null_vector) : u_(null_vector) {}
+  Eigen::Index rows() const { return u_.size(); }
+  Eigen::Index cols() const { return u_.size(); }
+
+ protected:
+  void Project(Eigen::Ref<Eigen::VectorXd> x) const { x -= u_.dot(x) * u_; }
+  const Eigen::VectorXd& u_;
+};
+
+// y = P (L + sigma I)^-1 P x: the smallest eigenvalues of L become the largest.
+class ShiftInvertOp : public ProjectedOp {
+ public:
+  ShiftInvertOp(const Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>>& factor,
+                const Eigen::VectorXd& null_vector)
+      : ProjectedOp(null_vector), factor_(factor), tmp_(null_vector.size()) {}
+  void perform_op(const double* x_in, double* y_out) const {
+    tmp_ = Eigen::Map<const Eigen::VectorXd>(x_in, rows());
+    Project(tmp_);
+    Eigen::Map<Eigen::VectorXd> y(y_out, rows());
+    y = factor_.solve(tmp_);
+    Project(y);
+  }
+
+ private:
+  const Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>>& factor_;
+  mutable Eigen::VectorXd tmp_;
+};
+
+// y = P (c I - L) P x with c >= lambda_max: the smallest eigenvalues of L become the largest.
+class ShiftedOp : public ProjectedOp {
+ public:
+  ShiftedOp(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector)
+      : ProjectedOp(null_vector), lap_(lap), tmp_(null_vector.size()) {}
+  void perform_op(const double* x_in, double* y_out) const {
+    tmp_ = Eigen::Map<const Eigen::VectorXd>(x_in, rows());
+    Project(tmp_);
+    Eigen::Map<Eigen::VectorXd> y(y_out, rows());
+    lap_.Multiply(tmp_.data(), y_out);
+    y = lap_.spectral_bound * tmp_ - y;
+    Project(y);
+  }
+
+ private:
+  const LocalLaplacian& lap_;
+  mutable Eigen::VectorXd tmp_;
+};
+
+Eigen::SparseMatrix<double> ShiftedSparse(const LocalLaplacian& lap, double sigma) {
+  std::vector<Eigen::Triplet<double>> entries;
+  entries.reserve(lap.cols.size() + static_cast<size_t>(lap.size));
+  for (int32_t i = 0; i < lap.size; ++i) {
+    entries.emplace_back(i, i, lap.diag[i] + sigma);
+    for (int64_t e = lap.offsets[i]; e < lap.offsets[i + 1]; ++e) {
+      entries.emplace_back(i, lap.cols[e], lap.values[e]);
+    }
+  }
+  Eigen::SparseMatrix<double> m(lap.size, lap.size);
+  m.setFromTriplets(entries.begin(), entries.end());
+  return m;
+}
+
+// Whether a sparse LDL^T of `m` under the AMD ordering has at most `budget` off-diagonal
+// entries. The elimination-tree count (Davis' ldl_symbolic) stops as soon as it passes the
+// budget, so graphs with catastrophic fill cost about budget steps and no memory.
+bool FactorFitsBudget(const Eigen::SparseMatrix<double>& m, int64_t budget) {
+  const int32_t n = static_cast<int32_t>(m.rows());
+  Eigen::PermutationMatrix<Eigen::Dynamic, Eigen::Dynamic, int> old_of_new;
+  Eigen::AMDOrdering<int> amd;
+  amd(m, old_of_new);
+  std::vector<int32_t> new_of_old(n);
+  for (int32_t k = 0; k < n; ++k) new_of_old[old_of_new.indices()(k)] = k;
+  std::vector<int32_t> parent(n, -1), flag(n, -1);
+  int64_t count = 0;
+  for (int32_t k = 0; k < n; ++k) {
+    flag[k] = k;
+    const int32_t old = old_of_new.indices()(k);
+    for (Eigen::SparseMatrix<double>::InnerIterator it(m, old); it; ++it) {
+      int32_t i = new_of_old[it.index()];
+      if (i >= k) continue;
+      for (; flag[i] != k; i = parent[i]) {
+        if (parent[i] == -1) parent[i] = k;
+        ++count;
+        flag[i] = k;
+      }
+    }
+    if (count > budget) return false;
+  }
+  return true;
+}
+
+template <typename Op>
+absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_t ncv,
+                        int maxit, int32_t component, std::vector<EigenPair>& out) {
+  Spectra::SymEigsSolver<Op> solver(op, count, ncv);
+  solver.init();
+  solver.compute(Spectra::SortRule::LargestAlge, maxit, 1e-10);
+  if (solver.info() != Spectra::CompInfo::Successful) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the Lanczos eigensolver did not converge within ", maxit,
+        " restarts for a connected component of ", lap.size, " nodes (k ", count, ")"));
+  }
+  const Eigen::MatrixXd vectors = solver.eigenvectors(count);
+  Eigen::VectorXd lv(lap.size);
+  for (int32_t r = 0; r < count; ++r) {
+    const Eigen::VectorXd v = vectors.col(r).normalized();
+    lap.Multiply(v.data(), lv.data());
+    // The Rayleigh quotient is accurate to the square of the vector's error.
+    out.push_back({v.dot(lv), component, r + 1, v});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector,
+                            int32_t count, int32_t component, const GraphLimits& limits,
+                            std::vector<EigenPair>& out) {
+  const int32_t ncv_floor = count + 32;
+  const int32_t ncv = std::min<int32_t>(lap.size - 1, std::max(2 * count + 1, ncv_floor));
+  if (static_cast<double>(ncv) * lap.size * sizeof(double) >
+      static_cast<double>(limits.max_solver_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "k is ", count, " for a connected component of ", lap.size,
+        " nodes; the Lanczos basis would need ", ncv, " x ", lap.size,
+        " doubles, over the solver limit of ", limits.max_solver_bytes, " bytes"));
+  }
+  // A shift well below the smallest non-zero eigenvalue keeps the wanted end of the spectrum
+  // spread out after inversion, while L + sigma I stays positive definite.
+  const double sigma = 1e-9 * lap.spectral_bound;
+  Eigen::SparseMatrix<double> shifted = ShiftedSparse(lap, sigma);
+  const int64_t budget = static_cast<int64_t>(limits.max_factor_fill *
+                                              static_cast<double>(shifted.nonZeros()));
+  if (FactorFitsBudget(shifted, budget)) {
+    Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>> factor(shifted);
+    if (factor.info() == Eigen::Success) {
+      ShiftInvertOp op(factor, null_vector);
+      return RunLanczos(op, lap, count, ncv, 1000, component, out);
+    }
+  }
+  ShiftedOp op(lap, null_vector);
+  return RunLanczos(op, lap, count, ncv, 20000, component, out);
+}
+
+absl::Status ValidateGraph(const GraphSpec& spec, const GraphLimits& limits) {
+  if (spec.num_nodes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_nodes is ", spec.num_nodes, "; it must be >= 1"));
+  }
+  const int64_t max_nodes =
+      std::min<int64_t>(limits.max_nodes, std::numeric_limits<int32_t>::max());
+  if (spec.num_nodes > max_nodes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "num_nodes is ", spec.num_nodes, "; this server accepts at most ", max_nodes));
+  }
+  if (spec.k < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("k is ", spec.k, "; it must be >= 1"));
+  }
+  if (spec.k > limits.max_k) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("k is ", spec.k, "; this server accepts at most ", limits.max_k));
+  }
+  if (spec.num_nodes * spec.k > limits.max_output_elements) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "num_nodes * k is ", spec.num_nodes, " * ", spec.k, " = ", spec.num_nodes * spec.k,
+        "; this server returns at most ", limits.max_output_elements, " elements"));
+  }
+  if (spec.edges.size() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "edges has ", spec.edges.size(), " entries; it must be pairs u0, v0, u1, v1, ..."));
+  }
+  if (static_cast<int64_t>(spec.edges.size() / 2) > limits.max_edges) {
+    return absl::ResourceExhaustedError(absl::StrCat("edges has ", spec.edges.size() / 2,
+                                                     " pairs; this server accepts at most ",
+                                                     limits.max_edges));
+  }
+  for (size_t e = 0; e < spec.edges.size(); ++e) {
+    if (spec.edges[e] < 0 || spec.edges[e] >= spec.num_nodes) {
+      return absl::InvalidArgumentError(absl::StrCat("edges[", e, "] is ", spec.edges[e],
+                                                     "; node ids must be in [0, ",
+                                                     spec.num_nodes, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void FixSign(Eigen::VectorXd& v) {
+  const double largest = v.cwiseAbs().maxCoeff();
+  for (Eigen::Index i = 0; i < v.size(); ++i) {
+    if (std::fabs(v(i)) >= largest * (1 - kSignTieTolerance)) {
+      if (v(i) < 0) v = -v;
+      return;
+    }
+  }
+}
+
+absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& limits) {
+  RETURN_IF_ERROR(ValidateGraph(spec, limits));
+  const Adjacency adj = BuildAdjacency(spec.num_nodes, spec.edges);
+  const std::vector<std::vector<int32_t>> components = Components(adj, spec.num_nodes);
+  const int64_t num_components = static_cast<int64_t>(components.size());
+  // Every component contributes one exact zero; the k + 1 smallest eigenvalues overall need
+  // at most k + 1 - num_components non-zero ones from any single component.
+  const int64_t wanted = std::min<int64_t>(spec.k + 1, spec.num_nodes);
+  const int64_t nonzero_wanted = std::max<int64_t>(0, wanted - num_components);
+
+  std::vector<EigenPair> pairs;
+  std::vector<int32_t> local_id(static_cast<size_t>(spec.num_nodes), -1);
+  // With no non-zero eigenvalue wanted, only the first `wanted` components' null vectors
+  // can be used.
+  const int64_t components_needed = nonzero_wanted > 0 ? num_components
+                                                       : std::min(num_components, wanted);
+  for (int32_t c = 0; c < components_needed; ++c) {
+    const std::vector<int32_t>& members = components[c];
+    LocalLaplacian lap = BuildLocalLaplacian(adj, members, spec.normalized, local_id);
+    Eigen::VectorXd null_vector = NullVector(lap, spec.normalized);
+    pairs.push_back({0.0, c, 0, null_vector});
+    const int32_t count =
+        static_cast<int32_t>(std::min<int64_t>(nonzero_wanted, lap.size - 1));
+    if (count == 0) continue;
+    // Spectra needs room for count < ncv < size; tiny components go dense whatever the knob.
+    const bool dense = lap.size <= limits.dense_max_nodes || lap.size < 2 * count + 8;
+    if (dense) {
+      RETURN_IF_ERROR(DenseSmallest(lap, count, c, pairs));
+    } else {
+      RETURN_IF_ERROR(SparseSmallest(lap, null_vector, count, c, limits, pairs));
+    }
+  }
+  std::stable_sort(pairs.begin(), pairs.end(), [](const EigenPair& a, const EigenPair& b) {
+    if (a.value != b.value) return a.value < b.value;
+    if (a.component != b.component) return a.component < b.component;
+    return a.rank < b.rank;
+  });
+
+  GraphEncoding enc;
+  enc.num_nodes = spec.num_nodes;
+  enc.k = spec.k;
+  enc.vectors.assign(static_cast<size_t>(spec.num_nodes * spec.k), 0.0f);
+  const int64_t used = std::min<int64_t>(spec.k, static_cast<int64_t>(pairs.size()) - 1);
+  for (int64_t col = 0; col < used; ++col) {
+    EigenPair& p = pairs[col + 1];  // pairs[0] is the trivial eigenvalue
+    FixSign(p.vector);
+    const std::vector<int32_t>& members = components[p.component];
+    for (size_t i = 0; i < members.size(); ++i) {
+      enc.vectors[members[i] * spec.k + col] = static_cast<float>(p.vector(i));
+    }
+    enc.eigenvalues.push_back(p.value);
+  }
+  return enc;
+}
+
+}  // namespace
+
+absl::StatusOr<GraphEncoding> ComputeLaplacianEncoding(const GraphSpec& spec,
+                                                       const GraphLimits& limits) {
+  // Eigen, Spectra and the standard containers report failure by throwing; none of it may
+  // cross into the service.
+  try {
+    return Encode(spec, limits);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory computing the Laplacian encoding of ", spec.num_nodes, " nodes"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("Laplacian eigensolver failed: ", e.what()));
+  }
+}
+
+}  // namespace posenc

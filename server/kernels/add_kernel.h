@@ -1,0 +1,35 @@
+// Additive absolute encodings: x = x * input_scale + pe * pe_scale, with pe broadcast over
+// the batch, in place on the caller's bytes; and the CONCAT variant into a new buffer.
+// Free functions; thread-safe (oneDNN primitives are created once per shape signature and
+// shared; each calling thread uses its own stream).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/tensor/tensor_view.h"
+
+namespace posenc {
+
+// REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
+// float32 rows that stay alive for the call.
+// Runs a oneDNN binary_add (scales as attributes) when one is available for the dtype, else
+// the fused loop below. Returns INTERNAL only if oneDNN fails unexpectedly.
+absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
+                                float pe_scale);
+
+// The same formula as a plain loop in float32 arithmetic, rounded once to x's dtype.
+// Used as the fallback and as the reference in tests.
+void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale);
+
+// out[..., :d] = x * input_scale, out[..., d:] = pe * pe_scale.
+// REQUIRES: x is [nb, seq, d]; out is [nb, seq, d + pe_dim] of x's dtype; pe is
+// [seq, pe_dim] float32.
+void ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float input_scale,
+                    float pe_scale, TensorView out);
+
+// Which implementation AddEncodingInPlace used last on this thread ("onednn" or "loop"),
+// for tests and benchmarks.
+const char* LastAddImplementation();
+
+}  // namespace posenc

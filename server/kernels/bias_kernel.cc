@@ -1,0 +1,365 @@
+#include "server/kernels/bias_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/status_macros.h"
+
+namespace posenc {
+namespace {
+
+// Debian's abseil is built without std::string_view interop in StrCat.
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// Every bias here depends on (head, key - query) only. Across a request, e = j - (offset + i)
+// runs over [-(offset + q - 1), k - 1 - offset]: q + k - 1 values. Each kernel therefore fills
+// one per-head row of that length, indexed by e + offset + q - 1, and every output row is a
+// contiguous slice of it: query i reads from index q - 1 - i. That keeps the float64 math to
+// q + k - 1 evaluations per head and the O(q*k) part a plain copy or add that vectorises.
+int64_t RelativeRowLength(const BiasGeometry& g) { return g.query_length + g.key_length - 1; }
+int64_t RelativeOffsetAt(const BiasGeometry& g, int64_t t) {
+  return t - (g.query_offset + g.query_length - 1);
+}
+
+// out[i, :] = rel[q-1-i : q-1-i+k] for every query i. out: [q, k].
+void CopyRelativeRows(const float* rel, const BiasGeometry& g, float* out) {
+  const int64_t q = g.query_length, k = g.key_length;
+  for (int64_t i = 0; i < q; ++i) {  // query
+    std::memcpy(out + i * k, rel + (q - 1 - i), static_cast<size_t>(k) * sizeof(float));
+  }
+}
+
+// scores[i, :] += rel[q-1-i : ...] for every query i, in the scores' dtype. block: [q, k].
+// row_buffer: k floats, used for the 16-bit dtypes.
+void AddRelativeRows(const float* rel, const BiasGeometry& g, DType dtype, void* block,
+                     float* row_buffer) {
+  const int64_t q = g.query_length, k = g.key_length;
+  if (dtype == DType::kFloat32) {
+    float* scores = static_cast<float*>(block);
+    for (int64_t i = 0; i < q; ++i) {  // query
+      float* row = scores + i * k;
+      const float* bias = rel + (q - 1 - i);
+      for (int64_t j = 0; j < k; ++j) row[j] += bias[j];  // key
+    }
+    return;
+  }
+  const size_t elem = DTypeSize(dtype);
+  char* bytes = static_cast<char*>(block);
+  for (int64_t i = 0; i < q; ++i) {  // query
+    void* row = bytes + static_cast<size_t>(i * k) * elem;
+    const float* bias = rel + (q - 1 - i);
+    ToFloat32(dtype, row, row_buffer, static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) row_buffer[j] += bias[j];  // key
+    FromFloat32(row_buffer, dtype, row, static_cast<size_t>(k));
+  }
+}
+
+// ALiBi of head h over all relative offsets: rel[t] for e = RelativeOffsetAt(t).
+void FillAlibiRelativeRow(const AlibiSpec& spec, const BiasGeometry& g, int32_t h, float* rel) {
+  const double slope = AlibiSlope(h, spec.num_heads, spec.max_bias);
+  const int64_t n = RelativeRowLength(g);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t e = RelativeOffsetAt(g, t);  // key - query
+    double bias;
+    if (e > 0) {
+      bias = spec.causal ? -std::numeric_limits<double>::infinity()
+                         : -(slope * static_cast<double>(e));
+    } else {
+      bias = slope * static_cast<double>(e);
+    }
+    // + 0.0 turns the -0 at e == 0 into +0, so the bias tensor has no negative zeros.
+    rel[t] = static_cast<float>(bias + 0.0);
+  }
+}
+
+void FillT5RelativeBuckets(const T5Spec& spec, const BiasGeometry& g, int32_t* buckets) {
+  const int64_t n = RelativeRowLength(g);
+  for (int64_t t = 0; t < n; ++t) {
+    buckets[t] = T5RelativeBucket(RelativeOffsetAt(g, t), spec.bidirectional, spec.num_buckets,
+                                  spec.max_distance);
+  }
+}
+
+absl::Status ValidateAlibiCall(const AlibiSpec& spec, const BiasGeometry& geom) {
+  RETURN_IF_ERROR(ValidateAlibiSpec(spec));
+  return ValidateBiasGeometry(geom);
+}
+
+absl::Status ValidateT5Call(const T5Spec& spec, const BiasGeometry& geom, const float* table,
+                            int32_t heads) {
+  RETURN_IF_ERROR(ValidateT5Spec(spec));
+  RETURN_IF_ERROR(ValidateBiasGeometry(geom));
+  if (table == nullptr) return absl::InvalidArgumentError("t5.table has no data");
+  if (heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("t5.table has ", heads, " heads; it must have >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateAlibiSpec(const AlibiSpec& spec) {
+  if (spec.num_heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("alibi.num_heads is ", spec.num_heads, "; it must be >= 1"));
+  }
+  if (!std::isfinite(spec.max_bias) || spec.max_bias <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alibi.max_bias is ", spec.max_bias, "; it must be a finite number > 0 (default 8)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateT5Spec(const T5Spec& spec) {
+  // HF halves num_buckets when bidirectional, then exact buckets are half of the rest; with
+  // max_exact == 0 it would divide by zero, so both halvings must leave at least 1.
+  const int32_t min_buckets = spec.bidirectional ? 4 : 2;
+  if (spec.num_buckets < min_buckets) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "t5.num_buckets is ", spec.num_buckets, "; it must be >= ", min_buckets,
+        spec.bidirectional ? " when bidirectional" : " when not bidirectional"));
+  }
+  const int32_t max_exact = (spec.bidirectional ? spec.num_buckets / 2 : spec.num_buckets) / 2;
+  if (spec.max_distance <= max_exact) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "t5.max_distance is ", spec.max_distance, "; it must be > ", max_exact,
+        " (the exact-bucket count t5.num_buckets/", spec.bidirectional ? 4 : 2,
+        ") for t5.num_buckets ", spec.num_buckets));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBiasGeometry(const BiasGeometry& geom) {
+  if (geom.query_length < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query_length is ", geom.query_length, "; it must be >= 1"));
+  }
+  if (geom.key_length < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key_length is ", geom.key_length, "; it must be >= 1"));
+  }
+  if (geom.key_length > kMaxBiasPosition) {
+    return absl::InvalidArgumentError(absl::StrCat("key_length is ", geom.key_length,
+                                                   "; it must be <= ", kMaxBiasPosition));
+  }
+  if (geom.query_offset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query_offset is ", geom.query_offset,
+        "; it must be >= 0 (it defaults to key_length - query_length = ", geom.key_length, " - ",
+        geom.query_length, ")"));
+  }
+  if (geom.query_length > kMaxBiasPosition ||
+      geom.query_offset > kMaxBiasPosition - geom.query_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query_offset + query_length is ", geom.query_offset, " + ",
+                     geom.query_length, "; it must be <= ", kMaxBiasPosition));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateT5TableShape(const T5Spec& spec, absl::Span<const int64_t> table_shape,
+                                  std::string_view field) {
+  if (table_shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), " has shape ",
+                                                   ShapeString(table_shape),
+                                                   "; it must be [num_buckets, heads]"));
+  }
+  if (table_shape[0] != spec.num_buckets) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Sv(field), ".shape[0] is ", table_shape[0], "; it must equal t5.num_buckets (",
+        spec.num_buckets, ")"));
+  }
+  if (table_shape[1] < 1 || table_shape[1] > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Sv(field), ".shape[1] (heads) is ", table_shape[1], "; it must be in [1, 2^31)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
+                            std::string_view heads_field, const TensorView& scores) {
+  if (!IsFloat(scores.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scores.dtype is ", Sv(DTypeName(scores.dtype)), "; it must be FLOAT32, FLOAT16 or BFLOAT16"));
+  }
+  if (scores.shape.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scores has shape ", ShapeString(scores.shape),
+                     "; it must be [batch, heads, query_length, key_length]"));
+  }
+  if (scores.shape[0] < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scores.shape[0] (batch) is ", scores.shape[0], "; it must be >= 1"));
+  }
+  if (scores.shape[1] != heads) {
+    return absl::InvalidArgumentError(absl::StrCat("scores.shape[1] (heads) is ",
+                                                   scores.shape[1], "; it must equal ",
+                                                   Sv(heads_field), " (", heads, ")"));
+  }
+  if (scores.shape[2] != geom.query_length) {
+    return absl::InvalidArgumentError(absl::StrCat("scores.shape[2] is ", scores.shape[2],
+                                                   "; it must equal query_length (",
+                                                   geom.query_length, ")"));
+  }
+  if (scores.shape[3] != geom.key_length) {
+    return absl::InvalidArgumentError(absl::StrCat("scores.shape[3] is ", scores.shape[3],
+                                                   "; it must equal key_length (",
+                                                   geom.key_length, ")"));
+  }
+  ASSIGN_OR_RETURN(int64_t n, CheckedNumElements(scores.shape, "scores"));
+  if (n > 0 && scores.data == nullptr) return absl::InvalidArgumentError("scores has no data");
+  return absl::OkStatus();
+}
+
+double AlibiSlope(int32_t h, int32_t num_heads, double max_bias) {
+  // n: the largest power of two <= num_heads.
+  int32_t n = 1;
+  while (n <= num_heads / 2) n *= 2;
+  if (h < n) return std::exp2(-max_bias / n * (h + 1));
+  return std::exp2(-max_bias / (2.0 * n) * (2.0 * (h - n) + 1));
+}
+
+std::vector<double> AlibiSlopes(int32_t num_heads, double max_bias) {
+  std::vector<double> slopes(static_cast<size_t>(std::max(num_heads, 0)));
+  for (int32_t h = 0; h < num_heads; ++h) slopes[h] = AlibiSlope(h, num_heads, max_bias);
+  return slopes;
+}
+
+int32_t T5RelativeBucket(int64_t relative_position, bool bidirectional, int32_t num_buckets,
+                         int32_t max_distance) {
+  int32_t buckets = num_buckets;
+  int32_t bucket = 0;
+  int64_t distance;
+  if (bidirectional) {
+    buckets /= 2;
+    if (relative_position > 0) bucket += buckets;
+    distance = relative_position < 0 ? -relative_position : relative_position;
+  } else {
+    distance = relative_position < 0 ? -relative_position : 0;
+  }
+  const int32_t max_exact = buckets / 2;
+  if (distance < max_exact) return bucket + static_cast<int32_t>(distance);
+
+  // HF computes this in torch float32: log(float(d) / max_exact) / float(log(max_distance /
+  // max_exact)) * (buckets - max_exact), truncated. Each step is rounded to float32 here in
+  // the same order, the log correctly rounded, so bucket edges truncate the same way.
+  const float ratio = static_cast<float>(distance) / static_cast<float>(max_exact);
+  const float log_ratio = static_cast<float>(std::log(static_cast<double>(ratio)));
+  const float log_range = static_cast<float>(
+      std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)));
+  const float span = static_cast<float>(buckets - max_exact);
+  const float scaled = log_ratio / log_range * span;
+  // Compare before converting: a large distance can exceed int64 range, and trunc(x) >= span
+  // exactly when x >= span because span is an integer.
+  if (!(scaled < span)) return bucket + buckets - 1;
+  const int64_t large = max_exact + static_cast<int64_t>(scaled);
+  return bucket + static_cast<int32_t>(std::min<int64_t>(large, buckets - 1));
+}
+
+absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, float* out) {
+  RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
+  if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
+  std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
+  const int64_t head_size = geom.query_length * geom.key_length;
+  for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
+    FillAlibiRelativeRow(spec, geom, h, rel.data());
+    CopyRelativeRows(rel.data(), geom, out + h * head_size);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
+                          const TensorView& scores) {
+  RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
+  RETURN_IF_ERROR(ValidateScores(geom, spec.num_heads, "alibi.num_heads", scores));
+  std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
+  std::vector<float> row_buffer(
+      scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
+  const int64_t batch = scores.shape[0];
+  const size_t block_bytes =
+      static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
+  char* base = static_cast<char*>(scores.data);
+  for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
+    FillAlibiRelativeRow(spec, geom, h, rel.data());
+    for (int64_t b = 0; b < batch; ++b) {  // batch
+      void* block = base + static_cast<size_t>(b * spec.num_heads + h) * block_bytes;
+      AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BuildT5Buckets(const T5Spec& spec, const BiasGeometry& geom, int32_t* out) {
+  RETURN_IF_ERROR(ValidateT5Spec(spec));
+  RETURN_IF_ERROR(ValidateBiasGeometry(geom));
+  if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
+  std::vector<int32_t> rel(static_cast<size_t>(RelativeRowLength(geom)));
+  FillT5RelativeBuckets(spec, geom, rel.data());
+  const int64_t q = geom.query_length, k = geom.key_length;
+  for (int64_t i = 0; i < q; ++i) {  // query
+    std::memcpy(out + i * k, rel.data() + (q - 1 - i), static_cast<size_t>(k) * sizeof(int32_t));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float* table,
+                         int32_t heads, float* out) {
+  RETURN_IF_ERROR(ValidateT5Call(spec, geom, table, heads));
+  if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
+  const size_t n = static_cast<size_t>(RelativeRowLength(geom));
+  std::vector<int32_t> buckets(n);
+  FillT5RelativeBuckets(spec, geom, buckets.data());
+  std::vector<float> rel(n);
+  const int64_t head_size = geom.query_length * geom.key_length;
+  for (int32_t h = 0; h < heads; ++h) {  // head
+    for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
+    CopyRelativeRows(rel.data(), geom, out + h * head_size);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float* table,
+                       int32_t heads, const TensorView& scores) {
+  RETURN_IF_ERROR(ValidateT5Call(spec, geom, table, heads));
+  RETURN_IF_ERROR(ValidateScores(geom, heads, "t5.table.shape[1]", scores));
+  const size_t n = static_cast<size_t>(RelativeRowLength(geom));
+  std::vector<int32_t> buckets(n);
+  FillT5RelativeBuckets(spec, geom, buckets.data());
+  std::vector<float> rel(n);
+  std::vector<float> row_buffer(
+      scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
+  const int64_t batch = scores.shape[0];
+  const size_t block_bytes =
+      static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
+  char* base = static_cast<char*>(scores.data);
+  for (int32_t h = 0; h < heads; ++h) {  // head
+    for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
+    for (int64_t b = 0; b < batch; ++b) {  // batch
+      void* block = base + static_cast<size_t>(b * heads + h) * block_bytes;
+      AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+    }
+  }
+  return absl::OkStatus();
+}
+
+double AlibiBiasReference(const AlibiSpec& spec, const BiasGeometry& geom, int32_t h,
+                          int64_t i, int64_t j) {
+  const double slope = AlibiSlope(h, spec.num_heads, spec.max_bias);
+  const int64_t q_pos = geom.query_offset + i;
+  if (spec.causal) {
+    if (j > q_pos) return -std::numeric_limits<double>::infinity();
+    return -slope * static_cast<double>(q_pos - j);
+  }
+  return -slope * std::fabs(static_cast<double>(q_pos - j));
+}
+
+int32_t T5BucketReference(const T5Spec& spec, const BiasGeometry& geom, int64_t i, int64_t j) {
+  return T5RelativeBucket(j - (geom.query_offset + i), spec.bidirectional, spec.num_buckets,
+                          spec.max_distance);
+}
+
+}  // namespace posenc

@@ -1,0 +1,107 @@
+// Attention-score biases: ALiBi (Press et al.; BLOOM's slopes) and T5 relative-position
+// buckets (HF transformers' _relative_position_bucket), built into a caller-owned buffer or
+// added in place to attention scores. Pure functions; thread-safe; nothing is retained.
+// Outputs are owned by the caller, who sizes them after Validate*() succeeds.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "server/tensor/tensor_view.h"
+
+namespace posenc {
+
+struct AlibiSpec {
+  int32_t num_heads = 0;
+  // false: SYMMETRIC, bias = -slope*|q-k|; true: CAUSAL, -slope*(q-k) for k <= q, -inf above.
+  bool causal = false;
+  // The 8 of the paper; llama.cpp's generalisation (slope base 2^(-max_bias/n)).
+  double max_bias = 8.0;
+};
+
+struct T5Spec {
+  int32_t num_buckets = 32;
+  int32_t max_distance = 128;
+  bool bidirectional = true;
+};
+
+// Query i has position query_offset + i, key j has position j.
+struct BiasGeometry {
+  int64_t query_length = 0;
+  int64_t key_length = 0;
+  int64_t query_offset = 0;
+};
+
+// The API default: a query block at the end of the keys (decoding with a cache).
+inline BiasGeometry MakeBiasGeometry(int64_t query_length, int64_t key_length) {
+  return BiasGeometry{query_length, key_length, key_length - query_length};
+}
+
+// Largest position (query_offset + query_length, key_length) accepted: keeps every
+// position and distance exact in int64 and double.
+inline constexpr int64_t kMaxBiasPosition = int64_t{1} << 40;
+
+// --- Validation: INVALID_ARGUMENT naming the field, OK otherwise. -------------------------
+
+// alibi.num_heads >= 1; alibi.max_bias finite and > 0.
+absl::Status ValidateAlibiSpec(const AlibiSpec& spec);
+// t5.num_buckets >= 2 (>= 4 when bidirectional) so that max_exact >= 1; t5.max_distance >
+// max_exact (num_buckets/2, or num_buckets/4 when bidirectional), as HF's log needs.
+absl::Status ValidateT5Spec(const T5Spec& spec);
+// query_length, key_length >= 1; query_offset >= 0; all positions <= kMaxBiasPosition.
+absl::Status ValidateBiasGeometry(const BiasGeometry& geom);
+// table shape [t5.num_buckets, heads] with heads >= 1. `field` names the table in messages.
+absl::Status ValidateT5TableShape(const T5Spec& spec, absl::Span<const int64_t> table_shape,
+                                  std::string_view field = "t5.table");
+// scores: FLOAT32/FLOAT16/BFLOAT16 [batch >= 1, heads, query_length, key_length], data set.
+// `heads_field` names where `heads` came from (e.g. "alibi.num_heads").
+absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
+                            std::string_view heads_field, const TensorView& scores);
+
+// --- Scalars. -----------------------------------------------------------------------------
+
+// Slope of head h (0-based): 2^(-max_bias/n * (h+1)) for h < n, the largest power of two
+// <= num_heads; the extra heads take every other slope of 2n: 2^(-max_bias/(2n) * (2(h-n)+1)).
+// REQUIRES: 0 <= h < num_heads.
+double AlibiSlope(int32_t h, int32_t num_heads, double max_bias = 8.0);
+// All num_heads slopes. REQUIRES: ValidateAlibiSpec OK for (num_heads, max_bias).
+std::vector<double> AlibiSlopes(int32_t num_heads, double max_bias = 8.0);
+
+// HF's bucket for relative_position = key - query, reproducing its float32 arithmetic:
+// float32 log (correctly rounded), float32 divide and multiply, truncation toward zero,
+// then min with num_buckets-1. REQUIRES: ValidateT5Spec OK.
+int32_t T5RelativeBucket(int64_t relative_position, bool bidirectional, int32_t num_buckets,
+                         int32_t max_distance);
+
+// --- Kernels. Each validates its arguments again (cheaply) and returns INVALID_ARGUMENT on
+// misuse; beyond the outputs they allocate O(query_length + key_length), never O(q*k). ----
+
+// out: [num_heads, query_length, key_length] float32; each value is the float64 bias
+// rounded once.
+absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, float* out);
+// scores [batch, num_heads, q, k] += bias, in the scores' dtype (float32 add, one rounding).
+absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
+                          const TensorView& scores);
+
+// out: [query_length, key_length] int32 bucket ids.
+absl::Status BuildT5Buckets(const T5Spec& spec, const BiasGeometry& geom, int32_t* out);
+// table: [num_buckets, heads] float32 row-major; out: [heads, q, k], out[h,i,j] =
+// table[bucket(i,j), h].
+absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float* table,
+                         int32_t heads, float* out);
+// scores [batch, heads, q, k] += table[bucket, h], in the scores' dtype.
+absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float* table,
+                       int32_t heads, const TensorView& scores);
+
+// --- Plain per-element versions of the formulas, for tests. ------------------------------
+
+// The ALiBi bias of (head h, query i, key j), float64, straight from the definition.
+double AlibiBiasReference(const AlibiSpec& spec, const BiasGeometry& geom, int32_t h,
+                          int64_t i, int64_t j);
+// The T5 bucket of (query i, key j).
+int32_t T5BucketReference(const T5Spec& spec, const BiasGeometry& geom, int64_t i, int64_t j);
+
+}  // namespace posenc

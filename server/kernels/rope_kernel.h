@@ -1,0 +1,59 @@
+// The in-place RoPE rotation of queries or keys, given each token's cos/sin row; one routine
+// serves both pairings through the pair offset (like ggml's rotate_pairs). Vectorised with
+// AVX2+FMA or AVX-512, chosen at run time. Pure functions over views; thread-safe; the
+// caller owns every buffer.
+//
+//   RopeGeometry g = ...;                       // strides of BSHD, BHSD or THD
+//   std::vector<const float*> rows(g.batch * g.seq);  // rows[b*seq+s]: cos half, sin half
+//   RopeRotateInPlace(query, g, RopePairing::kRotateHalf, rotary_dim, rows);
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "server/tensor/tensor_view.h"
+
+namespace posenc {
+
+// Which features form a rotated pair (x_a, x_b), for k in [0, rotary_dim/2):
+//   kRotateHalf  (NEOX):  a = k,  b = k + rotary_dim/2
+//   kInterleaved (GPTJ):  a = 2k, b = 2k + 1
+// Either way: x_a' = x_a*cos_k - x_b*sin_k, x_b' = x_b*cos_k + x_a*sin_k.
+enum class RopePairing { kRotateHalf, kInterleaved };
+
+// Where head h of token (b, s) starts: b*batch_stride + s*seq_stride + h*head_stride
+// elements into the data. Each head holds head_dim contiguous features.
+struct RopeGeometry {
+  int64_t batch = 1;
+  int64_t seq = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t batch_stride = 0;
+  int64_t seq_stride = 0;
+  int64_t head_stride = 0;
+};
+
+// The instruction sets the kernel can use; kAuto picks the best the CPU has.
+enum class RopeIsa { kAuto, kScalar, kAvx2, kAvx512 };
+
+// Whether this CPU can run `isa` (kAuto and kScalar: always).
+bool RopeIsaSupported(RopeIsa isa);
+// The instruction set kAuto resolves to on this CPU.
+RopeIsa RopeBestIsa();
+
+// Rotates the first rotary_dim features of every head of `x` in place; the rest of each
+// head is not touched. 16-bit inputs are rotated in float32 and rounded once.
+// REQUIRES: x.dtype is FLOAT32, FLOAT16 or BFLOAT16; x.data spans the geometry;
+//   0 < rotary_dim <= head_dim, rotary_dim even; token_rows.size() == batch*seq, and each
+//   row holds rotary_dim floats: cos_0..cos_{r/2-1}, sin_0..sin_{r/2-1};
+//   `isa` is supported (RopeIsaSupported).
+void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
+                       int rotary_dim, absl::Span<const float* const> token_rows,
+                       RopeIsa isa = RopeIsa::kAuto);
+
+// The plain scalar formula above, element by element in float32, for tests.
+// Same contract as RopeRotateInPlace.
+void RopeRotateReference(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
+                         int rotary_dim, absl::Span<const float* const> token_rows);
+
+}  // namespace posenc

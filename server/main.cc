@@ -1,0 +1,155 @@
+// posenc-server: flags, the gRPC server, the metrics exporter and signal handling.
+// The only code the tests do not link.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/kernels/threads.h"
+#include "server/metrics/metrics.h"
+#include "server/service/server.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(posenc-server: transformer positional encodings over gRPC
+
+flags (--name=value or --name value):
+  --listen ADDR            gRPC address, host:port or unix:/path (default 0.0.0.0:50051;
+                           port 0 picks a free port and prints it)
+  --metrics_listen ADDR    Prometheus /metrics address (default 0.0.0.0:9464; empty = off)
+  --table NAME=PATH.npy | NAME=PATH.safetensors:TENSOR   a named table (repeatable)
+  --cache_bytes N          budget of the precomputed-table cache (default 268435456)
+  --max_message_bytes N    largest request or response message (default 67108864)
+  --threads N              kernel threads (default: the number of cores)
+  --tls_cert PEM --tls_key PEM [--tls_client_ca PEM]   TLS; with a client CA, mutual TLS
+  --shutdown_grace DUR     on SIGTERM/SIGINT, time in-flight calls get (default 10s)
+)";
+
+struct Flags {
+  posenc::ServerOptions server;
+  std::string metrics_listen = "0.0.0.0:9464";
+  int threads = 0;
+  absl::Duration shutdown_grace = absl::Seconds(10);
+};
+
+[[noreturn]] void UsageError(const std::string& message) {
+  std::cerr << "posenc-server: " << message << "\n\n" << kUsage;
+  std::exit(2);
+}
+
+size_t ParseBytes(const std::string& name, const std::string& value) {
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n == 0) {
+    UsageError(absl::StrCat("--", name, "=", value, " is not a positive byte count"));
+  }
+  return static_cast<size_t>(n);
+}
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (!absl::StartsWith(arg, "--")) UsageError(absl::StrCat("unexpected argument '", arg, "'"));
+    std::string name = arg.substr(2), value;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      UsageError(absl::StrCat("--", name, " needs a value"));
+    }
+    if (name == "listen") {
+      flags.server.listen = value;
+    } else if (name == "metrics_listen") {
+      flags.metrics_listen = value;
+    } else if (name == "table") {
+      flags.server.tables.push_back(value);
+    } else if (name == "cache_bytes") {
+      flags.server.cache_bytes = ParseBytes(name, value);
+    } else if (name == "max_message_bytes") {
+      flags.server.max_message_bytes = ParseBytes(name, value);
+    } else if (name == "threads") {
+      if (!absl::SimpleAtoi(value, &flags.threads) || flags.threads < 0) {
+        UsageError(absl::StrCat("--threads=", value, " is not a thread count"));
+      }
+    } else if (name == "tls_cert") {
+      flags.server.tls_cert = value;
+    } else if (name == "tls_key") {
+      flags.server.tls_key = value;
+    } else if (name == "tls_client_ca") {
+      flags.server.tls_client_ca = value;
+    } else if (name == "shutdown_grace") {
+      double seconds = 0;
+      if (absl::SimpleAtod(value, &seconds)) {
+        flags.shutdown_grace = absl::Seconds(seconds);
+      } else if (!absl::ParseDuration(value, &flags.shutdown_grace)) {
+        UsageError(absl::StrCat("--shutdown_grace=", value, " is not a duration (10s, 500ms)"));
+      }
+      if (flags.shutdown_grace < absl::ZeroDuration()) UsageError("--shutdown_grace < 0");
+    } else {
+      UsageError(absl::StrCat("unknown flag --", name));
+    }
+  }
+  return flags;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = ParseFlags(argc, argv);
+
+  // Block the shutdown signals in every thread; one thread waits for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  posenc::SetKernelThreads(flags.threads);
+  auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion);
+  std::string metrics_address = "off";
+  if (!flags.metrics_listen.empty()) {
+    auto port = metrics->StartExposer(flags.metrics_listen);
+    if (!port.ok()) {
+      std::cerr << "posenc-server: " << port.status().message() << "\n";
+      return 1;
+    }
+    metrics_address = absl::StrCat(
+        flags.metrics_listen.substr(0, flags.metrics_listen.rfind(':')), ":", *port);
+  }
+  auto server = posenc::PosencServer::Start(flags.server, metrics.get());
+  if (!server.ok()) {
+    std::cerr << "posenc-server: " << server.status().message() << "\n";
+    return 1;
+  }
+  std::printf("posenc-server %s listening grpc=%s metrics=%s threads=%d\n", posenc::kVersion,
+              (*server)->address().c_str(), metrics_address.c_str(),
+              posenc::KernelThreads());
+  std::fflush(stdout);
+
+  std::thread signal_watcher([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    std::fprintf(stderr, "posenc-server: signal %d, draining for up to %s\n", signal,
+                 absl::FormatDuration(flags.shutdown_grace).c_str());
+    (*server)->Shutdown(absl::ToChronoMilliseconds(flags.shutdown_grace));
+  });
+  (*server)->Wait();
+  signal_watcher.join();
+  std::fprintf(stderr, "posenc-server: stopped\n");
+  return 0;
+}

@@ -1,0 +1,212 @@
+#include "server/metrics/metrics.h"
+
+#include <array>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace posenc {
+namespace {
+
+constexpr int kNumCodes = 17;
+constexpr int kNumMethods = static_cast<int>(Method::kCount);
+constexpr int kNumSchemes = static_cast<int>(SchemeLabel::kCount);
+
+const char* const kCodeNames[kNumCodes] = {
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED"};
+
+// 50 us to 10 s.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+          50e-3, 100e-3, 250e-3, 500e-3, 1.0,  2.5,    5.0,  10.0};
+}
+
+// The schemes each method serves; only these (method, scheme) pairs get children.
+bool Serves(Method m, SchemeLabel s) {
+  switch (m) {
+    case Method::kEncode:
+    case Method::kEncodeStream:
+      return s == SchemeLabel::kNone || s == SchemeLabel::kSinusoidal ||
+             s == SchemeLabel::kLearned || s == SchemeLabel::kRope ||
+             s == SchemeLabel::kHierarchical || s == SchemeLabel::kContinuous;
+    case Method::kAttentionBias:
+      return s == SchemeLabel::kNone || s == SchemeLabel::kAlibi || s == SchemeLabel::kT5;
+    case Method::kGetTable:
+      return s == SchemeLabel::kNone || s == SchemeLabel::kSinusoidal ||
+             s == SchemeLabel::kRope;
+    case Method::kListSchemes:
+      return s == SchemeLabel::kNone;
+    case Method::kGraphEncode:
+      return s == SchemeLabel::kNone || s == SchemeLabel::kGraphLaplacian;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+const char* MethodName(Method m) {
+  static const char* const names[] = {"Encode",      "EncodeStream", "AttentionBias",
+                                      "GetTable",    "ListSchemes",  "GraphEncode"};
+  return names[static_cast<int>(m)];
+}
+
+const char* SchemeLabelName(SchemeLabel s) {
+  static const char* const names[] = {"none",        "sinusoidal", "learned",
+                                      "rope",        "hierarchical", "continuous",
+                                      "alibi",       "t5",         "graph_laplacian"};
+  return names[static_cast<int>(s)];
+}
+
+struct ServiceMetrics::Impl {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  // Pre-built children, indexed [method][scheme][code]; null for pairs never served.
+  std::array<std::array<std::array<prometheus::Counter*, kNumCodes>, kNumSchemes>, kNumMethods>
+      requests{};
+  std::array<std::array<prometheus::Histogram*, kNumSchemes>, kNumMethods> durations{};
+  std::array<prometheus::Histogram*, kNumSchemes> kernels{};
+  prometheus::Counter* bytes_in = nullptr;
+  prometheus::Counter* bytes_out = nullptr;
+  prometheus::Gauge* inflight = nullptr;
+  prometheus::Counter* cache_hits = nullptr;
+  prometheus::Counter* cache_misses = nullptr;
+  prometheus::Counter* cache_evictions = nullptr;
+  prometheus::Gauge* cache_bytes = nullptr;
+};
+
+std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& version) {
+  auto impl = std::make_unique<Impl>();
+  auto& reg = *impl->registry;
+  auto& requests = prometheus::BuildCounter()
+                       .Name("posenc_requests_total")
+                       .Help("RPCs handled, by method, scheme and gRPC status code.")
+                       .Register(reg);
+  auto& durations = prometheus::BuildHistogram()
+                        .Name("posenc_request_duration_seconds")
+                        .Help("Time from the start of an RPC to its status, in seconds.")
+                        .Register(reg);
+  auto& kernels = prometheus::BuildHistogram()
+                      .Name("posenc_kernel_duration_seconds")
+                      .Help("Time spent applying a scheme to one request, in seconds.")
+                      .Register(reg);
+  for (int m = 0; m < kNumMethods; ++m) {
+    for (int s = 0; s < kNumSchemes; ++s) {
+      if (!Serves(static_cast<Method>(m), static_cast<SchemeLabel>(s))) continue;
+      const std::map<std::string, std::string> labels = {
+          {"method", MethodName(static_cast<Method>(m))},
+          {"scheme", SchemeLabelName(static_cast<SchemeLabel>(s))}};
+      for (int c = 0; c < kNumCodes; ++c) {
+        auto with_code = labels;
+        with_code["code"] = kCodeNames[c];
+        impl->requests[m][s][c] = &requests.Add(with_code);
+      }
+      impl->durations[m][s] = &durations.Add(labels, LatencyBuckets());
+    }
+  }
+  for (int s = 1; s < kNumSchemes; ++s) {
+    impl->kernels[s] =
+        &kernels.Add({{"scheme", SchemeLabelName(static_cast<SchemeLabel>(s))}},
+                     LatencyBuckets());
+  }
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("posenc_processed_bytes_total")
+                    .Help("Tensor bytes received (in) and sent (out).")
+                    .Register(reg);
+  impl->bytes_in = &bytes.Add({{"direction", "in"}});
+  impl->bytes_out = &bytes.Add({{"direction", "out"}});
+  impl->inflight = &prometheus::BuildGauge()
+                        .Name("posenc_inflight_requests")
+                        .Help("RPCs in progress.")
+                        .Register(reg)
+                        .Add({});
+  impl->cache_hits = &prometheus::BuildCounter()
+                          .Name("posenc_table_cache_hits_total")
+                          .Help("Precomputed-table lookups served from the cache.")
+                          .Register(reg)
+                          .Add({});
+  impl->cache_misses = &prometheus::BuildCounter()
+                            .Name("posenc_table_cache_misses_total")
+                            .Help("Precomputed-table lookups that computed the table.")
+                            .Register(reg)
+                            .Add({});
+  impl->cache_evictions = &prometheus::BuildCounter()
+                               .Name("posenc_table_cache_evictions_total")
+                               .Help("Tables evicted to stay within --cache_bytes.")
+                               .Register(reg)
+                               .Add({});
+  impl->cache_bytes = &prometheus::BuildGauge()
+                           .Name("posenc_table_cache_bytes")
+                           .Help("Bytes held by the precomputed-table cache.")
+                           .Register(reg)
+                           .Add({});
+  prometheus::BuildGauge()
+      .Name("posenc_build_info")
+      .Help("Always 1; the version label says which build serves.")
+      .Register(reg)
+      .Add({{"version", version}})
+      .Set(1);
+  return std::unique_ptr<ServiceMetrics>(new ServiceMetrics(std::move(impl)));
+}
+
+ServiceMetrics::ServiceMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ServiceMetrics::~ServiceMetrics() = default;
+
+void ServiceMetrics::RecordRequest(Method method, SchemeLabel scheme, int code,
+                                   double seconds) {
+  const int m = static_cast<int>(method);
+  int s = static_cast<int>(scheme);
+  if (!impl_->durations[m][s]) s = static_cast<int>(SchemeLabel::kNone);
+  if (code < 0 || code >= kNumCodes) code = 2;  // UNKNOWN
+  impl_->requests[m][s][code]->Increment();
+  impl_->durations[m][s]->Observe(seconds);
+}
+
+void ServiceMetrics::RecordKernel(SchemeLabel scheme, double seconds) {
+  if (auto* h = impl_->kernels[static_cast<int>(scheme)]) h->Observe(seconds);
+}
+
+void ServiceMetrics::AddBytes(uint64_t in, uint64_t out) {
+  if (in) impl_->bytes_in->Increment(static_cast<double>(in));
+  if (out) impl_->bytes_out->Increment(static_cast<double>(out));
+}
+
+void ServiceMetrics::InflightAdd(int delta) { impl_->inflight->Increment(delta); }
+
+void ServiceMetrics::OnHit() { impl_->cache_hits->Increment(); }
+void ServiceMetrics::OnMiss() { impl_->cache_misses->Increment(); }
+void ServiceMetrics::OnEvict(size_t count) {
+  impl_->cache_evictions->Increment(static_cast<double>(count));
+}
+void ServiceMetrics::OnBytes(size_t total_bytes) {
+  impl_->cache_bytes->Set(static_cast<double>(total_bytes));
+}
+
+absl::StatusOr<int> ServiceMetrics::StartExposer(const std::string& address) {
+  try {  // civetweb reports a port it cannot bind by throwing
+    impl_->exposer = std::make_unique<prometheus::Exposer>(address, 2);
+    impl_->exposer->RegisterCollectable(impl_->registry);
+    const auto ports = impl_->exposer->GetListeningPorts();
+    if (ports.empty()) return absl::UnavailableError("metrics exposer bound no port");
+    return static_cast<int>(ports.front());
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on --metrics_listen=", address, ": ", e.what()));
+  }
+}
+
+std::string ServiceMetrics::Render() const {
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(impl_->registry->Collect());
+}
+
+}  // namespace posenc

@@ -1,0 +1,53 @@
+// The service's Prometheus metrics (names and labels in shared/API.md "Metrics").
+// Every family and child is created once in Create(); recording is lock-free apart from
+// prometheus-cpp's own atomics. Thread-safe. prometheus-cpp stays behind this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/tables/table_cache.h"
+
+namespace posenc {
+
+enum class Method { kEncode, kEncodeStream, kAttentionBias, kGetTable, kListSchemes,
+                    kGraphEncode, kCount };
+enum class SchemeLabel { kNone, kSinusoidal, kLearned, kRope, kHierarchical, kContinuous,
+                         kAlibi, kT5, kGraphLaplacian, kCount };
+
+const char* MethodName(Method m);
+const char* SchemeLabelName(SchemeLabel s);
+
+class ServiceMetrics : public TableCacheObserver {
+ public:
+  // Registers every family and child. `version` labels posenc_build_info.
+  static std::unique_ptr<ServiceMetrics> Create(const std::string& version);
+  ~ServiceMetrics() override;
+
+  // `code` is a grpc::StatusCode value (0..16).
+  void RecordRequest(Method method, SchemeLabel scheme, int code, double seconds);
+  void RecordKernel(SchemeLabel scheme, double seconds);
+  void AddBytes(uint64_t in, uint64_t out);
+  void InflightAdd(int delta);
+
+  // TableCacheObserver
+  void OnHit() override;
+  void OnMiss() override;
+  void OnEvict(size_t count) override;
+  void OnBytes(size_t total_bytes) override;
+
+  // Serves /metrics over HTTP on `address` (host:port, port 0 picks one). Returns the port.
+  absl::StatusOr<int> StartExposer(const std::string& address);
+
+  // The metrics as Prometheus text, for tests.
+  std::string Render() const;
+
+ private:
+  struct Impl;
+  explicit ServiceMetrics(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace posenc

@@ -1,0 +1,350 @@
+#include "server/schemes/absolute_scheme.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/status_macros.h"
+#include "server/kernels/add_kernel.h"
+
+namespace posenc {
+namespace {
+
+// The embeddings seen as [batch, seq, d], whatever rank 2 or 3 they came as.
+struct Embeddings {
+  TensorView x3;  // [batch, seq, d]
+  int64_t batch, seq, dim;
+};
+
+absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input) {
+  if (!IsFloat(input.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input.dtype is ", DTypeName(input.dtype),
+                     "; absolute encodings need FLOAT32, FLOAT16 or BFLOAT16"));
+  }
+  if (input.shape.size() != 2 && input.shape.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input.shape is ", ShapeString(input.shape),
+        "; absolute encodings need [batch, seq, d_model] or [seq, d_model]"));
+  }
+  Embeddings e;
+  e.x3 = input;
+  if (input.shape.size() == 2) e.x3.shape = {1, input.shape[0], input.shape[1]};
+  e.batch = e.x3.shape[0];
+  e.seq = e.x3.shape[1];
+  e.dim = e.x3.shape[2];
+  if (e.dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input.shape is ", ShapeString(input.shape), "; d_model must be >= 1"));
+  }
+  return e;
+}
+
+// Encoding rows for each position group: groups[g] points at [seq, dim] float32 rows,
+// either inside a cached table (no copy) or inside `scratch`.
+struct EncodingRows {
+  int64_t dim = 0;
+  std::vector<const float*> groups;
+  std::shared_ptr<const Table> table;  // keeps table slices alive
+  std::vector<float> scratch;
+};
+
+// Allocates scratch rows for every (group, token) after checking the size.
+absl::Status AllocateScratch(EncodingRows& rows, int64_t groups, int64_t seq,
+                             const SchemeLimits& limits) {
+  const int64_t n = groups * seq * rows.dim;
+  if (static_cast<size_t>(n) * sizeof(float) > 4 * limits.max_output_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the encoding rows for this request need ", n * 4, " bytes, over the limit"));
+  }
+  rows.scratch.assign(static_cast<size_t>(n), 0.0f);
+  rows.groups.resize(groups);
+  for (int64_t g = 0; g < groups; ++g) rows.groups[g] = rows.scratch.data() + g * seq * rows.dim;
+  return absl::OkStatus();
+}
+
+// Rows of a table [R, dim] for the grid's positions; positions must be < R.
+absl::Status RowsFromTable(std::shared_ptr<const Table> table, const PositionGrid& grid,
+                           const SchemeLimits& limits, EncodingRows& rows) {
+  rows.dim = table->cols;
+  if (grid.contiguous) {  // slices of the table itself
+    for (int64_t start : grid.starts) rows.groups.push_back(table->Row(start));
+  } else {
+    RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
+    for (int64_t g = 0; g < grid.groups(); ++g) {
+      for (int64_t t = 0; t < grid.seq; ++t) {
+        std::memcpy(rows.scratch.data() + (g * grid.seq + t) * rows.dim,
+                    table->Row(grid.ids[g * grid.seq + t]), rows.dim * sizeof(float));
+      }
+    }
+  }
+  rows.table = std::move(table);
+  return absl::OkStatus();
+}
+
+int64_t NextPowerOfTwo(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Combines rows with the embeddings: in place for ADD, into a new buffer for CONCAT.
+absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& input,
+                                       const EncodingRows& rows, const CombineSpec& combine,
+                                       const SchemeLimits& limits) {
+  AbsoluteResult result;
+  result.shape = input.shape;
+  const bool shared = rows.groups.size() == 1;
+  const int64_t slab = shared ? e.batch : 1;  // batch rows per kernel call
+  const size_t elem = DTypeSize(input.dtype);
+  if (combine.fusion == Fusion::kAdd) {
+    if (rows.dim != e.dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the encoding has width ", rows.dim, " but input.shape[-1] (d_model) is ", e.dim,
+          "; ADD needs them equal"));
+    }
+    for (size_t g = 0; g < rows.groups.size(); ++g) {
+      TensorView part{input.dtype, {slab, e.seq, e.dim},
+                      static_cast<char*>(input.data) + g * e.seq * e.dim * elem};
+      RETURN_IF_ERROR(
+          AddEncodingInPlace(part, rows.groups[g], combine.input_scale, combine.pe_scale));
+    }
+    return result;
+  }
+  const int64_t out_dim = e.dim + rows.dim;
+  const int64_t out_bytes = e.batch * e.seq * out_dim * static_cast<int64_t>(elem);
+  if (static_cast<size_t>(out_bytes) > limits.max_output_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the CONCAT output would be ", out_bytes,
+                     " bytes; --max_message_bytes allows ", limits.max_output_bytes));
+  }
+  result.shape.back() = out_dim;
+  result.concat.emplace(static_cast<size_t>(out_bytes), '\0');
+  for (size_t g = 0; g < rows.groups.size(); ++g) {
+    ConstTensorView part{input.dtype, {slab, e.seq, e.dim},
+                         static_cast<const char*>(input.data) + g * e.seq * e.dim * elem};
+    TensorView out{input.dtype, {slab, e.seq, out_dim},
+                   result.concat->data() + g * e.seq * out_dim * elem};
+    ConcatEncoding(part, rows.groups[g], rows.dim, combine.input_scale, combine.pe_scale,
+                   out);
+  }
+  return result;
+}
+
+absl::StatusOr<int64_t> EncodingWidth(const CombineSpec& combine, int64_t d_model,
+                                      absl::string_view field) {
+  if (combine.fusion == Fusion::kAdd || !combine.pe_dim.has_value()) return d_model;
+  if (*combine.pe_dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".pe_dim is ", *combine.pe_dim, "; it must be >= 1"));
+  }
+  return *combine.pe_dim;
+}
+
+absl::Status CheckScales(const CombineSpec& combine, absl::string_view field) {
+  if (!std::isfinite(combine.input_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".input_scale is not finite"));
+  }
+  if (!std::isfinite(combine.pe_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".pe_scale is not finite"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const CombineSpec& combine,
+                                               TensorView input,
+                                               const PositionsSpec& positions,
+                                               TableCache& cache, const SchemeLimits& limits) {
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  RETURN_IF_ERROR(CheckScales(combine, "sinusoidal"));
+  ASSIGN_OR_RETURN(spec.dim, EncodingWidth(combine, e.dim, "sinusoidal"));
+  RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
+  if (spec.dim * 4 > static_cast<int64_t>(limits.max_output_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sinusoidal.pe_dim is ", spec.dim, "; too wide for the message limit"));
+  }
+  ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
+  if (e.seq == 0 || e.batch == 0) {
+    return Combine(e, input, EncodingRows{spec.dim, {}, nullptr, {}}, combine, limits);
+  }
+
+  // A dense prefix table serves positions 0..R-1 from the cache; when the largest position
+  // is far beyond what the request holds, only the positions present are computed.
+  const int64_t rows_needed = NextPowerOfTwo(std::max<int64_t>(grid.max_position + 1, 256));
+  const int64_t tokens = grid.groups() * grid.seq;
+  const bool dense = static_cast<size_t>(rows_needed * spec.dim) * sizeof(float) <=
+                         cache.budget_bytes() / 4 &&
+                     rows_needed <= 16 * tokens + 4096;
+  EncodingRows rows;
+  if (dense) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
+                     cache.GetOrCompute(SinusoidalTableKey(spec, rows_needed), [&] {
+                       return absl::StatusOr<Table>(
+                           ComputeSinusoidalTable(spec, 0, rows_needed));
+                     }));
+    RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));
+  } else {
+    rows.dim = spec.dim;
+    RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
+    SinusoidalEncoder encoder(spec);
+    for (int64_t g = 0; g < grid.groups(); ++g) {
+      for (int64_t t = 0; t < grid.seq; ++t) {
+        encoder.Row(static_cast<double>(grid.At(g, t)),
+                    rows.scratch.data() + (g * grid.seq + t) * spec.dim);
+      }
+    }
+  }
+  return Combine(e, input, rows, combine, limits);
+}
+
+absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned,
+                                            const CombineSpec& combine, TensorView input,
+                                            const PositionsSpec& positions,
+                                            const SchemeLimits& limits) {
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  RETURN_IF_ERROR(CheckScales(combine, "learned"));
+  const Table& table = *learned.table;
+  const int64_t max_positions = table.rows;
+  if (combine.fusion == Fusion::kAdd && table.cols != e.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learned.table '", learned.name, "' has width ", table.cols,
+        " but input.shape[-1] (d_model) is ", e.dim, "; ADD needs them equal"));
+  }
+  ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
+  if (e.seq == 0 || e.batch == 0) {
+    return Combine(e, input, EncodingRows{table.cols, {}, nullptr, {}}, combine, limits);
+  }
+  EncodingRows rows;
+  if (grid.max_position < max_positions) {
+    RETURN_IF_ERROR(RowsFromTable(learned.table, grid, limits, rows));
+    return Combine(e, input, rows, combine, limits);
+  }
+  if (learned.overflow == Overflow::kError) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "position ", grid.max_position, " is past learned.table '", learned.name, "' with ",
+        max_positions, " rows; set learned.overflow to CLAMP or INTERPOLATE"));
+  }
+  rows.dim = table.cols;
+  RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
+  // L = largest position + 1 > max_positions: position p reads the point p*(M-1)/(L-1).
+  const double stretch = max_positions > 1 ? static_cast<double>(max_positions - 1) /
+                                                 static_cast<double>(grid.max_position)
+                                           : 0.0;
+  for (int64_t g = 0; g < grid.groups(); ++g) {
+    for (int64_t t = 0; t < grid.seq; ++t) {
+      const int64_t p = grid.At(g, t);
+      float* out = rows.scratch.data() + (g * grid.seq + t) * rows.dim;
+      if (learned.overflow == Overflow::kClamp) {
+        std::memcpy(out, table.Row(std::min(p, max_positions - 1)), rows.dim * sizeof(float));
+        continue;
+      }
+      const double point = static_cast<double>(p) * stretch;
+      const int64_t lo = std::min(static_cast<int64_t>(std::floor(point)), max_positions - 1);
+      const int64_t hi = std::min(lo + 1, max_positions - 1);
+      const double w = point - static_cast<double>(lo);
+      const float* a = table.Row(lo);
+      const float* b = table.Row(hi);
+      for (int64_t c = 0; c < rows.dim; ++c) {
+        out[c] = static_cast<float>((1.0 - w) * a[c] + w * b[c]);
+      }
+    }
+  }
+  rows.table = learned.table;
+  return Combine(e, input, rows, combine, limits);
+}
+
+absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLevel> levels,
+                                                 TensorView input,
+                                                 const SchemeLimits& limits) {
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  if (levels.empty()) {
+    return absl::InvalidArgumentError("hierarchical.levels is empty; give at least one level");
+  }
+  bool shared = true;
+  std::vector<SinusoidalEncoder> encoders;
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const std::string field = absl::StrCat("hierarchical.levels[", l, "]");
+    const auto n = static_cast<int64_t>(levels[l].ids.size());
+    if (n != e.seq && n != e.batch * e.seq) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".ids has ", n,
+                                                     " entries; need seq (", e.seq,
+                                                     ") or batch*seq (", e.batch * e.seq, ")"));
+    }
+    if (n != e.seq) shared = false;
+    for (size_t i = 0; i < levels[l].ids.size(); ++i) {
+      if (levels[l].ids[i] < 0 || levels[l].ids[i] > kMaxPosition) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".ids[", i, "] is ",
+                                                       levels[l].ids[i],
+                                                       "; positions must be in [0, 2^40]"));
+      }
+    }
+    if (!std::isfinite(levels[l].scale)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".scale is not finite"));
+    }
+    SinusoidalSpec spec{levels[l].base, SinusoidalLayout::kInterleaved, Timescale::kPerDim,
+                        e.dim};
+    RETURN_IF_ERROR(ValidateSinusoidal(spec, field));
+    encoders.emplace_back(spec);
+  }
+  EncodingRows rows;
+  rows.dim = e.dim;
+  const int64_t groups = shared ? 1 : e.batch;
+  RETURN_IF_ERROR(AllocateScratch(rows, groups, e.seq, limits));
+  // Levels are summed in float64 and rounded once.
+  std::vector<double> sum(e.dim), level_row(e.dim);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t t = 0; t < e.seq; ++t) {
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (size_t l = 0; l < levels.size(); ++l) {
+        const int64_t index = levels[l].ids.size() == static_cast<size_t>(e.seq)
+                                  ? t
+                                  : g * e.seq + t;
+        encoders[l].RowF64(static_cast<double>(levels[l].ids[index]), level_row.data());
+        for (int64_t c = 0; c < e.dim; ++c) sum[c] += levels[l].scale * level_row[c];
+      }
+      float* out = rows.scratch.data() + (g * e.seq + t) * e.dim;
+      for (int64_t c = 0; c < e.dim; ++c) out[c] = static_cast<float>(sum[c]);
+    }
+  }
+  return Combine(e, input, rows, CombineSpec{}, limits);
+}
+
+absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
+                                               TensorView input,
+                                               const PositionsSpec& positions,
+                                               const SchemeLimits& limits) {
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  const auto n = static_cast<int64_t>(positions.values.size());
+  if (n != e.seq && n != e.batch * e.seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.values has ", n, " entries; continuous needs seq (", e.seq,
+        ") or batch*seq (", e.batch * e.seq, ")"));
+  }
+  if (!std::isfinite(continuous.value_scale)) {
+    return absl::InvalidArgumentError("continuous.value_scale is not finite");
+  }
+  for (size_t i = 0; i < positions.values.size(); ++i) {
+    const double v = positions.values[i];
+    if (!std::isfinite(v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.values[", i, "] is ", v, "; positions must be finite and >= 0"));
+    }
+  }
+  SinusoidalSpec spec{continuous.base, continuous.layout, continuous.timescale, e.dim};
+  RETURN_IF_ERROR(ValidateSinusoidal(spec, "continuous"));
+  SinusoidalEncoder encoder(spec);
+  EncodingRows rows;
+  rows.dim = e.dim;
+  const int64_t groups = n == e.seq ? 1 : e.batch;
+  RETURN_IF_ERROR(AllocateScratch(rows, groups, e.seq, limits));
+  for (int64_t i = 0; i < groups * e.seq; ++i) {
+    encoder.Row(positions.values[i] * continuous.value_scale,
+                rows.scratch.data() + i * e.dim);
+  }
+  return Combine(e, input, rows, CombineSpec{}, limits);
+}
+
+}  // namespace posenc

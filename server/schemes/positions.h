@@ -1,0 +1,50 @@
+// Positions of the tokens of a [batch, seq] grid, resolved from the request's
+// offsets / ids (shared/API.md "Positions"). Plain values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace posenc {
+
+// Largest position accepted; keeps position arithmetic (and float64 angles) exact.
+inline constexpr int64_t kMaxPosition = int64_t{1} << 40;
+
+// The request's positions, not yet checked. Spans point into the request.
+struct PositionsSpec {
+  absl::Span<const int64_t> offsets;
+  absl::Span<const int64_t> ids;
+  absl::Span<const double> values;
+};
+
+// Which position token t of batch row b has.
+struct PositionGrid {
+  int64_t batch = 1;
+  int64_t seq = 0;
+  // Every batch row has the same positions.
+  bool shared = true;
+  // Row b's token t has position starts[shared ? 0 : b] + t; otherwise `ids` holds them.
+  bool contiguous = true;
+  std::vector<int64_t> starts;  // contiguous: size 1 if shared else batch
+  std::vector<int64_t> ids;     // !contiguous: size seq if shared else batch*seq
+  int64_t max_position = -1;    // -1 when there are no tokens
+
+  // Number of distinct position rows (1 if shared, else batch).
+  int64_t groups() const { return shared ? 1 : batch; }
+  int64_t At(int64_t b, int64_t t) const {
+    const int64_t g = shared ? 0 : b;
+    return contiguous ? starts[g] + t : ids[g * seq + t];
+  }
+};
+
+// Resolves positions for a [batch, seq] grid. `ids` (size seq or batch*seq) overrides
+// `offsets` (size 1 or batch); neither gives 0..seq-1. Errors name the field:
+// INVALID_ARGUMENT for a wrong size, a negative position or one above kMaxPosition.
+// An ids list that happens to be consecutive is recognised as contiguous.
+absl::StatusOr<PositionGrid> ResolvePositions(const PositionsSpec& spec, int64_t batch,
+                                              int64_t seq);
+
+}  // namespace posenc

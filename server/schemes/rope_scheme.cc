@@ -1,0 +1,290 @@
+#include "server/schemes/rope_scheme.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/status_macros.h"
+#include "server/kernels/rope_kernel.h"
+
+namespace posenc {
+namespace {
+
+using Layout = RopeSpec::Layout;
+
+// Tables start at this many rows and double, so a growing context rebuilds rarely.
+constexpr int64_t kMinDenseRows = 256;
+// A dense prefix table is used only when it costs at most this many rows per token of the
+// request, plus a fixed allowance: a few tokens far out never build a huge table.
+constexpr int64_t kDenseRowsPerToken = 64;
+constexpr int64_t kDenseRowsAllowance = 8192;
+// ... and only when it takes at most this fraction of the cache budget.
+constexpr size_t kDenseBudgetDivisor = 8;
+
+// Where each axis sits in the shape.
+struct AxisIndex {
+  int batch;  // -1: THD has no batch axis
+  int seq;
+  int heads;
+  int head_dim;
+};
+
+AxisIndex AxesOf(Layout layout) {
+  switch (layout) {
+    case Layout::kBshd: return {0, 1, 2, 3};
+    case Layout::kBhsd: return {0, 2, 1, 3};
+    case Layout::kThd: return {-1, 0, 1, 2};
+  }
+  return {0, 1, 2, 3};
+}
+
+absl::string_view LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kBshd: return "BSHD [batch, seq, heads, head_dim]";
+    case Layout::kBhsd: return "BHSD [batch, heads, seq, head_dim]";
+    case Layout::kThd: return "THD [tokens, heads, head_dim]";
+  }
+  return "?";
+}
+
+struct Dims {
+  int64_t batch = 1;
+  int64_t seq = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+};
+
+absl::StatusOr<Dims> ReadDims(const TensorView& t, Layout layout, absl::string_view name) {
+  if (!IsFloat(t.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".dtype is ", std::string(DTypeName(t.dtype)),
+                     "; rope needs FLOAT32, FLOAT16 or BFLOAT16"));
+  }
+  const size_t rank = layout == Layout::kThd ? 3 : 4;
+  if (t.shape.size() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".shape is ", ShapeString(t.shape),
+                                                   "; layout ", LayoutName(layout),
+                                                   " needs rank ", rank));
+  }
+  ASSIGN_OR_RETURN(const int64_t elements,
+                   CheckedNumElements(t.shape, absl::StrCat(name, ".shape")));
+  if (elements > 0 && t.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".data is missing"));
+  }
+  const AxisIndex ax = AxesOf(layout);
+  Dims d;
+  d.batch = ax.batch < 0 ? 1 : t.shape[ax.batch];
+  d.seq = t.shape[ax.seq];
+  d.heads = t.shape[ax.heads];
+  d.head_dim = t.shape[ax.head_dim];
+  return d;
+}
+
+absl::Status KeyMismatch(int axis, absl::string_view what, int64_t key_value,
+                         int64_t query_value, absl::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrCat("key.shape[", axis, "] (", what, ") is ",
+                                                 key_value, "; it must ", rule,
+                                                 " input.shape[", axis, "] (", query_value, ")"));
+}
+
+absl::Status CheckKey(const Dims& q, const Dims& k, Layout layout) {
+  const AxisIndex ax = AxesOf(layout);
+  if (ax.batch >= 0 && k.batch != q.batch) {
+    return KeyMismatch(ax.batch, "batch", k.batch, q.batch, "equal");
+  }
+  if (k.seq != q.seq) {
+    return KeyMismatch(ax.seq, layout == Layout::kThd ? "tokens" : "seq", k.seq, q.seq,
+                       "equal");
+  }
+  if (k.head_dim != q.head_dim) {
+    return KeyMismatch(ax.head_dim, "head_dim", k.head_dim, q.head_dim, "equal");
+  }
+  // GQA/MQA: each key head serves q_heads / k_heads query heads.
+  if (k.heads == 0 ? q.heads != 0 : q.heads % k.heads != 0) {
+    return KeyMismatch(ax.heads, "heads", k.heads, q.heads, "divide");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ResolveRotaryDim(const RopeSpec& spec, const Dims& q, Layout layout) {
+  const int head_dim_axis = AxesOf(layout).head_dim;
+  if (!spec.rotary_dim.has_value()) {
+    if (q.head_dim <= 0 || q.head_dim % 2 != 0 ||
+        q.head_dim > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input.shape[", head_dim_axis, "] (head_dim) is ", q.head_dim,
+                       "; rope needs an even head_dim > 0, or an even rope.rotary_dim"));
+    }
+    return static_cast<int>(q.head_dim);
+  }
+  const int rotary_dim = *spec.rotary_dim;
+  if (rotary_dim > q.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope.rotary_dim is ", rotary_dim, "; it must be <= head_dim (input.shape[",
+        head_dim_axis, "] = ", q.head_dim, ")"));
+  }
+  return rotary_dim;
+}
+
+absl::StatusOr<PositionGrid> ResolveRopePositions(const PositionsSpec& positions,
+                                                  const Dims& q, Layout layout) {
+  if (!positions.values.empty()) {
+    return absl::InvalidArgumentError(
+        "positions.values is for the continuous scheme; rope takes positions.ids or "
+        "positions.offsets");
+  }
+  if (layout == Layout::kThd) {
+    if (!positions.ids.empty() && static_cast<int64_t>(positions.ids.size()) != q.seq) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions.ids has ", positions.ids.size(),
+                       " entries; layout THD needs one per token (input.shape[0] = ", q.seq,
+                       ")"));
+    }
+    if (positions.ids.empty() && positions.offsets.size() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions.offsets has ", positions.offsets.size(),
+                       " entries; layout THD takes one start position, or positions.ids "
+                       "per token"));
+    }
+    return ResolvePositions(positions, /*batch=*/1, /*seq=*/q.seq);
+  }
+  return ResolvePositions(positions, q.batch, q.seq);
+}
+
+RopeGeometry GeometryOf(const Dims& d, Layout layout) {
+  RopeGeometry g;
+  g.batch = d.batch;
+  g.seq = d.seq;
+  g.heads = d.heads;
+  g.head_dim = d.head_dim;
+  switch (layout) {
+    case Layout::kBshd:
+      g.head_stride = d.head_dim;
+      g.seq_stride = d.heads * d.head_dim;
+      g.batch_stride = d.seq * g.seq_stride;
+      break;
+    case Layout::kBhsd:
+      g.seq_stride = d.head_dim;
+      g.head_stride = d.seq * d.head_dim;
+      g.batch_stride = d.heads * g.head_stride;
+      break;
+    case Layout::kThd:
+      g.head_stride = d.head_dim;
+      g.seq_stride = d.heads * d.head_dim;
+      g.batch_stride = 0;
+      break;
+  }
+  return g;
+}
+
+int64_t DenseRowsFor(int64_t max_position) {
+  int64_t rows = kMinDenseRows;
+  while (rows < max_position + 1) rows *= 2;
+  return rows;
+}
+
+}  // namespace
+
+absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
+                       const PositionsSpec& positions, TableCache& cache) {
+  // Validate everything before the first write.
+  const Layout layout = spec.layout;
+  ASSIGN_OR_RETURN(const Dims q, ReadDims(query, layout, "input"));
+  Dims k;
+  if (key != nullptr) {
+    ASSIGN_OR_RETURN(k, ReadDims(*key, layout, "key"));
+    RETURN_IF_ERROR(CheckKey(q, k, layout));
+  }
+  ASSIGN_OR_RETURN(const int rotary_dim, ResolveRotaryDim(spec, q, layout));
+  ASSIGN_OR_RETURN(const PositionGrid grid, ResolveRopePositions(positions, q, layout));
+  ASSIGN_OR_RETURN(const RopeFrequencies freqs,
+                   ComputeRopeFrequencies(spec, rotary_dim, grid.max_position + 1));
+  const int64_t tokens = q.batch * q.seq;
+  if (tokens == 0 || (q.heads == 0 && (key == nullptr || k.heads == 0))) {
+    return absl::OkStatus();
+  }
+
+  // One cos/sin row per token: from a cached prefix table when the positions are modest,
+  // else computed for just the positions present.
+  std::vector<const float*> token_rows(static_cast<size_t>(tokens));
+  std::shared_ptr<const Table> dense;
+  std::vector<float> sparse;
+  const int64_t dense_rows = DenseRowsFor(grid.max_position);
+  const bool use_dense =
+      dense_rows <= kDenseRowsPerToken * tokens + kDenseRowsAllowance &&
+      static_cast<size_t>(dense_rows) * rotary_dim * sizeof(float) <=
+          cache.budget_bytes() / kDenseBudgetDivisor;
+  if (use_dense) {
+    ASSIGN_OR_RETURN(dense,
+                     cache.GetOrCompute(RopeCacheKey(freqs, 0, dense_rows),
+                                        [&]() -> absl::StatusOr<Table> {
+                                          Table t;
+                                          t.rows = dense_rows;
+                                          t.cols = rotary_dim;
+                                          t.data.resize(static_cast<size_t>(dense_rows) *
+                                                        rotary_dim);
+                                          FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
+                                          return t;
+                                        }));
+    for (int64_t b = 0; b < q.batch; ++b) {  // batch
+      for (int64_t s = 0; s < q.seq; ++s) {  // seq
+        token_rows[b * q.seq + s] = dense->Row(grid.At(b, s));
+      }
+    }
+  } else {
+    const int64_t groups = grid.groups();
+    std::vector<int64_t> present(static_cast<size_t>(groups * q.seq));
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t s = 0; s < q.seq; ++s) present[g * q.seq + s] = grid.At(g, s);
+    }
+    sparse.resize(present.size() * rotary_dim);
+    FillRopeRows(freqs, present, sparse.data());
+    for (int64_t b = 0; b < q.batch; ++b) {  // batch
+      const int64_t g = grid.shared ? 0 : b;
+      for (int64_t s = 0; s < q.seq; ++s) {  // seq
+        token_rows[b * q.seq + s] = sparse.data() + (g * q.seq + s) * rotary_dim;
+      }
+    }
+  }
+
+  const RopePairing pairing = spec.style == RopeSpec::Style::kGptj
+                                  ? RopePairing::kInterleaved
+                                  : RopePairing::kRotateHalf;
+  RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows);
+  if (key != nullptr) {
+    RopeRotateInPlace(*key, GeometryOf(k, layout), pairing, rotary_dim, token_rows);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_t first,
+                                    int64_t n, int64_t table_length) {
+  if (rotary_dim <= 0 || rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim is ", rotary_dim, "; a rope table needs an even dim > 0"));
+  }
+  if (table_length < 1 || table_length - 1 > kMaxPosition) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("length is ", table_length, "; it must be in [1, 2^40 + 1]"));
+  }
+  if (first < 0 || n < 0 || first > table_length - n) {
+    return absl::InvalidArgumentError(absl::StrCat("rows ", first, " .. ", first, " + ", n,
+                                                   " do not fit in length ", table_length));
+  }
+  if (n > kMaxElements / rotary_dim) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a chunk of ", n, " rows of dim ", rotary_dim, " is too large"));
+  }
+  ASSIGN_OR_RETURN(const RopeFrequencies freqs,
+                   ComputeRopeFrequencies(spec, rotary_dim, table_length));
+  Table t;
+  t.rows = n;
+  t.cols = rotary_dim;
+  t.data.resize(static_cast<size_t>(n) * rotary_dim);
+  FillRopeRowRange(freqs, first, n, t.data.data());
+  return t;
+}
+
+}  // namespace posenc

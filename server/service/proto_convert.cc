@@ -1,0 +1,121 @@
+#include "server/service/proto_convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace posenc {
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::FLOAT32: return DType::kFloat32;
+    case v1::FLOAT16: return DType::kFloat16;
+    case v1::BFLOAT16: return DType::kBFloat16;
+    case v1::INT32: return DType::kInt32;
+    case v1::INT64: return DType::kInt64;
+    case v1::DTYPE_UNSPECIFIED:
+      return absl::InvalidArgumentError(absl::StrCat(field, " is DTYPE_UNSPECIFIED; set it"));
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is ", static_cast<int>(dtype), ", not a known DType"));
+  }
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return v1::FLOAT32;
+    case DType::kFloat16: return v1::FLOAT16;
+    case DType::kBFloat16: return v1::BFLOAT16;
+    case DType::kInt32: return v1::INT32;
+    case DType::kInt64: return v1::INT64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<TensorView> ViewOfTensor(v1::Tensor* tensor, absl::string_view field) {
+  auto dtype = DTypeFromProto(tensor->dtype(), absl::StrCat(field, ".dtype"));
+  if (!dtype.ok()) return dtype.status();
+  // Checked before anything proportional to the shape is touched.
+  auto count = CheckedNumElements(tensor->shape(), field);
+  if (!count.ok()) return count.status();
+  const int64_t need = *count * static_cast<int64_t>(DTypeSize(*dtype));
+  if (static_cast<int64_t>(tensor->data().size()) != need) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".data has ", tensor->data().size(), " bytes; shape ",
+        ShapeString(tensor->shape()), " ", DTypeName(*dtype), " needs ", need));
+  }
+  TensorView view;
+  view.dtype = *dtype;
+  view.shape.assign(tensor->shape().begin(), tensor->shape().end());
+  view.data = tensor->mutable_data()->data();
+  return view;
+}
+
+void MoveIntoTensor(std::string* data, absl::Span<const int64_t> shape, DType dtype,
+                    v1::Tensor* out) {
+  out->mutable_shape()->Assign(shape.begin(), shape.end());
+  out->set_dtype(DTypeToProto(dtype));
+  out->mutable_data()->swap(*data);
+}
+
+PositionsSpec PositionsFromProto(const v1::Positions& positions) {
+  PositionsSpec spec;
+  spec.offsets = absl::MakeConstSpan(positions.offsets().data(), positions.offsets_size());
+  spec.ids = absl::MakeConstSpan(positions.ids().data(), positions.ids_size());
+  spec.values = absl::MakeConstSpan(positions.values().data(), positions.values_size());
+  return spec;
+}
+
+SinusoidalSpec SinusoidalFromProto(const v1::Sinusoidal& s) {
+  SinusoidalSpec spec;
+  if (s.has_base()) spec.base = s.base();
+  spec.layout = s.layout() == v1::CONCATENATED ? SinusoidalLayout::kConcatenated
+                                                : SinusoidalLayout::kInterleaved;
+  spec.timescale =
+      s.timescale() == v1::HALF_MINUS_ONE ? Timescale::kHalfMinusOne : Timescale::kPerDim;
+  return spec;
+}
+
+CombineSpec CombineFromSinusoidal(const v1::Sinusoidal& s) {
+  CombineSpec c;
+  if (s.has_input_scale()) c.input_scale = s.input_scale();
+  if (s.has_pe_scale()) c.pe_scale = s.pe_scale();
+  c.fusion = s.fusion() == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
+  if (s.has_pe_dim()) c.pe_dim = s.pe_dim();
+  return c;
+}
+
+CombineSpec CombineFromLearned(const v1::Learned& l) {
+  CombineSpec c;
+  if (l.has_input_scale()) c.input_scale = l.input_scale();
+  if (l.has_pe_scale()) c.pe_scale = l.pe_scale();
+  c.fusion = l.fusion() == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
+  return c;
+}
+
+Overflow OverflowFromProto(v1::Overflow o) {
+  switch (o) {
+    case v1::CLAMP: return Overflow::kClamp;
+    case v1::INTERPOLATE: return Overflow::kInterpolate;
+    default: return Overflow::kError;
+  }
+}
+
+ContinuousSpec ContinuousFromProto(const v1::Continuous& c) {
+  ContinuousSpec spec;
+  if (c.has_base()) spec.base = c.base();
+  if (c.has_value_scale()) spec.value_scale = c.value_scale();
+  spec.layout = c.layout() == v1::CONCATENATED ? SinusoidalLayout::kConcatenated
+                                                : SinusoidalLayout::kInterleaved;
+  spec.timescale =
+      c.timescale() == v1::HALF_MINUS_ONE ? Timescale::kHalfMinusOne : Timescale::kPerDim;
+  return spec;
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id) {
+  if (status.ok()) return grpc::Status::OK;
+  std::string message(status.message());
+  if (!request_id.empty()) message = absl::StrCat("request ", request_id, ": ", message);
+  // absl and gRPC share code numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
+}
+
+}  // namespace posenc

@@ -1,0 +1,38 @@
+// Conversions between the wire messages (posenc.v1) and the plain specs and views the
+// schemes take, plus the absl -> gRPC status mapping. Stateless; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/support/status.h"
+#include "posenc/v1/posenc.pb.h"
+#include "server/schemes/absolute_scheme.h"
+#include "server/schemes/positions.h"
+#include "server/tensor/tensor_view.h"
+
+namespace posenc {
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field);
+v1::DType DTypeToProto(DType dtype);
+
+// A view over a request tensor's bytes, after checking its dtype, shape and that `data`
+// holds exactly product(shape) * sizeof(dtype) bytes. Nothing is copied or allocated.
+// The view writes into `tensor`'s own buffer (the kernels work in place on it).
+absl::StatusOr<TensorView> ViewOfTensor(v1::Tensor* tensor, absl::string_view field);
+
+// Moves `data` into `out` with the given shape and dtype (no byte copy).
+void MoveIntoTensor(std::string* data, absl::Span<const int64_t> shape, DType dtype,
+                    v1::Tensor* out);
+
+PositionsSpec PositionsFromProto(const v1::Positions& positions);
+SinusoidalSpec SinusoidalFromProto(const v1::Sinusoidal& s);
+CombineSpec CombineFromSinusoidal(const v1::Sinusoidal& s);
+CombineSpec CombineFromLearned(const v1::Learned& l);
+Overflow OverflowFromProto(v1::Overflow o);
+ContinuousSpec ContinuousFromProto(const v1::Continuous& c);
+
+// The status a client sees: same code, message prefixed with the request id if any.
+grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id = "");
+
+}  // namespace posenc

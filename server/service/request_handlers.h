@@ -1,0 +1,54 @@
+// The protocol-level work of each RPC: a request message in, a response message (or an
+// error status) out. Shared by the unary and streaming handlers. Thread-safe: the state it
+// touches (table cache, named tables, metrics) is itself thread-safe or read-only.
+//
+// Zero copy: Encode works in place on the request's tensor bytes and then moves that buffer
+// into the response, so the request must be mutable and is left without its data.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "posenc/v1/posenc.pb.h"
+#include "server/metrics/metrics.h"
+#include "server/schemes/absolute_scheme.h"
+#include "server/tables/named_tables.h"
+#include "server/tables/table_cache.h"
+
+namespace posenc {
+
+struct ServiceState {
+  TableCache* cache = nullptr;          // not owned
+  const NamedTables* tables = nullptr;  // not owned; read-only while serving
+  ServiceMetrics* metrics = nullptr;    // not owned; may be null in tests
+  SchemeLimits limits;
+  std::string version;
+};
+
+class RequestHandlers {
+ public:
+  explicit RequestHandlers(const ServiceState& state) : state_(state) {}
+
+  // Applies the request's scheme. `scheme` receives the metrics label even on error.
+  absl::Status Encode(v1::EncodeRequest& request, v1::EncodeResponse& response,
+                      SchemeLabel* scheme) const;
+  absl::Status AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
+                             SchemeLabel* scheme) const;
+  absl::Status GraphEncode(v1::GraphRequest& request, v1::GraphResponse& response) const;
+  void ListSchemes(v1::ListSchemesResponse& response) const;
+
+  // GetTable: checks the request and says how many rows each chunk carries.
+  absl::StatusOr<int64_t> PlanTable(const v1::TableRequest& request, SchemeLabel* scheme) const;
+  // Fills `chunk` with rows first..first+n-1 of the requested table.
+  absl::Status TableChunk(const v1::TableRequest& request, int64_t first, int64_t n,
+                          v1::TableChunk& chunk) const;
+
+  const ServiceState& state() const { return state_; }
+
+ private:
+  ServiceState state_;
+};
+
+SchemeLabel LabelOf(const v1::EncodeRequest& request);
+
+}  // namespace posenc

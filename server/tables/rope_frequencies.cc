@@ -1,0 +1,381 @@
+#include "server/tables/rope_frequencies.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/status_macros.h"
+
+namespace posenc {
+namespace {
+
+using ScalingType = RopeScalingSpec::Type;
+
+constexpr double kPi = 3.14159265358979323846;
+
+absl::Status MustBePositive(absl::string_view field, double v) {
+  if (!(v > 0) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", v, "; it must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MustBePositive(absl::string_view field, int64_t v) {
+  if (v <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", v, "; it must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Missing(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " is unset; ", why));
+}
+
+absl::Status CheckFactorList(absl::string_view field, const std::vector<double>& factors,
+                             int rotary_dim) {
+  const size_t want = static_cast<size_t>(rotary_dim / 2);
+  if (factors.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", factors.size(),
+                                                   " entries; it needs rotary_dim/2 = ", want));
+  }
+  for (size_t i = 0; i < factors.size(); ++i) {
+    if (!(factors[i] > 0) || !std::isfinite(factors[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i, "] is ", factors[i], "; it must be > 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// HF's YARN reads `beta or default`: an explicit 0 counts as unset.
+double BetaOr(const std::optional<double>& beta, double fallback) {
+  return beta.has_value() && *beta != 0 ? *beta : fallback;
+}
+
+// The factor YARN and LONGROPE use: the given one, else max / original (HF v5).
+std::optional<double> ExtensionFactor(const RopeScalingSpec& s) {
+  if (s.factor.has_value()) return s.factor;
+  if (s.max_position_embeddings.has_value() && s.original_max_position_embeddings.has_value() &&
+      *s.original_max_position_embeddings > 0) {
+    return static_cast<double>(*s.max_position_embeddings) /
+           static_cast<double>(*s.original_max_position_embeddings);
+  }
+  return std::nullopt;
+}
+
+double YarnMscale(double scale, double mscale) {
+  if (scale <= 1) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// base^(-2i/d) for i in [0, d/2), as HF writes it: 1 / base^(2i/d).
+std::vector<double> DefaultInvFreq(double base, int rotary_dim) {
+  std::vector<double> inv(static_cast<size_t>(rotary_dim / 2));
+  for (size_t i = 0; i < inv.size(); ++i) {
+    inv[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / rotary_dim);
+  }
+  return inv;
+}
+
+absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_dim) {
+  if (s.factor.has_value() && s.type != ScalingType::kNone) {
+    RETURN_IF_ERROR(MustBePositive("rope.scaling.factor", *s.factor));
+  }
+  switch (s.type) {
+    case ScalingType::kNone:
+      return absl::OkStatus();
+    case ScalingType::kLinear:
+      if (!s.factor) return Missing("rope.scaling.factor", "LINEAR scaling needs it");
+      return absl::OkStatus();
+    case ScalingType::kDynamic: {
+      if (!s.factor) return Missing("rope.scaling.factor", "DYNAMIC scaling needs it");
+      if (s.max_position_embeddings) {
+        return MustBePositive("rope.scaling.max_position_embeddings",
+                              *s.max_position_embeddings);
+      }
+      if (s.original_max_position_embeddings) {
+        return MustBePositive("rope.scaling.original_max_position_embeddings",
+                              *s.original_max_position_embeddings);
+      }
+      return Missing("rope.scaling.max_position_embeddings",
+                     "DYNAMIC scaling needs the length beyond which it starts");
+    }
+    case ScalingType::kYarn: {
+      if (base == 1.0) {
+        return absl::InvalidArgumentError(
+            "rope.base is 1; YARN divides by log(base), so it must not be 1");
+      }
+      if (s.original_max_position_embeddings) {
+        RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
+                                       *s.original_max_position_embeddings));
+      }
+      if (s.max_position_embeddings) {
+        RETURN_IF_ERROR(MustBePositive("rope.scaling.max_position_embeddings",
+                                       *s.max_position_embeddings));
+      }
+      if (!s.original_max_position_embeddings && !s.max_position_embeddings) {
+        return Missing("rope.scaling.original_max_position_embeddings",
+                       "YARN needs the pretrained context length");
+      }
+      if (!ExtensionFactor(s)) {
+        return Missing("rope.scaling.factor",
+                       "YARN needs it (or max_position_embeddings and "
+                       "original_max_position_embeddings to derive it)");
+      }
+      if (s.beta_fast && *s.beta_fast != 0) {
+        RETURN_IF_ERROR(MustBePositive("rope.scaling.beta_fast", *s.beta_fast));
+      }
+      if (s.beta_slow && *s.beta_slow != 0) {
+        RETURN_IF_ERROR(MustBePositive("rope.scaling.beta_slow", *s.beta_slow));
+      }
+      for (const auto& [field, v] : {std::pair{"rope.scaling.mscale", s.mscale},
+                                     std::pair{"rope.scaling.mscale_all_dim", s.mscale_all_dim}}) {
+        if (v && (!(*v >= 0) || !std::isfinite(*v))) {
+          return absl::InvalidArgumentError(absl::StrCat(field, " is ", *v, "; it must be >= 0"));
+        }
+      }
+      if (s.attention_factor) {
+        RETURN_IF_ERROR(MustBePositive("rope.scaling.attention_factor", *s.attention_factor));
+      }
+      return absl::OkStatus();
+    }
+    case ScalingType::kLlama3: {
+      if (!s.factor) return Missing("rope.scaling.factor", "LLAMA3 scaling needs it");
+      if (!s.original_max_position_embeddings) {
+        return Missing("rope.scaling.original_max_position_embeddings",
+                       "LLAMA3 scaling needs the pretrained context length");
+      }
+      RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
+                                     *s.original_max_position_embeddings));
+      const double low = s.low_freq_factor.value_or(1.0);
+      const double high = s.high_freq_factor.value_or(4.0);
+      RETURN_IF_ERROR(MustBePositive("rope.scaling.low_freq_factor", low));
+      RETURN_IF_ERROR(MustBePositive("rope.scaling.high_freq_factor", high));
+      if (!(high > low)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rope.scaling.high_freq_factor is ", high,
+                         "; it must be greater than low_freq_factor (", low, ")"));
+      }
+      return absl::OkStatus();
+    }
+    case ScalingType::kLongRope: {
+      RETURN_IF_ERROR(CheckFactorList("rope.scaling.short_factor", s.short_factor, rotary_dim));
+      RETURN_IF_ERROR(CheckFactorList("rope.scaling.long_factor", s.long_factor, rotary_dim));
+      if (!s.original_max_position_embeddings) {
+        return Missing("rope.scaling.original_max_position_embeddings",
+                       "LONGROPE needs the pretrained context length");
+      }
+      RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
+                                     *s.original_max_position_embeddings));
+      if (s.max_position_embeddings) {
+        RETURN_IF_ERROR(MustBePositive("rope.scaling.max_position_embeddings",
+                                       *s.max_position_embeddings));
+      }
+      if (!ExtensionFactor(s)) {
+        return Missing("rope.scaling.factor",
+                       "LONGROPE needs it or max_position_embeddings to derive it");
+      }
+      if (s.attention_factor) {
+        RETURN_IF_ERROR(MustBePositive("rope.scaling.attention_factor", *s.attention_factor));
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("rope.scaling.type is ", static_cast<int>(s.type), "; unknown"));
+}
+
+}  // namespace
+
+absl::Status ValidateRopeSpec(const RopeSpec& spec, int rotary_dim) {
+  const double base = spec.base.value_or(kDefaultRopeBase);
+  RETURN_IF_ERROR(MustBePositive("rope.base", base));
+  if (rotary_dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.rotary_dim is ", rotary_dim, "; it must be > 0"));
+  }
+  if (rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.rotary_dim is ", rotary_dim, "; it must be even"));
+  }
+  return ValidateScaling(spec.scaling, base, rotary_dim);
+}
+
+absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int rotary_dim,
+                                                       int64_t seq_len) {
+  RETURN_IF_ERROR(ValidateRopeSpec(spec, rotary_dim));
+  const RopeScalingSpec& s = spec.scaling;
+  const double base = spec.base.value_or(kDefaultRopeBase);
+  const double dim = rotary_dim;
+  RopeFrequencies out;
+  switch (s.type) {
+    case ScalingType::kNone:
+      out.inv_freq = DefaultInvFreq(base, rotary_dim);
+      break;
+
+    case ScalingType::kLinear:
+      out.inv_freq = DefaultInvFreq(base, rotary_dim);
+      for (double& f : out.inv_freq) f /= *s.factor;
+      break;
+
+    case ScalingType::kDynamic: {
+      const double factor = *s.factor;
+      const double max_pos = static_cast<double>(
+          s.max_position_embeddings ? *s.max_position_embeddings
+                                    : *s.original_max_position_embeddings);
+      const double len = std::max(static_cast<double>(seq_len), max_pos);
+      double scaled_base = base;
+      // With rotary_dim 2 the only frequency is base^0 = 1 whatever the base, and HF's
+      // exponent dim/(dim-2) would be infinite.
+      if (rotary_dim > 2) {
+        scaled_base =
+            base * std::pow((factor * len / max_pos) - (factor - 1), dim / (dim - 2));
+      }
+      out.inv_freq = DefaultInvFreq(scaled_base, rotary_dim);
+      break;
+    }
+
+    case ScalingType::kYarn: {
+      const double factor = *ExtensionFactor(s);
+      const double original = static_cast<double>(s.original_max_position_embeddings
+                                                      ? *s.original_max_position_embeddings
+                                                      : *s.max_position_embeddings);
+      if (s.attention_factor) {
+        out.attention_factor = *s.attention_factor;
+      } else if (s.mscale && *s.mscale != 0 && s.mscale_all_dim && *s.mscale_all_dim != 0) {
+        out.attention_factor =
+            YarnMscale(factor, *s.mscale) / YarnMscale(factor, *s.mscale_all_dim);
+      } else {
+        out.attention_factor = YarnMscale(factor, 1.0);
+      }
+      const double beta_fast = BetaOr(s.beta_fast, 32.0);
+      const double beta_slow = BetaOr(s.beta_slow, 1.0);
+      // The feature index at which a wavelength completes `rotations` turns over the
+      // pretrained context.
+      auto correction_dim = [&](double rotations) {
+        return dim * std::log(original / (rotations * 2 * kPi)) / (2 * std::log(base));
+      };
+      double low = correction_dim(beta_fast);
+      double high = correction_dim(beta_slow);
+      if (s.truncate.value_or(true)) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, dim - 1);
+      if (low == high) high += 0.001;  // HF: prevents a division by zero
+      out.inv_freq.resize(static_cast<size_t>(rotary_dim / 2));
+      for (size_t i = 0; i < out.inv_freq.size(); ++i) {
+        const double pos_freq = std::pow(base, static_cast<double>(2 * i) / dim);
+        const double extrapolation = 1.0 / pos_freq;
+        const double interpolation = 1.0 / (factor * pos_freq);
+        const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+        const double extrapolation_weight = 1.0 - ramp;
+        out.inv_freq[i] =
+            interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight;
+      }
+      break;
+    }
+
+    case ScalingType::kLlama3: {
+      const double factor = *s.factor;
+      const double low_freq_factor = s.low_freq_factor.value_or(1.0);
+      const double high_freq_factor = s.high_freq_factor.value_or(4.0);
+      const double old_context = static_cast<double>(*s.original_max_position_embeddings);
+      const double low_freq_wavelen = old_context / low_freq_factor;
+      const double high_freq_wavelen = old_context / high_freq_factor;
+      out.inv_freq = DefaultInvFreq(base, rotary_dim);
+      for (double& f : out.inv_freq) {
+        const double wavelen = 2 * kPi / f;
+        if (wavelen > low_freq_wavelen) {
+          f = f / factor;
+        } else if (!(wavelen < high_freq_wavelen)) {
+          const double smooth =
+              (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+          f = (1 - smooth) * f / factor + smooth * f;
+        }
+      }
+      break;
+    }
+
+    case ScalingType::kLongRope: {
+      const double factor = *ExtensionFactor(s);
+      const int64_t original = *s.original_max_position_embeddings;
+      if (s.attention_factor) {
+        out.attention_factor = *s.attention_factor;
+      } else if (factor <= 1.0) {
+        out.attention_factor = 1.0;
+      } else {
+        if (original < 2) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rope.scaling.original_max_position_embeddings is ", original,
+              "; LONGROPE's attention factor divides by its log, so it must be >= 2"));
+        }
+        out.attention_factor =
+            std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original)));
+      }
+      const std::vector<double>& ext = seq_len > original ? s.long_factor : s.short_factor;
+      out.inv_freq.resize(static_cast<size_t>(rotary_dim / 2));
+      for (size_t i = 0; i < out.inv_freq.size(); ++i) {
+        out.inv_freq[i] = 1.0 / (ext[i] * std::pow(base, static_cast<double>(2 * i) / dim));
+      }
+      break;
+    }
+  }
+  for (size_t i = 0; i < out.inv_freq.size(); ++i) {
+    if (!std::isfinite(out.inv_freq[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope.scaling: these parameters give a non-finite inverse frequency at index ", i));
+    }
+  }
+  if (!(out.attention_factor > 0) || !std::isfinite(out.attention_factor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.scaling: these parameters give an attention factor of ",
+                     out.attention_factor, "; it must be > 0"));
+  }
+  return out;
+}
+
+namespace {
+
+void FillRow(const RopeFrequencies& freqs, int64_t position, float* row) {
+  const size_t half = freqs.inv_freq.size();
+  const double p = static_cast<double>(position);
+  const double scale = freqs.attention_factor;
+  for (size_t i = 0; i < half; ++i) {
+    const double angle = p * freqs.inv_freq[i];
+    row[i] = static_cast<float>(scale * std::cos(angle));
+    row[half + i] = static_cast<float>(scale * std::sin(angle));
+  }
+}
+
+}  // namespace
+
+void FillRopeRows(const RopeFrequencies& freqs, absl::Span<const int64_t> positions,
+                  float* out) {
+  const size_t width = 2 * freqs.inv_freq.size();
+  for (size_t r = 0; r < positions.size(); ++r) FillRow(freqs, positions[r], out + r * width);
+}
+
+void FillRopeRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, float* out) {
+  const size_t width = 2 * freqs.inv_freq.size();
+  for (int64_t r = 0; r < n; ++r) {
+    FillRow(freqs, first + r, out + static_cast<size_t>(r) * width);
+  }
+}
+
+std::string RopeCacheKey(const RopeFrequencies& freqs, int64_t first, int64_t rows) {
+  char buf[40];
+  std::string key = absl::StrCat("rope|first=", first, "|rows=", rows,
+                                 "|half=", freqs.inv_freq.size());
+  std::snprintf(buf, sizeof(buf), "|af=%a|f=", freqs.attention_factor);
+  key += buf;
+  for (double f : freqs.inv_freq) {
+    std::snprintf(buf, sizeof(buf), "%a,", f);
+    key += buf;
+  }
+  return key;
+}
+
+}  // namespace posenc

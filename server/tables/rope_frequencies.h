@@ -1,0 +1,93 @@
+// RoPE parameters (plain structs mirroring posenc.v1.Rope), their validation, the inverse
+// frequencies and attention factor of every HF transformers rope_type, and cos/sin rows
+// computed in float64 and rounded once. Pure functions; thread-safe. No ownership.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "server/tables/table_cache.h"
+
+namespace posenc {
+
+// The model's rope_scaling (HF config.json). Unset fields take HF's defaults; see
+// ComputeRopeFrequencies for which fields each type reads.
+struct RopeScalingSpec {
+  enum class Type { kNone, kLinear, kDynamic, kYarn, kLlama3, kLongRope };
+  Type type = Type::kNone;
+  std::optional<double> factor;
+  std::optional<double> beta_fast;         // YARN, default 32
+  std::optional<double> beta_slow;         // YARN, default 1
+  std::optional<double> mscale;            // YARN (DeepSeek)
+  std::optional<double> mscale_all_dim;    // YARN (DeepSeek)
+  std::optional<double> attention_factor;  // YARN, LONGROPE: overrides the computed one
+  std::optional<double> low_freq_factor;   // LLAMA3, default 1
+  std::optional<double> high_freq_factor;  // LLAMA3, default 4
+  std::optional<int64_t> original_max_position_embeddings;
+  std::optional<int64_t> max_position_embeddings;
+  std::vector<double> short_factor;  // LONGROPE, rotary_dim/2 entries
+  std::vector<double> long_factor;   // LONGROPE, rotary_dim/2 entries
+  std::optional<bool> truncate;      // YARN, default true
+};
+
+struct RopeSpec {
+  // NEOX: pairs (i, i + rotary_dim/2) (rotate_half); GPTJ: pairs (2i, 2i+1).
+  enum class Style { kNeox, kGptj };
+  // BSHD: [batch, seq, heads, head_dim]; BHSD: [batch, heads, seq, head_dim];
+  // THD: [tokens, heads, head_dim].
+  enum class Layout { kBshd, kBhsd, kThd };
+
+  std::optional<double> base;     // default 10000
+  std::optional<int> rotary_dim;  // default head_dim
+  Style style = Style::kNeox;
+  Layout layout = Layout::kBshd;
+  RopeScalingSpec scaling;
+};
+
+inline constexpr double kDefaultRopeBase = 10000.0;
+
+// What the cos/sin rows are made of: angle(p, i) = p * inv_freq[i], and cos and sin are
+// both multiplied by attention_factor.
+struct RopeFrequencies {
+  std::vector<double> inv_freq;  // rotary_dim / 2 entries
+  double attention_factor = 1.0;
+};
+
+// Checks `spec` for a head of `rotary_dim` rotated features (already defaulted from
+// head_dim by the caller). INVALID_ARGUMENT naming the field (rope.base, rope.rotary_dim,
+// rope.scaling.factor, rope.scaling.long_factor, ...) for a value that does not fit.
+absl::Status ValidateRopeSpec(const RopeSpec& spec, int rotary_dim);
+
+// The inverse frequencies and attention factor exactly as HF transformers'
+// modeling_rope_utils.py computes them, in float64. `seq_len` is the sequence length the
+// request needs (largest position + 1); only DYNAMIC (NTK base stretch once seq_len passes
+// max_position_embeddings) and LONGROPE (long_factor once seq_len passes
+// original_max_position_embeddings) read it. Validates with ValidateRopeSpec first.
+//
+// Where HF reads a field from the model config rather than rope_scaling:
+//  - DYNAMIC: max_position_embeddings, falling back to original_max_position_embeddings.
+//  - YARN: the correction range uses original_max_position_embeddings, falling back to
+//    max_position_embeddings; factor, when unset, is max / original (HF v5).
+//  - LONGROPE: factor, when unset, is max_position_embeddings / original.
+absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int rotary_dim,
+                                                       int64_t seq_len);
+
+// Fills one row per position into `out` (positions.size() rows of width
+// 2 * inv_freq.size()): cos of every angle, then sin, each computed in float64, times the
+// attention factor, rounded once to float32.
+void FillRopeRows(const RopeFrequencies& freqs, absl::Span<const int64_t> positions, float* out);
+
+// The same for the positions first .. first + n - 1.
+void FillRopeRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, float* out);
+
+// The cache key of the table of positions first .. first + rows - 1 built from `freqs`.
+// It spells out every inverse frequency and the attention factor exactly (hex floats), so
+// two specs share a table exactly when they produce the same rows.
+std::string RopeCacheKey(const RopeFrequencies& freqs, int64_t first, int64_t rows);
+
+}  // namespace posenc

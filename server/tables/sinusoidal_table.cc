@@ -1,0 +1,88 @@
+#include "server/tables/sinusoidal_table.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace posenc {
+
+absl::Status ValidateSinusoidal(const SinusoidalSpec& spec, absl::string_view field) {
+  if (!(spec.base > 0.0) || !std::isfinite(spec.base)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".base is ", spec.base, "; it must be a finite number > 0"));
+  }
+  if (spec.dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " encoding width is ", spec.dim, "; it must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+SinusoidalEncoder::SinusoidalEncoder(const SinusoidalSpec& spec) : dim_(spec.dim) {
+  const int64_t d = spec.dim;
+  const bool fairseq = spec.layout == SinusoidalLayout::kConcatenated &&
+                       spec.timescale == Timescale::kHalfMinusOne;
+  // fairseq drops the odd column's sin; every other variant gives it ceil(d/2) sins.
+  const int64_t num_sin = fairseq ? d / 2 : (d + 1) / 2;
+  const int64_t num_cos = d / 2;
+  const double log_base = std::log(spec.base);
+  const double denom = static_cast<double>(std::max<int64_t>(d / 2 - 1, 1));
+  inv_freq_.resize(num_sin);
+  sin_col_.resize(num_sin);
+  cos_col_.assign(num_sin, -1);
+  for (int64_t i = 0; i < num_sin; ++i) {
+    const double exponent = spec.timescale == Timescale::kPerDim
+                                ? 2.0 * static_cast<double>(i) / static_cast<double>(d)
+                                : static_cast<double>(i) / denom;
+    inv_freq_[i] = std::exp(-exponent * log_base);
+    if (spec.layout == SinusoidalLayout::kInterleaved) {
+      sin_col_[i] = 2 * i;
+      if (i < num_cos) cos_col_[i] = 2 * i + 1;
+    } else {
+      sin_col_[i] = i;
+      if (i < num_cos) cos_col_[i] = num_sin + i;
+    }
+  }
+}
+
+void SinusoidalEncoder::RowF64(double position, double* out) const {
+  std::fill(out, out + dim_, 0.0);  // fairseq's odd column stays zero
+  for (size_t i = 0; i < inv_freq_.size(); ++i) {
+    const double angle = position * inv_freq_[i];
+    out[sin_col_[i]] = std::sin(angle);
+    if (cos_col_[i] >= 0) out[cos_col_[i]] = std::cos(angle);
+  }
+}
+
+void SinusoidalEncoder::Row(double position, float* out) const {
+  std::fill(out, out + dim_, 0.0f);
+  for (size_t i = 0; i < inv_freq_.size(); ++i) {
+    const double angle = position * inv_freq_[i];
+    out[sin_col_[i]] = static_cast<float>(std::sin(angle));
+    if (cos_col_[i] >= 0) out[cos_col_[i]] = static_cast<float>(std::cos(angle));
+  }
+}
+
+Table ComputeSinusoidalTable(const SinusoidalSpec& spec, int64_t first, int64_t n) {
+  SinusoidalEncoder encoder(spec);
+  Table table;
+  table.rows = n;
+  table.cols = spec.dim;
+  table.data.resize(static_cast<size_t>(n * spec.dim));
+  for (int64_t r = 0; r < n; ++r) {
+    encoder.Row(static_cast<double>(first + r), table.data.data() + r * spec.dim);
+  }
+  return table;
+}
+
+std::string SinusoidalTableKey(const SinusoidalSpec& spec, int64_t rows) {
+  // %a-style exact base so that 10000 and 10000.0000001 never share a table.
+  return absl::StrCat("sinusoidal|base=", absl::StrFormat("%a", spec.base),
+                      "|layout=", static_cast<int>(spec.layout),
+                      "|timescale=", static_cast<int>(spec.timescale), "|dim=", spec.dim,
+                      "|rows=", rows);
+}
+
+}  // namespace posenc

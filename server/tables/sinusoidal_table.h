@@ -1,0 +1,56 @@
+// Sinusoidal position encodings ("Attention Is All You Need", fairseq, tensor2tensor, Marian),
+// computed in float64 and rounded once. Immutable after construction; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/tables/table_cache.h"
+
+namespace posenc {
+
+enum class SinusoidalLayout { kInterleaved, kConcatenated };
+enum class Timescale { kPerDim, kHalfMinusOne };
+
+struct SinusoidalSpec {
+  double base = 10000.0;
+  SinusoidalLayout layout = SinusoidalLayout::kInterleaved;
+  Timescale timescale = Timescale::kPerDim;
+  int64_t dim = 0;  // width of the encoding
+};
+
+// INVALID_ARGUMENT naming `field` (e.g. "sinusoidal") when base <= 0 or not finite, or dim < 1.
+absl::Status ValidateSinusoidal(const SinusoidalSpec& spec, absl::string_view field);
+
+// Maps a position to its encoding row. Column rules (shared/API.md):
+//   INTERLEAVED: column 2i = sin(p*w_i), 2i+1 = cos(p*w_i); ceil(d/2) sin, floor(d/2) cos.
+//   CONCATENATED+PER_DIM (Marian): ceil(d/2) sin columns then floor(d/2) cos columns.
+//   CONCATENATED+HALF_MINUS_ONE (fairseq): floor(d/2) sin, floor(d/2) cos, a zero column if odd.
+//   PER_DIM: w_i = base^(-2i/d); HALF_MINUS_ONE: w_i = base^(-i/max(d/2-1, 1)).
+class SinusoidalEncoder {
+ public:
+  // REQUIRES: ValidateSinusoidal(spec).ok()
+  explicit SinusoidalEncoder(const SinusoidalSpec& spec);
+
+  int64_t dim() const { return dim_; }
+  // Writes the encoding of `position` into out[0..dim), float64.
+  void RowF64(double position, double* out) const;
+  // The same, rounded once to float32.
+  void Row(double position, float* out) const;
+
+ private:
+  int64_t dim_;
+  std::vector<double> inv_freq_;  // one per sin/cos pair
+  std::vector<int64_t> sin_col_;  // column of sin(p*w_i), or -1
+  std::vector<int64_t> cos_col_;  // column of cos(p*w_i), or -1
+};
+
+// Rows for positions first..first+n-1, [n, dim].
+Table ComputeSinusoidalTable(const SinusoidalSpec& spec, int64_t first, int64_t n);
+
+// Cache key naming every parameter that defines a table of positions 0..rows-1.
+std::string SinusoidalTableKey(const SinusoidalSpec& spec, int64_t rows);
+
+}  // namespace posenc

@@ -1,0 +1,309 @@
+// Absolute schemes (sinusoidal, learned, hierarchical, continuous) against independent
+// references: float64 numpy fixtures written the way each source project writes its
+// formula (tests/fixtures/gen_sinusoidal_reference.py), and float64 formulas inline.
+#include "server/schemes/absolute_scheme.h"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/kernels/add_kernel.h"
+
+namespace posenc {
+namespace {
+
+// A float32 rounded once from float64 is within half an ulp: 2^-24 relative, and values
+// here are at most 1 in magnitude. Allow a little more for the oneDNN add of 0.
+constexpr double kRoundedOnce = 1.2e-7;
+
+std::string FixturePath(const std::string& name) {
+  const char* dir = std::getenv("POSENC_SOURCE_DIR");
+  return std::string(dir ? dir : ".") + "/tests/fixtures/" + name;
+}
+
+std::vector<float> Zeros(size_t n) { return std::vector<float>(n, 0.0f); }
+
+TensorView View(std::vector<float>& v, Shape shape) {
+  return TensorView{DType::kFloat32, std::move(shape), v.data()};
+}
+
+TEST(Sinusoidal, MatchesEveryVariantOfTheFixtures) {
+  std::ifstream in(FixturePath("sinusoidal_reference.json"));
+  ASSERT_TRUE(in) << "missing fixture; run tests/fixtures/gen_sinusoidal_reference.py";
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  TableCache cache(256 << 20);
+  int checked = 0;
+  for (const auto& c : fixture["cases"]) {
+    SinusoidalSpec spec;
+    spec.base = c["base"];
+    spec.layout = c["layout"] == "INTERLEAVED" ? SinusoidalLayout::kInterleaved
+                                               : SinusoidalLayout::kConcatenated;
+    spec.timescale = c["timescale"] == "PER_DIM" ? Timescale::kPerDim : Timescale::kHalfMinusOne;
+    const int64_t d = c["dim"];
+    const std::vector<int64_t> positions = c["positions"];
+    const std::vector<double> ref = c["pe"];
+    const int64_t n = positions.size();
+    auto x = Zeros(n * d);
+    PositionsSpec p;
+    p.ids = positions;
+    auto result = ApplySinusoidal(spec, CombineSpec{}, View(x, {n, d}), p, cache, {});
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->shape, (Shape{n, d}));
+    for (int64_t i = 0; i < n * d; ++i) {
+      ASSERT_NEAR(x[i], ref[i], kRoundedOnce)
+          << c["layout"] << " " << c["timescale"] << " d=" << d << " base=" << spec.base
+          << " position " << positions[i / d] << " column " << i % d;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 64);
+}
+
+// The paper's formula, float64, written directly.
+double PaperPe(int64_t pos, int64_t col, int64_t d, double base) {
+  const int64_t i = col / 2;
+  const double angle = static_cast<double>(pos) / std::pow(base, 2.0 * i / d);
+  return col % 2 == 0 ? std::sin(angle) : std::cos(angle);
+}
+
+TEST(Sinusoidal, ScalesOffsetsPerRowAndDenseTable) {
+  const int64_t b = 3, s = 5, d = 8;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(b * s * d), original;
+  for (auto& v : x) v = normal(rng);
+  original = x;
+  const std::vector<int64_t> offsets = {0, 10, 4000};
+  PositionsSpec p;
+  p.offsets = offsets;
+  CombineSpec combine;
+  combine.input_scale = std::sqrt(8.0f);
+  combine.pe_scale = 0.5f;
+  TableCache cache(256 << 20);
+  auto result = ApplySinusoidal({}, combine, View(x, {b, s, d}), p, cache, {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (int64_t r = 0; r < b; ++r) {
+    for (int64_t t = 0; t < s; ++t) {
+      for (int64_t c = 0; c < d; ++c) {
+        const int64_t i = (r * s + t) * d + c;
+        const double want = original[i] * static_cast<double>(combine.input_scale) +
+                            0.5 * PaperPe(offsets[r] + t, c, d, 10000.0);
+        ASSERT_NEAR(x[i], want, 1e-6 * (1 + std::abs(want))) << r << " " << t << " " << c;
+      }
+    }
+  }
+  EXPECT_GT(cache.entries(), 0u) << "positions < 4096 should come from a cached table";
+}
+
+TEST(Sinusoidal, FarPositionsDoNotBuildAHugeTable) {
+  const int64_t d = 64;
+  auto x = Zeros(3 * d);
+  const std::vector<int64_t> ids = {1000000, 1000001, 5};
+  PositionsSpec p;
+  p.ids = ids;
+  TableCache cache(256 << 20);
+  ASSERT_TRUE(ApplySinusoidal({}, {}, View(x, {3, d}), p, cache, {}).ok());
+  EXPECT_EQ(cache.bytes(), 0u);
+  for (int64_t c = 0; c < d; ++c) EXPECT_NEAR(x[c], PaperPe(1000000, c, d, 1e4), kRoundedOnce);
+}
+
+TEST(Sinusoidal, RotationIdentityBetweenPositions) {
+  // PE(pos+k) = R(k) PE(pos) for each (sin, cos) pair with frequency w:
+  // sin((p+k)w) = sin(pw)cos(kw) + cos(pw)sin(kw); cos((p+k)w) = cos(pw)cos(kw) - sin(pw)sin(kw)
+  const int64_t d = 32;
+  SinusoidalSpec spec;
+  spec.dim = d;
+  SinusoidalEncoder enc(spec);
+  std::vector<double> a(d), b(d);
+  for (int64_t pos : {0, 3, 1000, 123456}) {
+    for (int64_t k : {1, 7, 250}) {
+      enc.RowF64(pos, a.data());
+      enc.RowF64(pos + k, b.data());
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const double w = std::pow(10000.0, -2.0 * i / d);
+        const double ck = std::cos(k * w), sk = std::sin(k * w);
+        EXPECT_NEAR(b[2 * i], a[2 * i] * ck + a[2 * i + 1] * sk, 1e-9);
+        EXPECT_NEAR(b[2 * i + 1], a[2 * i + 1] * ck - a[2 * i] * sk, 1e-9);
+      }
+    }
+  }
+}
+
+TEST(Sinusoidal, ConcatFusionWithPeDim) {
+  const int64_t s = 4, d = 3, pe_dim = 6;
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  CombineSpec combine;
+  combine.fusion = Fusion::kConcat;
+  combine.pe_dim = pe_dim;
+  combine.input_scale = 2.0f;
+  TableCache cache(1 << 20);
+  auto result = ApplySinusoidal({}, combine, View(x, {1, s, d}), {}, cache, {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->shape, (Shape{1, s, d + pe_dim}));
+  ASSERT_TRUE(result->concat.has_value());
+  const float* out = reinterpret_cast<const float*>(result->concat->data());
+  for (int64_t t = 0; t < s; ++t) {
+    for (int64_t c = 0; c < d; ++c) EXPECT_EQ(out[t * 9 + c], 2.0f * x[t * d + c]);
+    for (int64_t c = 0; c < pe_dim; ++c) {
+      EXPECT_NEAR(out[t * 9 + d + c], PaperPe(t, c, pe_dim, 1e4), kRoundedOnce);
+    }
+  }
+  EXPECT_EQ(x[0], 1.0f) << "CONCAT leaves the input alone";
+}
+
+TEST(Sinusoidal, HalfAndBFloat16RoundOnceFromFloat32Arithmetic) {
+  const int64_t s = 16, d = 8;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    std::vector<uint16_t> x(s * d);
+    std::vector<float> in(s * d);
+    for (int64_t i = 0; i < s * d; ++i) {
+      in[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+      x[i] = dtype == DType::kFloat16 ? FloatToHalf(in[i]) : FloatToBFloat16(in[i]);
+      in[i] = dtype == DType::kFloat16 ? HalfToFloat(x[i]) : BFloat16ToFloat(x[i]);
+    }
+    TableCache cache(1 << 20);
+    TensorView view{dtype, {s, d}, x.data()};
+    ASSERT_TRUE(ApplySinusoidal({}, {}, view, {}, cache, {}).ok());
+    for (int64_t i = 0; i < s * d; ++i) {
+      const float want = in[i] + static_cast<float>(PaperPe(i / d, i % d, d, 1e4));
+      const uint16_t want_bits =
+          dtype == DType::kFloat16 ? FloatToHalf(want) : FloatToBFloat16(want);
+      const float got = dtype == DType::kFloat16 ? HalfToFloat(x[i]) : BFloat16ToFloat(x[i]);
+      const float want_rounded =
+          dtype == DType::kFloat16 ? HalfToFloat(want_bits) : BFloat16ToFloat(want_bits);
+      // One rounding of the float32 result; allow one ulp of the 16-bit format for the
+      // float32 rounding of pe before the add.
+      const float ulp = dtype == DType::kFloat16 ? std::ldexp(1.0f, -10) : std::ldexp(1.0f, -7);
+      EXPECT_NEAR(got, want_rounded, ulp * std::max(1.0f, std::abs(want))) << i;
+    }
+  }
+}
+
+TEST(Sinusoidal, RejectsBadInput) {
+  TableCache cache(1 << 20);
+  std::vector<float> x(8);
+  auto bad_rank = ApplySinusoidal({}, {}, View(x, {8}), {}, cache, {});
+  EXPECT_EQ(bad_rank.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_rank.status().message().find("input.shape"), std::string::npos);
+  SinusoidalSpec bad_base;
+  bad_base.base = -1;
+  auto base = ApplySinusoidal(bad_base, {}, View(x, {2, 4}), {}, cache, {});
+  EXPECT_NE(base.status().message().find("sinusoidal.base"), std::string::npos);
+  const std::vector<int64_t> negative = {0, -3};
+  PositionsSpec p;
+  p.ids = negative;
+  auto neg = ApplySinusoidal({}, {}, View(x, {2, 4}), p, cache, {});
+  EXPECT_EQ(neg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(neg.status().message().find("positions.ids[1]"), std::string::npos);
+  const std::vector<int64_t> offsets = {1, 2, 3};
+  PositionsSpec q;
+  q.offsets = offsets;
+  auto wrong = ApplySinusoidal({}, {}, View(x, {1, 2, 4}), q, cache, {});
+  EXPECT_NE(wrong.status().message().find("positions.offsets has 3"), std::string::npos);
+  std::vector<int32_t> ints(8);
+  TensorView int_view{DType::kInt32, {2, 4}, ints.data()};
+  auto dtype = ApplySinusoidal({}, {}, int_view, {}, cache, {});
+  EXPECT_NE(dtype.status().message().find("input.dtype"), std::string::npos);
+}
+
+std::shared_ptr<const Table> LearnedTable(int64_t rows, int64_t cols) {
+  auto t = std::make_shared<Table>();
+  t->rows = rows;
+  t->cols = cols;
+  for (int64_t i = 0; i < rows * cols; ++i) t->data.push_back(0.25f * i - 1.0f);
+  return t;
+}
+
+TEST(Learned, AddsRowsAndHandlesOverflowModes) {
+  const auto table = LearnedTable(4, 2);  // rows: [-1,-.75], [-.5,-.25], [0,.25], [.5,.75]
+  const std::vector<int64_t> ids = {0, 3, 6};
+  PositionsSpec p;
+  p.ids = ids;
+  {
+    auto x = Zeros(6);
+    auto r = ApplyLearned({"t", table, Overflow::kError}, {}, View(x, {3, 2}), p, {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_NE(r.status().message().find("learned.table 't'"), std::string::npos);
+  }
+  {
+    auto x = Zeros(6);
+    ASSERT_TRUE(ApplyLearned({"t", table, Overflow::kClamp}, {}, View(x, {3, 2}), p, {}).ok());
+    EXPECT_EQ(x, (std::vector<float>{-1, -0.75f, 0.5f, 0.75f, 0.5f, 0.75f}));
+  }
+  {
+    // L = 7, M = 4: position p reads point p*3/6; position 3 -> 1.5 (between rows 1 and 2).
+    auto x = Zeros(6);
+    ASSERT_TRUE(
+        ApplyLearned({"t", table, Overflow::kInterpolate}, {}, View(x, {3, 2}), p, {}).ok());
+    EXPECT_EQ(x, (std::vector<float>{-1, -0.75f, -0.25f, 0.0f, 0.5f, 0.75f}));
+  }
+  {
+    const std::vector<int64_t> inside = {2, 1};
+    PositionsSpec q;
+    q.ids = inside;
+    auto x = Zeros(4);
+    ASSERT_TRUE(
+        ApplyLearned({"t", table, Overflow::kInterpolate}, {}, View(x, {2, 2}), q, {}).ok());
+    EXPECT_EQ(x, (std::vector<float>{0, 0.25f, -0.5f, -0.25f}));
+  }
+  {
+    auto x = Zeros(6);
+    auto r = ApplyLearned({"t", table, Overflow::kClamp}, {}, View(x, {2, 3}), {}, {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(Hierarchical, SumsScaledLevels) {
+  const int64_t s = 4, d = 6;
+  auto x = Zeros(s * d);
+  const std::vector<int64_t> word = {0, 1, 0, 1}, sentence = {0, 0, 1, 1};
+  std::vector<HierarchicalLevel> levels = {{word, 10000.0, 1.0f}, {sentence, 100.0, 0.5f}};
+  ASSERT_TRUE(ApplyHierarchical(levels, View(x, {s, d}), {}).ok());
+  for (int64_t t = 0; t < s; ++t) {
+    for (int64_t c = 0; c < d; ++c) {
+      const double want = PaperPe(word[t], c, d, 10000.0) + 0.5 * PaperPe(sentence[t], c, d, 100.0);
+      EXPECT_NEAR(x[t * d + c], want, kRoundedOnce * 2);
+    }
+  }
+}
+
+TEST(Continuous, EncodesRealValuedPositions) {
+  const int64_t s = 3, d = 4;
+  auto x = Zeros(s * d);
+  const std::vector<double> values = {0.0, 0.25, 12.5};
+  PositionsSpec p;
+  p.values = values;
+  ContinuousSpec spec;
+  spec.value_scale = 100.0;
+  ASSERT_TRUE(ApplyContinuous(spec, View(x, {s, d}), p, {}).ok());
+  for (int64_t t = 0; t < s; ++t) {
+    for (int64_t c = 0; c < d; ++c) {
+      const double pos = values[t] * 100.0;
+      const double angle = pos / std::pow(10000.0, 2.0 * (c / 2) / d);
+      EXPECT_NEAR(x[t * d + c], c % 2 ? std::cos(angle) : std::sin(angle), kRoundedOnce);
+    }
+  }
+  const std::vector<double> negative = {0.0, -1.0, 2.0};
+  p.values = negative;
+  auto r = ApplyContinuous(spec, View(x, {s, d}), p, {});
+  EXPECT_NE(r.status().message().find("positions.values[1]"), std::string::npos);
+}
+
+TEST(AddKernel, OneDnnAndLoopAgree) {
+  const int64_t b = 2, s = 7, d = 33;
+  std::vector<float> pe(s * d), x1(b * s * d), x2;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : pe) v = u(rng);
+  for (auto& v : x1) v = u(rng);
+  x2 = x1;
+  ASSERT_TRUE(AddEncodingInPlace(View(x1, {b, s, d}), pe.data(), 1.5f, 0.25f).ok());
+  AddEncodingLoop(View(x2, {b, s, d}), pe.data(), 1.5f, 0.25f);
+  for (size_t i = 0; i < x1.size(); ++i) EXPECT_NEAR(x1[i], x2[i], 1e-6) << i;
+  std::printf("float32 add ran on: %s\n", LastAddImplementation());
+}
+
+}  // namespace
+}  // namespace posenc

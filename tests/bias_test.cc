@@ -1,0 +1,403 @@
+// Tests of server/kernels/bias_kernel: ALiBi slopes against the paper's own get_slopes,
+// T5 buckets against a numpy float32 transcription of HF's formula (tests/fixtures/
+// gen_bias_reference.py), and the fast kernels against per-element formulas.
+#include "server/kernels/bias_kernel.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace posenc {
+namespace {
+
+std::string FixturePath(const std::string& name) {
+  if (const char* src = std::getenv("POSENC_SOURCE_DIR")) {
+    return std::string(src) + "/tests/fixtures/" + name;
+  }
+  std::string here = __FILE__;
+  return here.substr(0, here.find_last_of('/')) + "/fixtures/" + name;
+}
+
+// --- ALiBi slopes. -----------------------------------------------------------------------
+
+TEST(AlibiSlopes, MatchPaperGetSlopesForOneTo64Heads) {
+  std::ifstream in(FixturePath("alibi_slopes.txt"));
+  ASSERT_TRUE(in) << FixturePath("alibi_slopes.txt");
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    int n;
+    fields >> n;
+    std::vector<double> want;
+    for (double s; fields >> s;) want.push_back(s);
+    ASSERT_EQ(static_cast<int>(want.size()), n);
+    const std::vector<double> got = AlibiSlopes(n);
+    ASSERT_EQ(got.size(), want.size());
+    // The paper multiplies start*ratio^i in float64, we take exp2 once: a few ulps apart.
+    for (int h = 0; h < n; ++h) {
+      EXPECT_NEAR(got[h], want[h], 1e-14 * want[h]) << "num_heads " << n << " head " << h;
+    }
+    ++rows;
+  }
+  EXPECT_EQ(rows, 64);
+}
+
+TEST(AlibiSlopes, KnownValues) {
+  // Eight heads: 1/2, 1/4, ..., 1/256 (the paper's example).
+  const std::vector<double> eight = AlibiSlopes(8);
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(eight[h], std::ldexp(1.0, -(h + 1)));
+  // Twelve heads (BLOOM-560m style): 8 from n=8, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5.
+  const std::vector<double> twelve = AlibiSlopes(12);
+  for (int h = 0; h < 4; ++h) {
+    EXPECT_NEAR(twelve[8 + h], std::pow(2.0, -0.5 - h), 1e-15);
+  }
+}
+
+TEST(AlibiSlopes, MaxBiasGeneralisesLikeLlamaCpp) {
+  // llama.cpp: m0 = 2^(-max_bias/n), m1 = 2^(-max_bias/2/n); head h < n: m0^(h+1), else
+  // m1^(2(h-n)+1). Written here with pow on the bases, independently of exp2 in the kernel.
+  for (double max_bias : {8.0, 4.0, 16.0, 0.5}) {
+    for (int heads : {1, 5, 12, 32, 40, 64, 100}) {
+      const int n = 1 << static_cast<int>(std::floor(std::log2(heads)));
+      const double m0 = std::pow(2.0, -max_bias / n);
+      const double m1 = std::pow(2.0, -(max_bias / 2.0) / n);
+      const std::vector<double> got = AlibiSlopes(heads, max_bias);
+      for (int h = 0; h < heads; ++h) {
+        const double want = h < n ? std::pow(m0, h + 1) : std::pow(m1, 2 * (h - n) + 1);
+        EXPECT_NEAR(got[h], want, 1e-13 * want) << max_bias << " " << heads << " " << h;
+      }
+    }
+  }
+}
+
+// --- ALiBi bias. -------------------------------------------------------------------------
+
+struct GeomCase {
+  int64_t q, k, offset;
+};
+const GeomCase kGeoms[] = {
+    {1, 1, 0}, {1, 7, 6}, {5, 5, 0}, {3, 9, 6}, {7, 3, 0}, {4, 6, 10}, {2, 17, 0}, {16, 33, 17},
+};
+
+TEST(AlibiBias, BuildMatchesPerElementFormula) {
+  for (bool causal : {false, true}) {
+    for (int heads : {1, 3, 8, 12}) {
+      for (const GeomCase& c : kGeoms) {
+        const AlibiSpec spec{heads, causal, 8.0};
+        const BiasGeometry g{c.q, c.k, c.offset};
+        std::vector<float> out(static_cast<size_t>(heads * c.q * c.k), 123.f);
+        ASSERT_TRUE(BuildAlibiBias(spec, g, out.data()).ok());
+        for (int h = 0; h < heads; ++h) {
+          for (int64_t i = 0; i < c.q; ++i) {
+            for (int64_t j = 0; j < c.k; ++j) {
+              // Exact: both are one float64 product rounded once to float32.
+              const float want = static_cast<float>(AlibiBiasReference(spec, g, h, i, j));
+              ASSERT_EQ(out[(h * c.q + i) * c.k + j], want)
+                  << "causal " << causal << " h " << h << " i " << i << " j " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AlibiBias, IndependentValuesAndDefaultOffset) {
+  // 4 heads: slopes 1/4, 1/16, 1/64, 1/256. q=2, k=4, default offset 2: query positions 2, 3.
+  const AlibiSpec sym{4, false, 8.0};
+  const BiasGeometry g = MakeBiasGeometry(2, 4);
+  EXPECT_EQ(g.query_offset, 2);
+  std::vector<float> out(4 * 2 * 4);
+  ASSERT_TRUE(BuildAlibiBias(sym, g, out.data()).ok());
+  const float row0_h0[] = {-0.5f, -0.25f, 0.f, -0.25f};
+  const float row1_h1[] = {-3.f / 16, -2.f / 16, -1.f / 16, 0.f};
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(out[j], row0_h0[j]);
+    EXPECT_EQ(out[(1 * 2 + 1) * 4 + j], row1_h1[j]);
+  }
+  EXPECT_FALSE(std::signbit(out[2])) << "the diagonal is +0, not -0";
+
+  const AlibiSpec causal{4, true, 8.0};
+  ASSERT_TRUE(BuildAlibiBias(causal, g, out.data()).ok());
+  EXPECT_EQ(out[0], -0.5f);
+  EXPECT_EQ(out[2], 0.f);
+  EXPECT_EQ(out[3], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(out[4 + 3], 0.f);  // query 1 (position 3) sees every key
+}
+
+uint16_t RoundTo(DType t, float f) { return t == DType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f); }
+float FromBits(DType t, uint16_t b) { return t == DType::kFloat16 ? HalfToFloat(b) : BFloat16ToFloat(b); }
+
+// Scores filled with random values; AddX must give round(score + float(bias)) per element.
+template <typename AddFn, typename BiasFn>
+void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeometry& g,
+                     AddFn add, BiasFn bias_of) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-4.f, 4.f);
+  const int64_t n = batch * heads * g.query_length * g.key_length;
+  std::vector<float> f32(static_cast<size_t>(n));
+  std::vector<uint16_t> f16(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    f32[e] = dist(rng);
+    f16[e] = dtype == DType::kFloat32 ? 0 : RoundTo(dtype, f32[e]);
+  }
+  TensorView view;
+  view.dtype = dtype;
+  view.shape = {batch, heads, g.query_length, g.key_length};
+  const std::vector<float> f32_before = f32;
+  const std::vector<uint16_t> f16_before = f16;
+  view.data = dtype == DType::kFloat32 ? static_cast<void*>(f32.data()) : f16.data();
+  ASSERT_TRUE(add(view).ok());
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < g.query_length; ++i) {
+        for (int64_t j = 0; j < g.key_length; ++j) {
+          const int64_t e = ((b * heads + h) * g.query_length + i) * g.key_length + j;
+          const float bias = bias_of(h, i, j);
+          if (dtype == DType::kFloat32) {
+            ASSERT_EQ(f32[e], f32_before[e] + bias) << b << " " << h << " " << i << " " << j;
+          } else {
+            const uint16_t want = RoundTo(dtype, FromBits(dtype, f16_before[e]) + bias);
+            ASSERT_EQ(f16[e], want) << b << " " << h << " " << i << " " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AlibiBias, AddInPlaceAllFloatDtypes) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (bool causal : {false, true}) {
+      for (const GeomCase& c : kGeoms) {
+        const AlibiSpec spec{6, causal, 8.0};
+        const BiasGeometry g{c.q, c.k, c.offset};
+        CheckAddInPlace(
+            dtype, 2, 6, g, [&](const TensorView& v) { return AddAlibiBias(spec, g, v); },
+            [&](int64_t h, int64_t i, int64_t j) {
+              return static_cast<float>(AlibiBiasReference(spec, g, h, i, j));
+            });
+      }
+    }
+  }
+}
+
+// --- T5 buckets against the HF-formula fixture. -------------------------------------------
+
+TEST(T5Buckets, MatchHfFormulaFixture) {
+  std::ifstream in(FixturePath("t5_buckets.txt"));
+  ASSERT_TRUE(in) << FixturePath("t5_buckets.txt");
+  struct Run {
+    int64_t start;
+    int32_t bucket;
+  };
+  int configs = 0;
+  int64_t checked = 0;
+  T5Spec spec;
+  int64_t lo = 0, hi = -1;
+  std::vector<Run> runs;
+  auto check_runs = [&]() {
+    if (runs.empty()) return;
+    ASSERT_EQ(runs.front().start, lo);
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const int64_t end = r + 1 < runs.size() ? runs[r + 1].start : hi + 1;
+      for (int64_t rel = runs[r].start; rel < end; ++rel) {
+        ASSERT_EQ(T5RelativeBucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance),
+                  runs[r].bucket)
+            << "relative_position " << rel << " bidirectional " << spec.bidirectional
+            << " num_buckets " << spec.num_buckets << " max_distance " << spec.max_distance;
+        ++checked;
+      }
+    }
+    runs.clear();
+  };
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    std::string kind;
+    f >> kind;
+    if (kind == "config") {
+      check_runs();
+      int bidir;
+      f >> bidir >> spec.num_buckets >> spec.max_distance >> lo >> hi;
+      spec.bidirectional = bidir != 0;
+      ASSERT_TRUE(ValidateT5Spec(spec).ok()) << line;
+      ++configs;
+    } else if (kind == "run") {
+      Run r;
+      f >> r.start >> r.bucket;
+      runs.push_back(r);
+    } else if (kind == "point") {
+      int64_t rel;
+      int32_t bucket;
+      f >> rel >> bucket;
+      EXPECT_EQ(T5RelativeBucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance),
+                bucket)
+          << line << " in config " << spec.num_buckets << "/" << spec.max_distance;
+    }
+  }
+  check_runs();
+  EXPECT_GE(configs, 15);
+  EXPECT_GT(checked, 15 * 400000);
+}
+
+TEST(T5Buckets, HfDefaultsSpotValues) {
+  // Bidirectional 32/128: max_exact 8; keys ahead get +16; distance 128 and up saturate.
+  EXPECT_EQ(T5RelativeBucket(0, true, 32, 128), 0);
+  EXPECT_EQ(T5RelativeBucket(-7, true, 32, 128), 7);
+  EXPECT_EQ(T5RelativeBucket(7, true, 32, 128), 23);
+  EXPECT_EQ(T5RelativeBucket(-16, true, 32, 128), 10);  // log(2)/log(16)*8 = 2 exactly
+  EXPECT_EQ(T5RelativeBucket(-1000, true, 32, 128), 15);
+  EXPECT_EQ(T5RelativeBucket(1000, true, 32, 128), 31);
+  // Causal: keys ahead of the query share bucket 0.
+  EXPECT_EQ(T5RelativeBucket(5, false, 32, 128), 0);
+  EXPECT_EQ(T5RelativeBucket(-15, false, 32, 128), 15);
+  EXPECT_EQ(T5RelativeBucket(-1000, false, 32, 128), 31);
+  EXPECT_EQ(T5RelativeBucket(std::numeric_limits<int64_t>::min() + 1, false, 32, 128), 31);
+}
+
+TEST(T5Buckets, BuildMatchesPerElement) {
+  for (bool bidir : {true, false}) {
+    const T5Spec spec{32, 128, bidir};
+    for (const GeomCase& c : kGeoms) {
+      const BiasGeometry g{c.q, c.k, c.offset};
+      std::vector<int32_t> out(static_cast<size_t>(c.q * c.k), -1);
+      ASSERT_TRUE(BuildT5Buckets(spec, g, out.data()).ok());
+      for (int64_t i = 0; i < c.q; ++i) {
+        for (int64_t j = 0; j < c.k; ++j) {
+          ASSERT_EQ(out[i * c.k + j], T5BucketReference(spec, g, i, j));
+        }
+      }
+    }
+  }
+  // Long rows spanning the log-bucket region, with a cache offset.
+  const T5Spec spec{32, 128, true};
+  const BiasGeometry g{3, 700, 650};
+  std::vector<int32_t> out(3 * 700);
+  ASSERT_TRUE(BuildT5Buckets(spec, g, out.data()).ok());
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 700; ++j) {
+      ASSERT_EQ(out[i * 700 + j], T5RelativeBucket(j - (650 + i), true, 32, 128));
+    }
+  }
+}
+
+std::vector<float> RandomTable(int buckets, int heads) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<float> t(static_cast<size_t>(buckets * heads));
+  for (float& v : t) v = dist(rng);
+  return t;
+}
+
+TEST(T5Bias, BuildIsTableLookup) {
+  for (bool bidir : {true, false}) {
+    const T5Spec spec{16, 40, bidir};
+    const int heads = 5;
+    const std::vector<float> table = RandomTable(16, heads);
+    for (const GeomCase& c : kGeoms) {
+      const BiasGeometry g{c.q, c.k, c.offset};
+      std::vector<float> out(static_cast<size_t>(heads * c.q * c.k));
+      ASSERT_TRUE(BuildT5Bias(spec, g, table.data(), heads, out.data()).ok());
+      for (int h = 0; h < heads; ++h) {
+        for (int64_t i = 0; i < c.q; ++i) {
+          for (int64_t j = 0; j < c.k; ++j) {
+            const int32_t bucket = T5BucketReference(spec, g, i, j);
+            ASSERT_EQ(out[(h * c.q + i) * c.k + j], table[bucket * heads + h]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(T5Bias, AddInPlaceAllFloatDtypes) {
+  const T5Spec spec{32, 128, true};
+  const int heads = 3;
+  const std::vector<float> table = RandomTable(32, heads);
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const GeomCase& c : kGeoms) {
+      const BiasGeometry g{c.q, c.k, c.offset};
+      CheckAddInPlace(
+          dtype, 3, heads, g,
+          [&](const TensorView& v) { return AddT5Bias(spec, g, table.data(), heads, v); },
+          [&](int64_t h, int64_t i, int64_t j) {
+            return table[T5BucketReference(spec, g, i, j) * heads + h];
+          });
+    }
+  }
+}
+
+// --- Limits. ------------------------------------------------------------------------------
+
+void ExpectInvalid(const absl::Status& s, const std::string& field) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(field), absl::string_view::npos) << s;
+}
+
+TEST(BiasLimits, InvalidSpecsNameTheField) {
+  ExpectInvalid(ValidateAlibiSpec({0, false, 8}), "alibi.num_heads is 0");
+  ExpectInvalid(ValidateAlibiSpec({-3, true, 8}), "alibi.num_heads is -3");
+  ExpectInvalid(ValidateAlibiSpec({8, false, 0}), "alibi.max_bias");
+  ExpectInvalid(ValidateAlibiSpec({8, false, std::nan("")}), "alibi.max_bias");
+  EXPECT_TRUE(ValidateAlibiSpec({1, false, 8}).ok());
+
+  ExpectInvalid(ValidateT5Spec({3, 128, true}), "t5.num_buckets is 3");
+  ExpectInvalid(ValidateT5Spec({1, 128, false}), "t5.num_buckets is 1");
+  ExpectInvalid(ValidateT5Spec({0, 128, false}), "t5.num_buckets");
+  ExpectInvalid(ValidateT5Spec({32, 8, true}), "t5.max_distance is 8");   // max_exact 8
+  ExpectInvalid(ValidateT5Spec({32, 16, false}), "t5.max_distance is 16");  // max_exact 16
+  ExpectInvalid(ValidateT5Spec({32, -1, false}), "t5.max_distance");
+  EXPECT_TRUE(ValidateT5Spec({4, 2, true}).ok());
+  EXPECT_TRUE(ValidateT5Spec({2, 2, false}).ok());
+  EXPECT_TRUE(ValidateT5Spec({32, 9, true}).ok());
+
+  ExpectInvalid(ValidateBiasGeometry({0, 4, 0}), "query_length is 0");
+  ExpectInvalid(ValidateBiasGeometry({2, -1, 0}), "key_length is -1");
+  ExpectInvalid(ValidateBiasGeometry(MakeBiasGeometry(5, 3)), "query_offset is -2");
+  ExpectInvalid(ValidateBiasGeometry({2, 4, kMaxBiasPosition}), "query_offset");
+  ExpectInvalid(ValidateBiasGeometry({2, std::numeric_limits<int64_t>::max(), 0}),
+                "key_length");
+  EXPECT_TRUE(ValidateBiasGeometry({5, 3, 0}).ok());
+
+  ExpectInvalid(ValidateT5TableShape({32, 128, true}, {16, 4}), "t5.table.shape[0] is 16");
+  ExpectInvalid(ValidateT5TableShape({32, 128, true}, {32}), "t5.table");
+  ExpectInvalid(ValidateT5TableShape({32, 128, true}, {32, 0}), "t5.table.shape[1]");
+  EXPECT_TRUE(ValidateT5TableShape({32, 128, true}, {32, 12}).ok());
+}
+
+TEST(BiasLimits, ScoresMustFit) {
+  const BiasGeometry g{2, 3, 1};
+  std::vector<float> data(2 * 4 * 2 * 3);
+  TensorView v{DType::kFloat32, {2, 4, 2, 3}, data.data()};
+  EXPECT_TRUE(ValidateScores(g, 4, "alibi.num_heads", v).ok());
+  ExpectInvalid(ValidateScores(g, 5, "alibi.num_heads", v),
+                "scores.shape[1] (heads) is 4; it must equal alibi.num_heads (5)");
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {2, 4, 3, 3}, data.data()}),
+                "scores.shape[2]");
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {2, 4, 2, 2}, data.data()}),
+                "scores.shape[3]");
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {0, 4, 2, 3}, data.data()}),
+                "scores.shape[0]");
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {4, 2, 3}, data.data()}),
+                "scores has shape");
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kInt32, {2, 4, 2, 3}, data.data()}),
+                "scores.dtype");
+  // The kernels refuse bad arguments too instead of writing out of bounds.
+  ExpectInvalid(AddAlibiBias({5, false, 8}, g, v), "scores.shape[1]");
+  ExpectInvalid(BuildAlibiBias({0, false, 8}, g, data.data()), "alibi.num_heads");
+  ExpectInvalid(BuildT5Buckets({32, 128, true}, {0, 1, 0}, nullptr), "query_length");
+}
+
+}  // namespace
+}  // namespace posenc

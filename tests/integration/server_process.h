@@ -1,0 +1,50 @@
+// Starts the real posenc-server binary on port 0 for integration tests, reads the line it
+// prints on start, and stops it with a signal. Not thread-safe; one per test.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+
+namespace posenc::testing {
+
+class ServerProcess {
+ public:
+  // Starts `posenc-server --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 <extra_flags>`
+  // and waits for its start line. Fails the test (ADD_FAILURE) if it does not start.
+  explicit ServerProcess(const std::vector<std::string>& extra_flags = {});
+  ~ServerProcess();
+
+  bool started() const { return grpc_port_ > 0; }
+  std::string grpc_address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  int metrics_port() const { return metrics_port_; }
+  pid_t pid() const { return pid_; }
+  std::shared_ptr<grpc::Channel> Channel() const;
+
+  // Sends `signal`; Wait() then returns the exit status (or -1 if killed by a signal).
+  void Signal(int signal);
+  int Wait();
+
+  // Resident memory of the server process in KiB (from /proc).
+  long RssKib() const;
+
+ private:
+  pid_t pid_ = -1;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  bool waited_ = false;
+  int exit_status_ = -1;
+};
+
+// GET http://127.0.0.1:port/path over a plain socket; returns the body ("" on failure).
+std::string HttpGet(int port, const std::string& path);
+
+// Path of a built binary, e.g. BinaryPath("server/posenc-server").
+std::string BinaryPath(const std::string& relative);
+
+}  // namespace posenc::testing

@@ -1,0 +1,459 @@
+// Integration tests: the real posenc-server binary on port 0, over a real gRPC channel,
+// scraped over real HTTP. Each test starts its own server.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+#include "server/tensor/dtype.h"
+#include "tests/integration/server_process.h"
+
+namespace posenc::testing {
+namespace {
+
+using v1::EncodeRequest;
+using v1::EncodeResponse;
+
+v1::Tensor FloatTensor(const std::vector<int64_t>& shape, const std::vector<float>& values) {
+  v1::Tensor t;
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_dtype(v1::FLOAT32);
+  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  return t;
+}
+
+std::vector<float> Floats(const v1::Tensor& t) {
+  std::vector<float> out(t.data().size() / 4);
+  std::memcpy(out.data(), t.data().data(), out.size() * 4);
+  return out;
+}
+
+// The paper's sinusoidal encoding in float64, written directly.
+double PaperPe(int64_t pos, int64_t col, int64_t d) {
+  const double angle = static_cast<double>(pos) / std::pow(10000.0, 2.0 * (col / 2) / d);
+  return col % 2 == 0 ? std::sin(angle) : std::cos(angle);
+}
+
+std::unique_ptr<v1::PositionalEncoding::Stub> Stub(const ServerProcess& server) {
+  return v1::PositionalEncoding::NewStub(server.Channel());
+}
+
+EncodeRequest SinusoidalRequest(int64_t batch, int64_t seq, int64_t d, const std::string& id) {
+  EncodeRequest req;
+  req.set_request_id(id);
+  *req.mutable_input() = FloatTensor({batch, seq, d}, std::vector<float>(batch * seq * d, 0.0f));
+  req.mutable_sinusoidal();
+  return req;
+}
+
+// Sums posenc_requests_total samples whose labels contain every given fragment.
+double MetricSum(const std::string& text, const std::string& name,
+                 const std::vector<std::string>& fragments) {
+  double sum = 0;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    if (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ') continue;
+    bool all = true;
+    for (const auto& f : fragments) all = all && line.find(f) != std::string::npos;
+    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+TEST(Server, ListSchemesNamesEverySchemeAndLoadedTables) {
+  const std::string dir = ::testing::TempDir();
+  // A [3, 2] float32 .npy written byte by byte (independent of posenc's reader).
+  const std::string npy = dir + "/wpe.npy";
+  {
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }";
+    header.append(64 - 10 - header.size() - 1, ' ');
+    header += '\n';
+    std::ofstream f(npy, std::ios::binary);
+    f.write("\x93NUMPY\x01\x00", 8);
+    const uint16_t len = header.size();
+    f.write(reinterpret_cast<const char*>(&len), 2);
+    f << header;
+    const float v[6] = {1, 2, 3, 4, 5, 6};
+    f.write(reinterpret_cast<const char*>(v), sizeof(v));
+  }
+  ServerProcess server({"--table=wpe=" + npy});
+  ASSERT_TRUE(server.started());
+  grpc::ClientContext ctx;
+  v1::ListSchemesResponse resp;
+  ASSERT_TRUE(Stub(server)->ListSchemes(&ctx, {}, &resp).ok());
+  std::set<std::string> names(resp.schemes().begin(), resp.schemes().end());
+  for (const char* s : {"sinusoidal", "learned", "rope", "hierarchical", "continuous", "alibi",
+                        "t5", "graph_laplacian"}) {
+    EXPECT_TRUE(names.count(s)) << s;
+  }
+  ASSERT_EQ(resp.tables_size(), 1);
+  EXPECT_EQ(resp.tables(0).name(), "wpe");
+  EXPECT_EQ(std::vector<int64_t>(resp.tables(0).shape().begin(), resp.tables(0).shape().end()),
+            (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(resp.tables(0).dtype(), v1::FLOAT32);
+
+  // Learned with that table, positions 2, 0 -> rows [5,6], [1,2].
+  EncodeRequest req;
+  *req.mutable_input() = FloatTensor({2, 2}, {0.5f, 0.5f, 0, 0});
+  req.mutable_positions()->add_ids(2);
+  req.mutable_positions()->add_ids(0);
+  req.mutable_learned()->set_table("wpe");
+  EncodeResponse out;
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(Stub(server)->Encode(&ctx2, req, &out).ok());
+  EXPECT_EQ(Floats(out.output()), (std::vector<float>{5.5f, 6.5f, 1, 2}));
+}
+
+TEST(Server, LoadsSafetensorsBFloat16Table) {
+  const std::string path = ::testing::TempDir() + "/t.safetensors";
+  {
+    // Two tensors; the second is BF16 [2, 2] = 1, 2, -0.5, 0.25.
+    const uint16_t bf16[4] = {0x3f80, 0x4000, 0xbf00, 0x3e80};
+    std::string header =
+        R"({"other":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+        R"("pos.weight":{"dtype":"BF16","shape":[2,2],"data_offsets":[4,12]}})";
+    std::ofstream f(path, std::ios::binary);
+    const uint64_t len = header.size();
+    f.write(reinterpret_cast<const char*>(&len), 8);
+    f << header;
+    const float other = 9;
+    f.write(reinterpret_cast<const char*>(&other), 4);
+    f.write(reinterpret_cast<const char*>(bf16), 8);
+  }
+  ServerProcess server({"--table=pos=" + path + ":pos.weight"});
+  ASSERT_TRUE(server.started());
+  EncodeRequest req;
+  *req.mutable_input() = FloatTensor({1, 2, 2}, {0, 0, 0, 0});
+  req.mutable_learned()->set_table("pos");
+  EncodeResponse out;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Stub(server)->Encode(&ctx, req, &out).ok());
+  EXPECT_EQ(Floats(out.output()), (std::vector<float>{1, 2, -0.5f, 0.25f}));
+}
+
+TEST(Server, EncodeSinusoidalMatchesFloat64Reference) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  const int64_t b = 2, s = 6, d = 16;
+  EncodeRequest req = SinusoidalRequest(b, s, d, "r1");
+  req.mutable_positions()->add_offsets(100);
+  req.mutable_positions()->add_offsets(0);
+  EncodeResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Stub(server)->Encode(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.request_id(), "r1");
+  ASSERT_EQ(resp.output().shape_size(), 3);
+  const auto out = Floats(resp.output());
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t t = 0; t < s; ++t)
+      for (int64_t c = 0; c < d; ++c)
+        ASSERT_NEAR(out[(r * s + t) * d + c], PaperPe((r == 0 ? 100 : 0) + t, c, d), 1.2e-7);
+}
+
+TEST(Server, ErrorsCarryTheRightCodeAndNameTheField) {
+  ServerProcess server({"--max_message_bytes=1048576"});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  auto call = [&](const EncodeRequest& req) {
+    grpc::ClientContext ctx;
+    EncodeResponse resp;
+    return stub->Encode(&ctx, req, &resp);
+  };
+  {
+    EncodeRequest req = SinusoidalRequest(2, 3, 4, "bad-size");
+    req.mutable_input()->mutable_data()->resize(95);
+    const auto st = call(req);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("input.data has 95 bytes; shape [2,3,4] FLOAT32 needs 96"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_NE(st.error_message().find("bad-size"), std::string::npos);
+  }
+  {
+    EncodeRequest req = SinusoidalRequest(1, 1, 4, "huge");
+    req.mutable_input()->clear_shape();
+    req.mutable_input()->add_shape(int64_t{1} << 40);
+    req.mutable_input()->add_shape(int64_t{1} << 40);
+    req.mutable_input()->add_shape(16);
+    const auto st = call(req);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("input.shape"), std::string::npos);
+  }
+  {
+    EncodeRequest req = SinusoidalRequest(1, 2, 4, "unset");
+    req.clear_sinusoidal();
+    const auto st = call(req);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("scheme"), std::string::npos);
+  }
+  {
+    EncodeRequest req = SinusoidalRequest(1, 2, 4, "neg");
+    req.mutable_positions()->add_offsets(-5);
+    const auto st = call(req);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("positions.offsets[0]"), std::string::npos);
+  }
+  {
+    EncodeRequest req = SinusoidalRequest(1, 2, 4, "nf");
+    req.mutable_learned()->set_table("nope");
+    const auto st = call(req);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(st.error_message().find("learned.table 'nope'"), std::string::npos);
+  }
+  {
+    EncodeRequest req = SinusoidalRequest(1, 1024, 512, "big");  // 2 MiB > 1 MiB limit
+    const auto st = call(req);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    EncodeRequest req = SinusoidalRequest(1, 256, 256, "concat");  // 256 KiB in
+    req.mutable_sinusoidal()->set_fusion(v1::CONCAT);
+    req.mutable_sinusoidal()->set_pe_dim(1 << 20);  // output far over the limit
+    const auto st = call(req);
+    EXPECT_TRUE(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+                st.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+        << st.error_code();
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() - std::chrono::seconds(1));
+    EncodeResponse resp;
+    EXPECT_EQ(stub->Encode(&ctx, SinusoidalRequest(1, 2, 4, "late"), &resp).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // After all of that the server still answers correctly.
+  grpc::ClientContext ctx;
+  EncodeResponse resp;
+  ASSERT_TRUE(stub->Encode(&ctx, SinusoidalRequest(1, 2, 4, "ok"), &resp).ok());
+  EXPECT_NEAR(Floats(resp.output())[5], PaperPe(1, 1, 4), 1.2e-7);
+}
+
+TEST(Server, LearnedPastTheTableIsOutOfRange) {
+  const std::string npy = ::testing::TempDir() + "/small.npy";
+  {
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
+    header.append(64 - 10 - header.size() - 1, ' ');
+    header += '\n';
+    std::ofstream f(npy, std::ios::binary);
+    f.write("\x93NUMPY\x01\x00", 8);
+    const uint16_t len = header.size();
+    f.write(reinterpret_cast<const char*>(&len), 2);
+    f << header;
+    const float v[4] = {1, 2, 3, 4};
+    f.write(reinterpret_cast<const char*>(v), sizeof(v));
+  }
+  ServerProcess server({"--table=small=" + npy});
+  ASSERT_TRUE(server.started());
+  EncodeRequest req;
+  *req.mutable_input() = FloatTensor({1, 3, 2}, std::vector<float>(6, 0.0f));
+  req.mutable_learned()->set_table("small");
+  grpc::ClientContext ctx;
+  EncodeResponse resp;
+  const auto st = Stub(server)->Encode(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+}
+
+TEST(Server, StreamAnswersInRequestOrder) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  grpc::ClientContext ctx;
+  auto stream = Stub(server)->EncodeStream(&ctx);
+  const int n = 40;
+  std::thread writer([&] {
+    for (int i = 0; i < n; ++i) {
+      EncodeRequest req = SinusoidalRequest(1, 3, 8, "s" + std::to_string(i));
+      req.mutable_positions()->add_offsets(i);
+      ASSERT_TRUE(stream->Write(req));
+    }
+    stream->WritesDone();
+  });
+  EncodeResponse resp;
+  int i = 0;
+  while (stream->Read(&resp)) {
+    EXPECT_EQ(resp.request_id(), "s" + std::to_string(i));
+    EXPECT_NEAR(Floats(resp.output())[0], PaperPe(i, 0, 8), 1.2e-7);
+    ++i;
+  }
+  writer.join();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(i, n);
+}
+
+TEST(Server, StreamStopsAtABadRequestAfterEarlierAnswers) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  grpc::ClientContext ctx;
+  auto stream = Stub(server)->EncodeStream(&ctx);
+  ASSERT_TRUE(stream->Write(SinusoidalRequest(1, 2, 4, "good")));
+  EncodeRequest bad = SinusoidalRequest(1, 2, 4, "bad");
+  bad.mutable_input()->mutable_data()->resize(3);
+  stream->Write(bad);
+  stream->WritesDone();
+  EncodeResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.request_id(), "good");
+  EXPECT_FALSE(stream->Read(&resp));
+  const auto st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("bad"), std::string::npos);
+}
+
+TEST(Server, ClientThatNeverReadsDoesNotGrowServerMemory) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  const long rss_before = server.RssKib();
+  grpc::ClientContext ctx;
+  auto stream = Stub(server)->EncodeStream(&ctx);
+  std::atomic<int> written{0};
+  std::atomic<bool> stop{false};
+  const EncodeRequest req = SinusoidalRequest(1, 256, 1024, "flood");  // 1 MiB each
+  std::thread writer([&] {
+    while (!stop && written < 400) {
+      if (!stream->Write(req)) break;
+      ++written;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const long rss_after = server.RssKib();
+  stop = true;
+  ctx.TryCancel();  // unblocks the writer
+  writer.join();
+  // gRPC flow control plus the server's read window stop the flood after a few messages.
+  EXPECT_LT(written.load(), 100) << "writes were not held back";
+  EXPECT_LT(rss_after - rss_before, 64 * 1024) << "server grew by " << rss_after - rss_before
+                                                << " KiB";
+  std::printf("client wrote %d MiB unread; server RSS %ld -> %ld KiB\n", written.load(),
+              rss_before, rss_after);
+}
+
+TEST(Server, HealthServingUntilSigtermThenInFlightStreamFinishes) {
+  ServerProcess server({"--shutdown_grace=5s"});
+  ASSERT_TRUE(server.started());
+  auto channel = server.Channel();
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest hreq;
+    grpc::health::v1::HealthCheckResponse hresp;
+    ASSERT_TRUE(health->Check(&ctx, hreq, &hresp).ok());
+    EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  auto stub = v1::PositionalEncoding::NewStub(channel);
+  grpc::ClientContext stream_ctx;
+  auto stream = stub->EncodeStream(&stream_ctx);
+  ASSERT_TRUE(stream->Write(SinusoidalRequest(1, 2, 4, "before")));
+  EncodeResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+
+  server.Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  {
+    // New calls are refused (the listener is closed or the call is turned away).
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    EncodeResponse r;
+    const auto st = stub->Encode(&ctx, SinusoidalRequest(1, 2, 4, "after"), &r);
+    EXPECT_FALSE(st.ok());
+  }
+  // The stream that was in flight still gets answers, within the grace period.
+  ASSERT_TRUE(stream->Write(SinusoidalRequest(1, 2, 4, "during")));
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.request_id(), "during");
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(server.Wait(), 0);
+}
+
+TEST(Server, MetricsScrapeCountsRequestsAndCache) {
+  ServerProcess server({"--cache_bytes=300000"});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  // Tables of 256+ rows * d * 4 bytes: d = 128 -> 131072 bytes; three of them overflow the
+  // 300000-byte budget and force evictions.
+  for (int d : {128, 130, 132, 128}) {
+    grpc::ClientContext ctx;
+    EncodeResponse resp;
+    ASSERT_TRUE(stub->Encode(&ctx, SinusoidalRequest(1, 4, d, "m"), &resp).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    EncodeResponse resp;
+    EncodeRequest bad = SinusoidalRequest(1, 4, 8, "bad");
+    bad.mutable_input()->mutable_data()->resize(1);
+    EXPECT_FALSE(stub->Encode(&ctx, bad, &resp).ok());
+  }
+  const std::string text = HttpGet(server.metrics_port(), "/metrics");
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(MetricSum(text, "posenc_requests_total",
+                      {"method=\"Encode\"", "scheme=\"sinusoidal\"", "code=\"OK\""}),
+            4);
+  EXPECT_EQ(MetricSum(text, "posenc_requests_total",
+                      {"method=\"Encode\"", "code=\"INVALID_ARGUMENT\""}),
+            1);
+  EXPECT_EQ(MetricSum(text, "posenc_request_duration_seconds_count",
+                      {"method=\"Encode\"", "scheme=\"sinusoidal\""}),
+            5);
+  EXPECT_GE(MetricSum(text, "posenc_table_cache_evictions_total", {}), 1);
+  EXPECT_GE(MetricSum(text, "posenc_table_cache_misses_total", {}), 4);
+  EXPECT_LE(MetricSum(text, "posenc_table_cache_bytes", {}), 300000);
+  EXPECT_GT(MetricSum(text, "posenc_processed_bytes_total", {"direction=\"in\""}), 0);
+  EXPECT_EQ(MetricSum(text, "posenc_build_info", {"version=\""}), 1);
+  EXPECT_NE(text.find("posenc_kernel_duration_seconds_bucket"), std::string::npos);
+  EXPECT_NE(text.find("le=\"5e-05\""), std::string::npos) << "50 us bucket";
+  EXPECT_EQ(MetricSum(text, "posenc_inflight_requests", {}), 0);
+}
+
+TEST(Server, GetTableStreamsSinusoidalRowsInChunks) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  v1::TableRequest req;
+  req.mutable_sinusoidal();
+  req.set_length(1000);
+  req.set_dim(12);
+  req.set_rows_per_chunk(128);
+  grpc::ClientContext ctx;
+  auto reader = Stub(server)->GetTable(&ctx, req);
+  v1::TableChunk chunk;
+  int64_t next = 0;
+  int chunks = 0;
+  while (reader->Read(&chunk)) {
+    EXPECT_EQ(chunk.first_position(), next);
+    const int64_t n = chunk.rows().shape(0);
+    EXPECT_LE(n, 128);
+    const auto rows = Floats(chunk.rows());
+    for (int64_t r = 0; r < n; ++r)
+      for (int c = 0; c < 12; ++c) ASSERT_NEAR(rows[r * 12 + c], PaperPe(next + r, c, 12), 1.2e-7);
+    next += n;
+    ++chunks;
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(next, 1000);
+  EXPECT_EQ(chunks, 8);
+}
+
+TEST(Server, UnixSocketListen) {
+  const std::string sock = ::testing::TempDir() + "/posenc-" + std::to_string(getpid()) + ".sock";
+  ServerProcess server({"--listen=unix:" + sock});
+  // The start line names the socket, not a port, so talk to it directly.
+  auto channel = grpc::CreateChannel("unix:" + sock, grpc::InsecureChannelCredentials());
+  auto stub = v1::PositionalEncoding::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.set_wait_for_ready(true);
+  v1::ListSchemesResponse resp;
+  EXPECT_TRUE(stub->ListSchemes(&ctx, {}, &resp).ok());
+}
+
+}  // namespace
+}  // namespace posenc::testing

@@ -1,0 +1,673 @@
+// RoPE: frequencies and attention factors of every HF scaling type and rotated outputs
+// against tests/fixtures/rope_reference.txt (numpy float64, gen_rope_reference.py); the
+// vector kernels against the scalar reference; the relative-position property; fp16/bf16
+// within one 16-bit ulp; float64 angles at position 10^6 next to an HF-style float32 table;
+// the cache staying small for far positions; GetTable rows; and the error cases.
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/kernels/rope_kernel.h"
+#include "server/schemes/rope_scheme.h"
+#include "server/tables/rope_frequencies.h"
+
+namespace posenc {
+namespace {
+
+using Fields = std::map<std::string, std::vector<double>>;
+
+std::string FixturePath() {
+  const char* root = std::getenv("POSENC_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/tests/fixtures/rope_reference.txt";
+}
+
+std::map<std::string, Fields> LoadFixture() {
+  std::map<std::string, Fields> cases;
+  std::ifstream in(FixturePath());
+  std::string line, current;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    if (key == "case") {
+      words >> current;
+    } else if (key != "end") {
+      std::vector<double>& v = cases[current][key];
+      std::string w;
+      while (words >> w) v.push_back(std::strtod(w.c_str(), nullptr));
+    }
+  }
+  return cases;
+}
+
+std::vector<int64_t> ToInts(const std::vector<double>& v) {
+  return std::vector<int64_t>(v.begin(), v.end());
+}
+
+RopeSpec SpecFromFields(const Fields& f) {
+  auto has = [&](const char* k) { return f.count(k) > 0; };
+  auto one = [&](const char* k) { return f.at(k)[0]; };
+  RopeSpec spec;
+  spec.style = static_cast<RopeSpec::Style>(static_cast<int>(one("style")));
+  spec.layout = static_cast<RopeSpec::Layout>(static_cast<int>(one("layout")));
+  if (has("base")) spec.base = one("base");
+  if (has("rotary_dim")) spec.rotary_dim = static_cast<int>(one("rotary_dim"));
+  RopeScalingSpec& s = spec.scaling;
+  s.type = static_cast<RopeScalingSpec::Type>(static_cast<int>(one("type")));
+  if (has("factor")) s.factor = one("factor");
+  if (has("beta_fast")) s.beta_fast = one("beta_fast");
+  if (has("beta_slow")) s.beta_slow = one("beta_slow");
+  if (has("mscale")) s.mscale = one("mscale");
+  if (has("mscale_all_dim")) s.mscale_all_dim = one("mscale_all_dim");
+  if (has("attention_factor_param")) s.attention_factor = one("attention_factor_param");
+  if (has("low_freq_factor")) s.low_freq_factor = one("low_freq_factor");
+  if (has("high_freq_factor")) s.high_freq_factor = one("high_freq_factor");
+  if (has("original_max_position_embeddings")) {
+    s.original_max_position_embeddings =
+        static_cast<int64_t>(one("original_max_position_embeddings"));
+  }
+  if (has("max_position_embeddings")) {
+    s.max_position_embeddings = static_cast<int64_t>(one("max_position_embeddings"));
+  }
+  if (has("short_factor")) s.short_factor = f.at("short_factor");
+  if (has("long_factor")) s.long_factor = f.at("long_factor");
+  if (has("truncate")) s.truncate = one("truncate") != 0;
+  return spec;
+}
+
+int64_t HeadDimOf(const Fields& f) { return static_cast<int64_t>(f.at("q_shape").back()); }
+
+// ---------------------------------------------------------------------------------------
+// Every scaling type against the numpy float64 reference.
+
+class RopeFixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static const std::map<std::string, Fields>& Cases() {
+    static const auto* cases = new std::map<std::string, Fields>(LoadFixture());
+    return *cases;
+  }
+};
+
+TEST_P(RopeFixtureTest, FrequenciesMatchHfFormulas) {
+  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << FixturePath();
+  const Fields& f = Cases().at(GetParam());
+  const RopeSpec spec = SpecFromFields(f);
+  const int rotary_dim = spec.rotary_dim.value_or(static_cast<int>(HeadDimOf(f)));
+  auto freqs = ComputeRopeFrequencies(spec, rotary_dim, static_cast<int64_t>(f.at("seq_len")[0]));
+  ASSERT_TRUE(freqs.ok()) << freqs.status();
+  const std::vector<double>& want = f.at("inv_freq");
+  ASSERT_EQ(freqs->inv_freq.size(), want.size());
+  // Both sides are float64 evaluations of the same formulas; allow a few ulps.
+  constexpr double kRelTol = 1e-13;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(freqs->inv_freq[i], want[i], kRelTol * std::abs(want[i])) << "index " << i;
+  }
+  EXPECT_NEAR(freqs->attention_factor, f.at("attention_factor")[0], 1e-14);
+}
+
+TEST_P(RopeFixtureTest, RotatedQueriesAndKeysMatch) {
+  const Fields& f = Cases().at(GetParam());
+  const RopeSpec spec = SpecFromFields(f);
+  std::vector<float> q(f.at("q").begin(), f.at("q").end());
+  std::vector<float> k(f.at("k").begin(), f.at("k").end());
+  TensorView qv{DType::kFloat32, ToInts(f.at("q_shape")), q.data()};
+  TensorView kv{DType::kFloat32, ToInts(f.at("k_shape")), k.data()};
+  std::vector<int64_t> ids;
+  if (f.count("ids")) ids = ToInts(f.at("ids"));
+  PositionsSpec positions;
+  positions.ids = ids;
+  TableCache cache(64 << 20);
+  ASSERT_TRUE(ApplyRope(spec, qv, &kv, positions, cache).ok());
+  // Inputs in [-1, 1], attention factor <= 1.25: fp32 rounding of cos/sin and of two
+  // products and a sum stays below 1e-6; 2e-6 leaves a margin.
+  constexpr double kAbsTol = 2e-6;
+  const std::vector<double>& q_out = f.at("q_out");
+  const std::vector<double>& k_out = f.at("k_out");
+  ASSERT_EQ(q.size(), q_out.size());
+  ASSERT_EQ(k.size(), k_out.size());
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q[i], q_out[i], kAbsTol) << "q[" << i << "]";
+  for (size_t i = 0; i < k.size(); ++i) ASSERT_NEAR(k[i], k_out[i], kAbsTol) << "k[" << i << "]";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllScalings, RopeFixtureTest,
+                         ::testing::Values("none_neox_bshd", "linear_gptj_bhsd_partial",
+                                           "dynamic_short", "dynamic_long", "yarn_default",
+                                           "yarn_deepseek", "yarn_attention_override",
+                                           "llama3", "longrope_short", "longrope_long",
+                                           "longrope_given"));
+
+// ---------------------------------------------------------------------------------------
+// The vector kernels against the scalar reference.
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Unit-norm (cos, sin) rows for `tokens` tokens.
+std::vector<float> RandomRows(int64_t tokens, int rotary_dim, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(0, 6.283185307179586);
+  const int half = rotary_dim / 2;
+  std::vector<float> rows(static_cast<size_t>(tokens) * rotary_dim);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double a = dist(gen);
+      rows[t * rotary_dim + i] = static_cast<float>(std::cos(a));
+      rows[t * rotary_dim + half + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  return rows;
+}
+
+TEST(RopeKernel, EveryIsaMatchesScalarReference) {
+  const int64_t batch = 2, seq = 3, heads = 2;
+  for (RopeIsa isa : {RopeIsa::kScalar, RopeIsa::kAvx2, RopeIsa::kAvx512}) {
+    if (!RopeIsaSupported(isa)) continue;
+    for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
+      // Tails of every length for both vector widths; 2 is the smallest rotary dim.
+      for (int rotary_dim : {2, 4, 6, 8, 14, 16, 18, 30, 32, 34, 48, 64, 80, 128}) {
+        const int64_t head_dim = rotary_dim + 3;  // odd: pass-through features too
+        RopeGeometry g{batch, seq, heads, head_dim, seq * heads * head_dim, heads * head_dim,
+                       head_dim};
+        const std::vector<float> rows = RandomRows(batch * seq, rotary_dim, 7);
+        std::vector<const float*> token_rows;
+        for (int64_t t = 0; t < batch * seq; ++t) token_rows.push_back(&rows[t * rotary_dim]);
+        std::vector<float> got = RandomFloats(batch * seq * heads * head_dim, rotary_dim);
+        std::vector<float> want = got;
+        const std::vector<float> before = got;
+        RopeRotateInPlace({DType::kFloat32, {batch, seq, heads, head_dim}, got.data()}, g,
+                          pairing, rotary_dim, token_rows, isa);
+        RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()}, g,
+                            pairing, rotary_dim, token_rows);
+        for (size_t i = 0; i < got.size(); ++i) {
+          // FMA vs separate products: within a couple of float32 ulps of values <= 2.
+          ASSERT_NEAR(got[i], want[i], 5e-7)
+              << "isa " << static_cast<int>(isa) << " rotary_dim " << rotary_dim << " i " << i;
+          if (static_cast<int64_t>(i % head_dim) >= rotary_dim) {
+            ASSERT_EQ(got[i], before[i]) << "pass-through feature changed";
+          }
+        }
+      }
+    }
+  }
+}
+
+// One 16-bit ulp at the magnitude of v.
+double Ulp16(double v, DType t) {
+  const int mantissa_bits = t == DType::kFloat16 ? 10 : 7;
+  const int min_exp = t == DType::kFloat16 ? -14 : -126;
+  const int e = v == 0 ? min_exp : std::max(static_cast<int>(std::floor(std::log2(std::abs(v)))),
+                                            min_exp);
+  return std::ldexp(1.0, e - mantissa_bits);
+}
+
+TEST(RopeKernel, SixteenBitWithinOneUlpOfFloat64) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
+      const int64_t seq = 5, heads = 3, head_dim = 40;
+      const int rotary_dim = 36;
+      const int half = rotary_dim / 2;
+      RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
+      const std::vector<float> rows = RandomRows(seq, rotary_dim, 3);
+      std::vector<const float*> token_rows;
+      for (int64_t t = 0; t < seq; ++t) token_rows.push_back(&rows[t * rotary_dim]);
+      const std::vector<float> src = RandomFloats(seq * heads * head_dim, 11);
+      std::vector<uint16_t> x(src.size());
+      FromFloat32(src.data(), dtype, x.data(), src.size());
+      std::vector<float> in(src.size());
+      ToFloat32(dtype, x.data(), in.data(), x.size());
+      RopeRotateInPlace({dtype, {seq, heads, head_dim}, x.data()}, g, pairing, rotary_dim,
+                        token_rows);
+      std::vector<float> out(x.size());
+      ToFloat32(dtype, x.data(), out.data(), x.size());
+      for (int64_t t = 0; t < seq; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t base = t * heads * head_dim + h * head_dim;
+          for (int k = 0; k < half; ++k) {
+            const int64_t a = base + (pairing == RopePairing::kRotateHalf ? k : 2 * k);
+            const int64_t b = base + (pairing == RopePairing::kRotateHalf ? k + half : 2 * k + 1);
+            const double c = rows[t * rotary_dim + k], s = rows[t * rotary_dim + half + k];
+            const double exact_a = double{in[a]} * c - double{in[b]} * s;
+            const double exact_b = double{in[b]} * c + double{in[a]} * s;
+            // Correct rounding is within half an ulp; float32 arithmetic adds ~2^-23
+            // relative. One ulp of the 16-bit format bounds both.
+            ASSERT_LE(std::abs(out[a] - exact_a), Ulp16(exact_a, dtype)) << "a " << a;
+            ASSERT_LE(std::abs(out[b] - exact_b), Ulp16(exact_b, dtype)) << "b " << b;
+          }
+          for (int64_t d = rotary_dim; d < head_dim; ++d) {
+            ASSERT_EQ(out[base + d], in[base + d]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// ApplyRope end to end.
+
+// dot(R(m) q, R(n) k) depends only on m - n.
+TEST(ApplyRope, DotProductDependsOnlyOnRelativePosition) {
+  const int64_t head_dim = 64;
+  const std::vector<float> qv = RandomFloats(head_dim, 1);
+  const std::vector<float> kv = RandomFloats(head_dim, 2);
+  const std::vector<int64_t> shifts = {0, 1, 17, 1000, 50000};
+  const int64_t m = 12, n = 5;
+  for (auto style : {RopeSpec::Style::kNeox, RopeSpec::Style::kGptj}) {
+    RopeSpec spec;
+    spec.layout = RopeSpec::Layout::kThd;
+    spec.style = style;
+    const int64_t tokens = static_cast<int64_t>(shifts.size());
+    std::vector<float> q, k;
+    std::vector<int64_t> q_ids, k_ids;
+    for (int64_t t : shifts) {
+      q.insert(q.end(), qv.begin(), qv.end());
+      k.insert(k.end(), kv.begin(), kv.end());
+      q_ids.push_back(m + t);
+      k_ids.push_back(n + t);
+    }
+    TableCache cache(64 << 20);
+    PositionsSpec qp;
+    qp.ids = q_ids;
+    PositionsSpec kp;
+    kp.ids = k_ids;
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, q.data()}, nullptr, qp,
+                          cache)
+                    .ok());
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, k.data()}, nullptr, kp,
+                          cache)
+                    .ok());
+    std::vector<double> dots;
+    for (int64_t t = 0; t < tokens; ++t) {
+      double d = 0;
+      for (int64_t i = 0; i < head_dim; ++i) d += double{q[t * head_dim + i]} * k[t * head_dim + i];
+      dots.push_back(d);
+    }
+    // 64 products of fp32 values <= 1, each rotated with ~1e-7 error: 1e-5 is generous.
+    for (size_t t = 1; t < dots.size(); ++t) EXPECT_NEAR(dots[t], dots[0], 1e-5) << t;
+    // And it is not trivially constant: a different offset gives a different dot.
+    double unrotated = 0;
+    for (int64_t i = 0; i < head_dim; ++i) unrotated += double{qv[i]} * kv[i];
+    EXPECT_GT(std::abs(dots[0] - unrotated), 1e-3);
+  }
+}
+
+// At position 10^6 the float64 angles keep the fp32 result within 4e-6 of a float64
+// reference; HF's float32 table (fp32 inv_freq, fp32 position * inv_freq) is off by ~1e-2.
+TEST(ApplyRope, LargePositionFloat64AnglesVersusHfFloat32Table) {
+  const int64_t head_dim = 128;
+  const int half = 64;
+  const double base = 10000;
+  const std::vector<int64_t> ids = {1000000, 1000001, 1000007};
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  const std::vector<float> x = RandomFloats(tokens * head_dim, 5);
+
+  RopeSpec spec;
+  spec.layout = RopeSpec::Layout::kThd;
+  std::vector<float> ours = x;
+  TableCache cache(256 << 20);
+  PositionsSpec positions;
+  positions.ids = ids;
+  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, ours.data()}, nullptr,
+                        positions, cache)
+                  .ok());
+
+  double our_err = 0, hf_err = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const float* xt = &x[t * head_dim];
+      // Reference: long double angle and trig.
+      const long double inv = std::pow(static_cast<long double>(base), -2.0L * i / head_dim);
+      const long double angle = static_cast<long double>(ids[t]) * inv;
+      const long double c = std::cos(angle), s = std::sin(angle);
+      const double ref_a = static_cast<double>(xt[i] * c - xt[i + half] * s);
+      const double ref_b = static_cast<double>(xt[i + half] * c + xt[i] * s);
+      our_err = std::max({our_err, std::abs(ours[t * head_dim + i] - ref_a),
+                          std::abs(ours[t * head_dim + i + half] - ref_b)});
+      // HF: inv_freq = 1 / base^(arange(0, d, 2).float() / d) in fp32, freqs = pos * inv_freq
+      // in fp32, then cos/sin of the fp32 angle.
+      const float inv32 = 1.0f / std::pow(static_cast<float>(base),
+                                          static_cast<float>(2 * i) / static_cast<float>(head_dim));
+      const float angle32 = static_cast<float>(ids[t]) * inv32;
+      const float c32 = std::cos(angle32), s32 = std::sin(angle32);
+      const float hf_a = xt[i] * c32 - xt[i + half] * s32;
+      const float hf_b = xt[i + half] * c32 + xt[i] * s32;
+      hf_err = std::max({hf_err, std::abs(hf_a - ref_a), std::abs(hf_b - ref_b)});
+    }
+  }
+  std::printf("position ~1e6, max |error| vs float64: float64 angles %.3g, HF fp32 table %.3g\n",
+              our_err, hf_err);
+  EXPECT_LT(our_err, 4e-6);
+  EXPECT_GT(hf_err, 1e-3);
+}
+
+TEST(ApplyRope, FarPositionsDoNotBuildALargeTable) {
+  const int64_t head_dim = 128;
+  TableCache cache(256 << 20);
+  RopeSpec spec;
+  std::vector<float> q = RandomFloats(3 * 8 * head_dim, 9);
+  const std::vector<int64_t> ids = {1000000, 1000001, 1000002};
+  PositionsSpec positions;
+  positions.ids = ids;
+  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {1, 3, 8, head_dim}, q.data()}, nullptr,
+                        positions, cache)
+                  .ok());
+  // A dense table up to 10^6 would be 2^20 * 128 * 4 bytes = 512 MiB.
+  EXPECT_LT(cache.bytes(), size_t{64} << 10);
+
+  // Modest positions: one dense 256-row table, shared by the next request.
+  std::vector<float> q2 = RandomFloats(2 * 100 * 8 * head_dim, 10);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 100, 8, head_dim}, q2.data()}, nullptr,
+                          PositionsSpec{}, cache)
+                    .ok());
+  }
+  EXPECT_EQ(cache.entries(), 1u);
+  EXPECT_EQ(cache.bytes(), size_t{256} * head_dim * sizeof(float));
+}
+
+// The dense (cached) and per-position paths give identical rows.
+TEST(ApplyRope, DenseAndSparsePathsAgree) {
+  const int64_t head_dim = 32;
+  RopeSpec spec;
+  spec.scaling.type = RopeScalingSpec::Type::kYarn;
+  spec.scaling.factor = 4;
+  spec.scaling.original_max_position_embeddings = 256;
+  const std::vector<float> x = RandomFloats(2 * 4 * 2 * head_dim, 12);
+  const std::vector<int64_t> offsets = {3, 1000};
+  PositionsSpec positions;
+  positions.offsets = offsets;
+  std::vector<float> dense = x, sparse = x;
+  TableCache big(256 << 20), none(0);
+  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, dense.data()}, nullptr,
+                        positions, big)
+                  .ok());
+  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, sparse.data()}, nullptr,
+                        positions, none)
+                  .ok());
+  EXPECT_EQ(big.entries(), 1u);
+  EXPECT_EQ(none.entries(), 0u);
+  EXPECT_EQ(dense, sparse);
+}
+
+// BSHD, BHSD and THD hold the same tokens in different orders and give the same result.
+TEST(ApplyRope, LayoutsAgree) {
+  const int64_t batch = 2, seq = 3, heads = 4, kv_heads = 2, head_dim = 8;
+  const std::vector<float> q_bshd = RandomFloats(batch * seq * heads * head_dim, 13);
+  const std::vector<float> k_bshd = RandomFloats(batch * seq * kv_heads * head_dim, 14);
+  auto to_bhsd = [&](const std::vector<float>& x, int64_t h_count) {
+    std::vector<float> y(x.size());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t h = 0; h < h_count; ++h)
+          for (int64_t d = 0; d < head_dim; ++d)
+            y[((b * h_count + h) * seq + s) * head_dim + d] =
+                x[((b * seq + s) * h_count + h) * head_dim + d];
+    return y;
+  };
+  const std::vector<int64_t> ids = {5, 6, 9, 0, 1, 2};  // per row
+  for (auto style : {RopeSpec::Style::kNeox, RopeSpec::Style::kGptj}) {
+    RopeSpec spec;
+    spec.style = style;
+    spec.rotary_dim = 6;
+    PositionsSpec positions;
+    positions.ids = ids;
+    TableCache cache(1 << 20);
+
+    std::vector<float> q1 = q_bshd, k1 = k_bshd;
+    TensorView k1v{DType::kFloat32, {batch, seq, kv_heads, head_dim}, k1.data()};
+    spec.layout = RopeSpec::Layout::kBshd;
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, seq, heads, head_dim}, q1.data()},
+                          &k1v, positions, cache)
+                    .ok());
+
+    std::vector<float> q2 = to_bhsd(q_bshd, heads), k2 = to_bhsd(k_bshd, kv_heads);
+    TensorView k2v{DType::kFloat32, {batch, kv_heads, seq, head_dim}, k2.data()};
+    spec.layout = RopeSpec::Layout::kBhsd;
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, heads, seq, head_dim}, q2.data()},
+                          &k2v, positions, cache)
+                    .ok());
+    EXPECT_EQ(q2, to_bhsd(q1, heads));
+    EXPECT_EQ(k2, to_bhsd(k1, kv_heads));
+
+    // THD: the batch rows packed one after the other.
+    std::vector<float> q3 = q_bshd, k3 = k_bshd;
+    TensorView k3v{DType::kFloat32, {batch * seq, kv_heads, head_dim}, k3.data()};
+    spec.layout = RopeSpec::Layout::kThd;
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch * seq, heads, head_dim}, q3.data()},
+                          &k3v, positions, cache)
+                    .ok());
+    EXPECT_EQ(q3, q1);
+    EXPECT_EQ(k3, k1);
+  }
+}
+
+TEST(ApplyRope, ThdDefaultPositionsAndSingleOffset) {
+  const int64_t tokens = 4, head_dim = 4;
+  const std::vector<float> x = RandomFloats(tokens * head_dim, 15);
+  RopeSpec spec;
+  spec.layout = RopeSpec::Layout::kThd;
+  TableCache cache(1 << 20);
+  std::vector<float> by_default = x, by_ids = x, by_offset = x, by_ids_shifted = x;
+  const std::vector<int64_t> ids = {0, 1, 2, 3};
+  const std::vector<int64_t> shifted = {7, 8, 9, 10};
+  const std::vector<int64_t> offset = {7};
+  PositionsSpec p_ids, p_offset, p_shifted;
+  p_ids.ids = ids;
+  p_offset.offsets = offset;
+  p_shifted.ids = shifted;
+  const Shape shape = {tokens, 1, head_dim};
+  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, shape, by_default.data()}, nullptr, {}, cache).ok());
+  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, shape, by_ids.data()}, nullptr, p_ids, cache).ok());
+  ASSERT_TRUE(
+      ApplyRope(spec, {DType::kFloat32, shape, by_offset.data()}, nullptr, p_offset, cache).ok());
+  ASSERT_TRUE(
+      ApplyRope(spec, {DType::kFloat32, shape, by_ids_shifted.data()}, nullptr, p_shifted, cache)
+          .ok());
+  EXPECT_EQ(by_default, by_ids);
+  EXPECT_EQ(by_offset, by_ids_shifted);
+  EXPECT_NE(by_offset, by_ids);
+}
+
+TEST(ApplyRope, SixteenBitQueriesFollowTheFloat32Path) {
+  // The same request in fp16 / bf16 lands within one 16-bit ulp of the fp32 result
+  // rounded (the fp32 result is itself within 1e-6 of exact; inputs are exactly
+  // representable in both formats).
+  const int64_t batch = 1, seq = 7, heads = 2, head_dim = 16;
+  std::vector<float> x = RandomFloats(batch * seq * heads * head_dim, 16);
+  for (float& v : x) v = BFloat16ToFloat(FloatToBFloat16(v));  // representable in bf16
+  for (float& v : x) v = HalfToFloat(FloatToHalf(v));           // and in fp16
+  RopeSpec spec;
+  spec.scaling.type = RopeScalingSpec::Type::kLinear;
+  spec.scaling.factor = 2;
+  TableCache cache(1 << 20);
+  std::vector<float> f32 = x;
+  const Shape shape = {batch, seq, heads, head_dim};
+  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, shape, f32.data()}, nullptr, {}, cache).ok());
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    std::vector<uint16_t> h(x.size());
+    FromFloat32(x.data(), dtype, h.data(), x.size());
+    ASSERT_TRUE(ApplyRope(spec, {dtype, shape, h.data()}, nullptr, {}, cache).ok());
+    std::vector<float> back(x.size());
+    ToFloat32(dtype, h.data(), back.data(), h.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_LE(std::abs(back[i] - f32[i]), Ulp16(f32[i], dtype)) << DTypeName(dtype) << " " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// GetTable rows.
+
+TEST(RopeTableRows, RowsAreCosThenSinOfFloat64Angles) {
+  RopeSpec spec;
+  spec.base = 500000;
+  const int rotary_dim = 16;
+  auto table = RopeTableRows(spec, rotary_dim, 0, 40, 40);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->rows, 40);
+  ASSERT_EQ(table->cols, rotary_dim);
+  for (int64_t p = 0; p < 40; ++p) {
+    for (int i = 0; i < rotary_dim / 2; ++i) {
+      const double angle = p * std::exp(-(2.0 * i / rotary_dim) * std::log(500000.0));
+      // Rounded once from float64: within half a float32 ulp (plus 1e-15 of formula order).
+      EXPECT_NEAR(table->Row(p)[i], std::cos(angle), 6e-8);
+      EXPECT_NEAR(table->Row(p)[rotary_dim / 2 + i], std::sin(angle), 6e-8);
+    }
+  }
+  // A chunk equals the same rows of the whole table.
+  auto chunk = RopeTableRows(spec, rotary_dim, 30, 10, 40);
+  ASSERT_TRUE(chunk.ok());
+  EXPECT_EQ(std::vector<float>(table->data.begin() + 30 * rotary_dim, table->data.end()),
+            chunk->data);
+}
+
+TEST(RopeTableRows, DynamicUsesTheTableLength) {
+  RopeSpec spec;
+  spec.scaling.type = RopeScalingSpec::Type::kDynamic;
+  spec.scaling.factor = 2;
+  spec.scaling.max_position_embeddings = 64;
+  auto rows = RopeTableRows(spec, 8, 100, 1, 200);
+  ASSERT_TRUE(rows.ok());
+  auto freqs = ComputeRopeFrequencies(spec, 8, 200);
+  ASSERT_TRUE(freqs.ok());
+  std::vector<float> want(8);
+  FillRopeRowRange(*freqs, 100, 1, want.data());
+  EXPECT_EQ(rows->data, want);
+  auto plain = ComputeRopeFrequencies(spec, 8, 64);
+  EXPECT_NE(plain->inv_freq, freqs->inv_freq);
+}
+
+TEST(RopeTableRows, Errors) {
+  RopeSpec spec;
+  EXPECT_EQ(RopeTableRows(spec, 7, 0, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RopeTableRows(spec, 8, 5, 10, 10).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RopeTableRows(spec, 8, 0, 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors: INVALID_ARGUMENT naming the field, and nothing written.
+
+struct ErrorCase {
+  const char* name;
+  std::function<void(RopeSpec&, Shape& q, Shape& k, DType& qt, DType& kt,
+                     std::vector<int64_t>& ids, std::vector<int64_t>& offsets,
+                     std::vector<double>& values)>
+      mutate;
+  const char* message;
+};
+
+TEST(ApplyRope, ErrorsNameTheField) {
+  using T = RopeScalingSpec::Type;
+  const std::vector<ErrorCase> cases = {
+      {"odd rotary_dim", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.rotary_dim = 15; }, "rope.rotary_dim is 15; it must be even"},
+      {"zero rotary_dim", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.rotary_dim = 0; }, "rope.rotary_dim is 0; it must be > 0"},
+      {"rotary_dim > head_dim", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.rotary_dim = 34; }, "rope.rotary_dim is 34; it must be <= head_dim"},
+      {"odd head_dim", [](auto&, auto& q, auto& k, auto&, auto&, auto&, auto&, auto&) {
+         q[3] = 15; k[3] = 15; }, "input.shape[3] (head_dim) is 15"},
+      {"base", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.base = -1; }, "rope.base is -1; it must be > 0"},
+      {"factor zero", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.scaling.type = T::kLinear; s.scaling.factor = 0; }, "rope.scaling.factor is 0"},
+      {"factor unset", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.scaling.type = T::kLlama3; s.scaling.original_max_position_embeddings = 8192; },
+       "rope.scaling.factor is unset"},
+      {"dynamic without max", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.scaling.type = T::kDynamic; s.scaling.factor = 2; },
+       "rope.scaling.max_position_embeddings is unset"},
+      {"yarn beta", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.scaling.type = T::kYarn; s.scaling.factor = 2;
+         s.scaling.original_max_position_embeddings = 4096; s.scaling.beta_fast = -3; },
+       "rope.scaling.beta_fast is -3"},
+      {"llama3 bands", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.scaling.type = T::kLlama3; s.scaling.factor = 8;
+         s.scaling.original_max_position_embeddings = 8192; s.scaling.low_freq_factor = 4;
+         s.scaling.high_freq_factor = 4; }, "rope.scaling.high_freq_factor is 4"},
+      {"longrope list length", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
+         s.scaling.type = T::kLongRope; s.scaling.original_max_position_embeddings = 4096;
+         s.scaling.factor = 32; s.scaling.short_factor.assign(16, 1.0);
+         s.scaling.long_factor.assign(3, 1.0); },
+       "rope.scaling.long_factor has 3 entries; it needs rotary_dim/2 = 16"},
+      {"key head_dim", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
+         k[3] = 16; }, "key.shape[3] (head_dim) is 16"},
+      {"key batch", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
+         k[0] = 1; }, "key.shape[0] (batch) is 1"},
+      {"key seq", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
+         k[1] = 2; }, "key.shape[1] (seq) is 2"},
+      {"key heads", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
+         k[2] = 3; }, "key.shape[2] (heads) is 3; it must divide input.shape[2] (4)"},
+      {"input rank", [](auto&, auto& q, auto&, auto&, auto&, auto&, auto&, auto&) {
+         q = {2, 3, 128}; }, "input.shape is [2,3,128]"},
+      {"input dtype", [](auto&, auto&, auto&, auto& qt, auto&, auto&, auto&, auto&) {
+         qt = DType::kInt32; }, "input.dtype is INT32"},
+      {"key dtype", [](auto&, auto&, auto&, auto&, auto& kt, auto&, auto&, auto&) {
+         kt = DType::kInt64; }, "key.dtype is INT64"},
+      {"negative position", [](auto&, auto&, auto&, auto&, auto&, auto& ids, auto&, auto&) {
+         ids = {0, 1, -2}; }, "positions.ids[2] is -2"},
+      {"values", [](auto&, auto&, auto&, auto&, auto&, auto&, auto&, auto& values) {
+         values = {0.5, 1, 2}; }, "positions.values"},
+      {"thd ids", [](auto& s, auto& q, auto& k, auto&, auto&, auto& ids, auto&, auto&) {
+         s.layout = RopeSpec::Layout::kThd; q = {6, 4, 32}; k = {6, 2, 32}; ids = {1, 2}; },
+       "positions.ids has 2 entries; layout THD needs one per token"},
+      {"thd offsets", [](auto& s, auto& q, auto& k, auto&, auto&, auto&, auto& offsets, auto&) {
+         s.layout = RopeSpec::Layout::kThd; q = {6, 4, 32}; k = {6, 2, 32}; offsets = {1, 2}; },
+       "positions.offsets has 2 entries"},
+      {"bhsd key seq", [](auto& s, auto& q, auto& k, auto&, auto&, auto&, auto&, auto&) {
+         s.layout = RopeSpec::Layout::kBhsd; q = {2, 4, 3, 32}; k = {2, 2, 5, 32}; },
+       "key.shape[2] (seq) is 5"},
+  };
+  for (const ErrorCase& c : cases) {
+    RopeSpec spec;
+    Shape q_shape = {2, 3, 4, 32}, k_shape = {2, 3, 2, 32};
+    DType qt = DType::kFloat32, kt = DType::kFloat32;
+    std::vector<int64_t> ids, offsets;
+    std::vector<double> values;
+    c.mutate(spec, q_shape, k_shape, qt, kt, ids, offsets, values);
+    std::vector<float> q(256 * 4, 0.5f), k(256 * 4, 0.25f);
+    const std::vector<float> q0 = q, k0 = k;
+    TensorView qv{qt, q_shape, q.data()};
+    TensorView kv{kt, k_shape, k.data()};
+    PositionsSpec positions;
+    positions.ids = ids;
+    positions.offsets = offsets;
+    positions.values = values;
+    TableCache cache(1 << 20);
+    const absl::Status s = ApplyRope(spec, qv, &kv, positions, cache);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name << ": " << s;
+    EXPECT_NE(std::string(s.message()).find(c.message), std::string::npos)
+        << c.name << ": got \"" << s.message() << "\", want it to contain \"" << c.message
+        << "\"";
+    EXPECT_EQ(q, q0) << c.name << ": input written on error";
+    EXPECT_EQ(k, k0) << c.name << ": key written on error";
+  }
+}
+
+TEST(ApplyRope, GqaAndMqaKeysAccepted) {
+  RopeSpec spec;
+  TableCache cache(1 << 20);
+  for (int64_t kv_heads : {1, 2, 4}) {
+    std::vector<float> q(2 * 3 * 4 * 8, 0.5f), k(2 * 3 * kv_heads * 8, 0.5f);
+    TensorView kv{DType::kFloat32, {2, 3, kv_heads, 8}, k.data()};
+    EXPECT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 3, 4, 8}, q.data()}, &kv, {}, cache).ok())
+        << kv_heads;
+  }
+}
+
+}  // namespace
+}  // namespace posenc

@@ -109,8 +109,9 @@ absl::StatusOr<v1::RopeScalingType> ScalingTypeFromName(const std::string& name,
 }
 
 // Fills rope.scaling from HF's rope_scaling (or transformers 5's rope_parameters) object.
+// `type_required` is false for rope_parameters, which may carry only rope_theta.
 absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const std::string& key,
-                          int64_t rotary_dim, v1::Rope* rope) {
+                          bool type_required, int64_t rotary_dim, v1::Rope* rope) {
   if (!scaling_json.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(top.source(), ": ", key, " is ", scaling_json.dump(), "; expected an object"));
@@ -122,6 +123,7 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
     ASSIGN_OR_RETURN(type_name, s.String("type"));
     type_key = s.Name("type");
   }
+  if (!type_name && !type_required) return absl::OkStatus();
   if (!type_name) return s.Missing("rope_type", "(or the legacy \"type\")");
   ASSIGN_OR_RETURN(const v1::RopeScalingType type,
                    ScalingTypeFromName(*type_name, top.source(), type_key));
@@ -314,9 +316,9 @@ absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& config, absl::string_v
 
   // Scaling.
   if (top.Has("rope_scaling")) {
-    RETURN_IF_ERROR(ParseScaling(config.at("rope_scaling"), top, "rope_scaling", *rotary_dim, &out.rope));
+    RETURN_IF_ERROR(ParseScaling(config.at("rope_scaling"), top, "rope_scaling", true, *rotary_dim, &out.rope));
   } else if (rope_parameters != nullptr) {
-    RETURN_IF_ERROR(ParseScaling(*rope_parameters, top, "rope_parameters", *rotary_dim, &out.rope));
+    RETURN_IF_ERROR(ParseScaling(*rope_parameters, top, "rope_parameters", false, *rotary_dim, &out.rope));
   }
   return out;
 }

@@ -114,6 +114,7 @@ TEST_P(RopeFixtureTest, FrequenciesMatchHfFormulas) {
 }
 
 TEST_P(RopeFixtureTest, RotatedQueriesAndKeysMatch) {
+  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << FixturePath();
   const Fields& f = Cases().at(GetParam());
   const RopeSpec spec = SpecFromFields(f);
   std::vector<float> q(f.at("q").begin(), f.at("q").end());

@@ -6,6 +6,8 @@
 #include <Eigen/OrderingMethods>
 #include <Eigen/SparseCholesky>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -280,6 +282,7 @@ absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_
   Spectra::SymEigsSolver<Op> solver(op, count, ncv);
   solver.init();
   solver.compute(Spectra::SortRule::LargestAlge, maxit, 1e-10);
+  if (std::getenv("POSENC_GRAPH_DEBUG")) fprintf(stderr, "lanczos n=%d count=%d ncv=%d iters=%ld ops=%ld\n", lap.size, count, ncv, (long)solver.num_iterations(), (long)solver.num_operations());
   if (solver.info() != Spectra::CompInfo::Successful) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the Lanczos eigensolver did not converge within ", maxit,
@@ -299,7 +302,7 @@ absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_
 absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector,
                             int32_t count, int32_t component, const GraphLimits& limits,
                             std::vector<EigenPair>& out) {
-  const int32_t ncv_floor = count + 32;
+  const int32_t ncv_floor = count + (std::getenv("NCVX") ? atoi(std::getenv("NCVX")) : 32);
   const int32_t ncv = std::min<int32_t>(lap.size - 1, std::max(2 * count + 1, ncv_floor));
   if (static_cast<double>(ncv) * lap.size * sizeof(double) >
       static_cast<double>(limits.max_solver_bytes)) {

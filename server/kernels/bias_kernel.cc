@@ -184,7 +184,7 @@ absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
                             std::string_view heads_field, const TensorView& scores) {
   if (!IsFloat(scores.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "scores.dtype is ", Sv(DTypeName(scores.dtype)), "; it must be FLOAT32, FLOAT16 or BFLOAT16"));
+        "scores.dtype is ", DTypeName(scores.dtype), "; it must be FLOAT32, FLOAT16 or BFLOAT16"));
   }
   if (scores.shape.size() != 4) {
     return absl::InvalidArgumentError(

@@ -58,9 +58,15 @@ ServerProcess::ServerProcess(const std::vector<std::string>& extra_flags) {
   }
   close(out[0]);
   std::smatch m;
-  if (std::regex_search(line, m, std::regex(R"(grpc=[^ ]*:(\d+) metrics=[^ ]*:(\d+))"))) {
-    grpc_port_ = std::stoi(m[1]);
+  if (std::regex_search(line, m, std::regex(R"(grpc=(\S+) metrics=\S*:(\d+))"))) {
+    grpc_address_ = m[1];
     metrics_port_ = std::stoi(m[2]);
+    // A loopback TCP address is dialled as 127.0.0.1:PORT; a unix socket as printed.
+    std::smatch port;
+    const std::string address = grpc_address_;
+    if (std::regex_search(address, port, std::regex(R"(^[0-9.]+:(\d+)$)"))) {
+      grpc_address_ = "127.0.0.1:" + port[1].str();
+    }
   } else {
     ADD_FAILURE() << "posenc-server did not print its start line; got '" << line << "'";
   }

@@ -20,8 +20,9 @@ class ServerProcess {
   explicit ServerProcess(const std::vector<std::string>& extra_flags = {});
   ~ServerProcess();
 
-  bool started() const { return grpc_port_ > 0; }
-  std::string grpc_address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  bool started() const { return !grpc_address_.empty(); }
+  // "127.0.0.1:PORT" or "unix:/path".
+  const std::string& grpc_address() const { return grpc_address_; }
   int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }
   std::shared_ptr<grpc::Channel> Channel() const;
@@ -35,7 +36,7 @@ class ServerProcess {
 
  private:
   pid_t pid_ = -1;
-  int grpc_port_ = 0;
+  std::string grpc_address_;
   int metrics_port_ = 0;
   bool waited_ = false;
   int exit_status_ = -1;

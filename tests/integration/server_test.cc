@@ -77,7 +77,7 @@ TEST(Server, ListSchemesNamesEverySchemeAndLoadedTables) {
   const std::string npy = dir + "/wpe.npy";
   {
     std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }";
-    header.append(64 - 10 - header.size() - 1, ' ');
+    header.append(128 - 10 - header.size() - 1, ' ');
     header += '\n';
     std::ofstream f(npy, std::ios::binary);
     f.write("\x93NUMPY\x01\x00", 8);
@@ -243,7 +243,7 @@ TEST(Server, LearnedPastTheTableIsOutOfRange) {
   const std::string npy = ::testing::TempDir() + "/small.npy";
   {
     std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
-    header.append(64 - 10 - header.size() - 1, ' ');
+    header.append(128 - 10 - header.size() - 1, ' ');
     header += '\n';
     std::ofstream f(npy, std::ios::binary);
     f.write("\x93NUMPY\x01\x00", 8);
@@ -376,12 +376,12 @@ TEST(Server, HealthServingUntilSigtermThenInFlightStreamFinishes) {
 }
 
 TEST(Server, MetricsScrapeCountsRequestsAndCache) {
-  ServerProcess server({"--cache_bytes=300000"});
+  ServerProcess server({"--cache_bytes=200000"});
   ASSERT_TRUE(server.started());
   auto stub = Stub(server);
-  // Tables of 256+ rows * d * 4 bytes: d = 128 -> 131072 bytes; three of them overflow the
-  // 300000-byte budget and force evictions.
-  for (int d : {128, 130, 132, 128}) {
+  // Tables of 256 rows * d * 4 bytes (40960..49152 bytes, each within the quarter of the
+  // budget a single table may take); five of them overflow the 200000-byte budget.
+  for (int d : {40, 42, 44, 46, 48, 40}) {
     grpc::ClientContext ctx;
     EncodeResponse resp;
     ASSERT_TRUE(stub->Encode(&ctx, SinusoidalRequest(1, 4, d, "m"), &resp).ok());
@@ -397,16 +397,17 @@ TEST(Server, MetricsScrapeCountsRequestsAndCache) {
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(MetricSum(text, "posenc_requests_total",
                       {"method=\"Encode\"", "scheme=\"sinusoidal\"", "code=\"OK\""}),
-            4);
+            6);
   EXPECT_EQ(MetricSum(text, "posenc_requests_total",
                       {"method=\"Encode\"", "code=\"INVALID_ARGUMENT\""}),
             1);
   EXPECT_EQ(MetricSum(text, "posenc_request_duration_seconds_count",
                       {"method=\"Encode\"", "scheme=\"sinusoidal\""}),
-            5);
+            7);
   EXPECT_GE(MetricSum(text, "posenc_table_cache_evictions_total", {}), 1);
-  EXPECT_GE(MetricSum(text, "posenc_table_cache_misses_total", {}), 4);
-  EXPECT_LE(MetricSum(text, "posenc_table_cache_bytes", {}), 300000);
+  EXPECT_EQ(MetricSum(text, "posenc_table_cache_misses_total", {}), 6);
+  EXPECT_LE(MetricSum(text, "posenc_table_cache_bytes", {}), 200000);
+  EXPECT_GT(MetricSum(text, "posenc_table_cache_bytes", {}), 0);
   EXPECT_GT(MetricSum(text, "posenc_processed_bytes_total", {"direction=\"in\""}), 0);
   EXPECT_EQ(MetricSum(text, "posenc_build_info", {"version=\""}), 1);
   EXPECT_NE(text.find("posenc_kernel_duration_seconds_bucket"), std::string::npos);
@@ -445,6 +446,8 @@ TEST(Server, GetTableStreamsSinusoidalRowsInChunks) {
 TEST(Server, UnixSocketListen) {
   const std::string sock = ::testing::TempDir() + "/posenc-" + std::to_string(getpid()) + ".sock";
   ServerProcess server({"--listen=unix:" + sock});
+  ASSERT_TRUE(server.started());
+  EXPECT_EQ(server.grpc_address(), "unix:" + sock);
   // The start line names the socket, not a port, so talk to it directly.
   auto channel = grpc::CreateChannel("unix:" + sock, grpc::InsecureChannelCredentials());
   auto stub = v1::PositionalEncoding::NewStub(channel);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what posenc needs to build, test and run, from Debian 12's packages.
+# Safe to run again: only missing packages are installed.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libdnnl-dev prometheus-cpp-dev libgtest-dev libbenchmark-dev
+  nlohmann-json3-dev libeigen3-dev libspectra-dev
+  python3-numpy python3-grpcio python3-grpc-tools
+  prometheus curl
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+echo "setup: all packages present"

@@ -1,0 +1,239 @@
+// Tests for client/hf_config: each fixture config.json under tests/fixtures/hf_configs and
+// inline variants of rope_scaling, against the values the published configs state.
+#include "client/hf_config.h"
+
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace posenc::client {
+namespace {
+
+using ::testing::HasSubstr;
+namespace v1 = ::posenc::v1;
+
+std::string FixturePath(const std::string& name) {
+  std::string here = __FILE__;
+  return here.substr(0, here.rfind('/')) + "/fixtures/hf_configs/" + name;
+}
+
+HfRopeConfig LoadFixture(const std::string& name) {
+  absl::StatusOr<HfRopeConfig> config = LoadHfRopeConfig(FixturePath(name));
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *config : HfRopeConfig();
+}
+
+absl::StatusOr<HfRopeConfig> Parse(const char* text) {
+  return RopeFromHfConfig(nlohmann::json::parse(text), "inline");
+}
+
+TEST(HfConfigTest, Llama31UsesLlama3Scaling) {
+  const HfRopeConfig c = LoadFixture("llama-3.1-8b.json");
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rotary_dim, 128);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_DOUBLE_EQ(c.rope.base(), 500000.0);
+  EXPECT_FALSE(c.rope.has_rotary_dim());
+  EXPECT_EQ(c.rope.style(), v1::NEOX);
+  const v1::RopeScaling& s = c.rope.scaling();
+  EXPECT_EQ(s.type(), v1::LLAMA3);
+  EXPECT_DOUBLE_EQ(s.factor(), 8.0);
+  EXPECT_DOUBLE_EQ(s.low_freq_factor(), 1.0);
+  EXPECT_DOUBLE_EQ(s.high_freq_factor(), 4.0);
+  EXPECT_EQ(s.original_max_position_embeddings(), 8192);
+}
+
+TEST(HfConfigTest, Qwen25WithYarn) {
+  const HfRopeConfig c = LoadFixture("qwen2.5-7b-yarn.json");
+  EXPECT_EQ(c.head_dim, 128);  // 3584 / 28
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_DOUBLE_EQ(c.rope.base(), 1e6);
+  const v1::RopeScaling& s = c.rope.scaling();
+  EXPECT_EQ(s.type(), v1::YARN);  // legacy "type" spelling
+  EXPECT_DOUBLE_EQ(s.factor(), 4.0);
+  EXPECT_EQ(s.original_max_position_embeddings(), 32768);
+  EXPECT_FALSE(s.has_mscale());
+  EXPECT_FALSE(s.has_beta_fast());
+  EXPECT_FALSE(s.has_attention_factor());
+}
+
+TEST(HfConfigTest, Phi3Mini128kLongrope) {
+  const HfRopeConfig c = LoadFixture("phi-3-mini-128k.json");
+  EXPECT_EQ(c.head_dim, 96);
+  EXPECT_EQ(c.rotary_dim, 96);
+  const v1::RopeScaling& s = c.rope.scaling();
+  EXPECT_EQ(s.type(), v1::LONGROPE);
+  EXPECT_EQ(s.original_max_position_embeddings(), 4096);
+  EXPECT_EQ(s.max_position_embeddings(), 131072);
+  EXPECT_DOUBLE_EQ(s.factor(), 32.0);  // HF: max / original when the config has original
+  ASSERT_EQ(s.short_factor_size(), 48);
+  ASSERT_EQ(s.long_factor_size(), 48);
+  std::ifstream in(FixturePath("phi-3-mini-128k.json"));
+  const nlohmann::json raw = nlohmann::json::parse(in);
+  for (int i = 0; i < 48; ++i) {
+    EXPECT_DOUBLE_EQ(s.short_factor(i), raw["rope_scaling"]["short_factor"][i].get<double>()) << i;
+    EXPECT_DOUBLE_EQ(s.long_factor(i), raw["rope_scaling"]["long_factor"][i].get<double>()) << i;
+  }
+}
+
+TEST(HfConfigTest, Mistral7bPlainRope) {
+  const HfRopeConfig c = LoadFixture("mistral-7b.json");
+  EXPECT_DOUBLE_EQ(c.rope.base(), 1e6);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_FALSE(c.rope.has_scaling());
+  EXPECT_FALSE(c.rope.has_rotary_dim());
+}
+
+TEST(HfConfigTest, GptNeox20bPartialRotary) {
+  const HfRopeConfig c = LoadFixture("gpt-neox-20b.json");
+  EXPECT_EQ(c.head_dim, 96);    // 6144 / 64
+  EXPECT_EQ(c.rotary_dim, 24);  // int(96 * 0.25)
+  EXPECT_EQ(c.rope.rotary_dim(), 24);
+  EXPECT_DOUBLE_EQ(c.rope.base(), 10000.0);  // rotary_emb_base
+  EXPECT_EQ(c.rope.style(), v1::NEOX);
+  EXPECT_EQ(c.num_key_value_heads, 64);
+}
+
+TEST(HfConfigTest, DeepseekV2YarnWithMscale) {
+  const HfRopeConfig c = LoadFixture("deepseek-v2-yarn.json");
+  EXPECT_EQ(c.head_dim, 64);  // qk_rope_head_dim: only that part of each head rotates
+  EXPECT_EQ(c.rope.style(), v1::GPTJ);
+  const v1::RopeScaling& s = c.rope.scaling();
+  EXPECT_EQ(s.type(), v1::YARN);
+  EXPECT_DOUBLE_EQ(s.factor(), 40.0);
+  EXPECT_DOUBLE_EQ(s.mscale(), 0.707);
+  EXPECT_DOUBLE_EQ(s.mscale_all_dim(), 0.707);
+  EXPECT_DOUBLE_EQ(s.beta_fast(), 32.0);
+  EXPECT_DOUBLE_EQ(s.beta_slow(), 1.0);
+  EXPECT_EQ(s.original_max_position_embeddings(), 4096);
+}
+
+TEST(HfConfigTest, DefaultsWithoutRopeKeys) {
+  auto c = Parse(R"({"hidden_size": 512, "num_attention_heads": 8, "head_dim": null})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.base(), 10000.0);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_FALSE(c->rope.has_scaling());
+  EXPECT_EQ(c->num_key_value_heads, 8);
+}
+
+TEST(HfConfigTest, SuAndDefaultAndLinearAndDynamic) {
+  auto su = Parse(R"({"head_dim": 8, "max_position_embeddings": 100,
+    "rope_scaling": {"type": "su", "short_factor": [1,1,1,1], "long_factor": [2,2,2,2],
+                     "original_max_position_embeddings": 50}})");
+  ASSERT_TRUE(su.ok()) << su.status();
+  EXPECT_EQ(su->rope.scaling().type(), v1::LONGROPE);
+  EXPECT_EQ(su->rope.scaling().original_max_position_embeddings(), 50);
+  EXPECT_FALSE(su->rope.scaling().has_factor());
+
+  auto def = Parse(R"({"head_dim": 8, "rope_scaling": {"rope_type": "default"}})");
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_FALSE(def->rope.has_scaling());
+
+  auto linear = Parse(R"({"head_dim": 8, "rope_scaling": {"type": "linear", "factor": 2}})");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ(linear->rope.scaling().type(), v1::LINEAR);
+  EXPECT_DOUBLE_EQ(linear->rope.scaling().factor(), 2.0);
+
+  auto dynamic = Parse(R"({"head_dim": 8, "max_position_embeddings": 4096,
+    "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})");
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status();
+  EXPECT_EQ(dynamic->rope.scaling().type(), v1::DYNAMIC);
+  EXPECT_EQ(dynamic->rope.scaling().max_position_embeddings(), 4096);
+}
+
+TEST(HfConfigTest, YarnExtrasAndRopeTypeWinsOverType) {
+  auto c = Parse(R"({"head_dim": 16, "max_position_embeddings": 8192,
+    "rope_scaling": {"rope_type": "yarn", "type": "linear", "factor": 4, "beta_fast": 16,
+                     "beta_slow": 2, "attention_factor": 1.5, "truncate": false}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const v1::RopeScaling& s = c->rope.scaling();
+  EXPECT_EQ(s.type(), v1::YARN);
+  EXPECT_EQ(s.original_max_position_embeddings(), 8192);  // falls back to max_position_embeddings
+  EXPECT_DOUBLE_EQ(s.beta_fast(), 16.0);
+  EXPECT_DOUBLE_EQ(s.beta_slow(), 2.0);
+  EXPECT_DOUBLE_EQ(s.attention_factor(), 1.5);
+  ASSERT_TRUE(s.has_truncate());
+  EXPECT_FALSE(s.truncate());
+}
+
+TEST(HfConfigTest, PartialRotaryFactorAndGptj) {
+  auto phi = Parse(R"({"hidden_size": 2560, "num_attention_heads": 32, "partial_rotary_factor": 0.4})");
+  ASSERT_TRUE(phi.ok()) << phi.status();
+  EXPECT_EQ(phi->rotary_dim, 32);  // int(80 * 0.4)
+  EXPECT_EQ(phi->rope.rotary_dim(), 32);
+
+  auto gptj = Parse(R"({"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64,
+                        "n_positions": 2048})");
+  ASSERT_TRUE(gptj.ok()) << gptj.status();
+  EXPECT_EQ(gptj->head_dim, 256);
+  EXPECT_EQ(gptj->rope.rotary_dim(), 64);
+  EXPECT_EQ(gptj->rope.style(), v1::GPTJ);
+  EXPECT_EQ(gptj->max_position_embeddings, 2048);
+}
+
+TEST(HfConfigTest, TransformersV5RopeParameters) {
+  auto c = Parse(R"({"head_dim": 64, "max_position_embeddings": 131072,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000, "factor": 32.0,
+                        "original_max_position_embeddings": 4096, "truncate": false}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.base(), 150000.0);
+  EXPECT_EQ(c->rope.scaling().type(), v1::YARN);
+  EXPECT_DOUBLE_EQ(c->rope.scaling().factor(), 32.0);
+
+  auto theta_only = Parse(R"({"head_dim": 64, "rope_parameters": {"rope_theta": 5e5}})");
+  ASSERT_TRUE(theta_only.ok()) << theta_only.status();
+  EXPECT_DOUBLE_EQ(theta_only->rope.base(), 5e5);
+  EXPECT_FALSE(theta_only->rope.has_scaling());
+}
+
+TEST(HfConfigTest, Errors) {
+  auto no_factor = Parse(R"({"head_dim": 8, "rope_scaling": {"type": "linear"}})");
+  EXPECT_EQ(no_factor.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_factor.status().message(), HasSubstr("rope_scaling.factor"));
+
+  auto unknown = Parse(R"({"head_dim": 8, "rope_scaling": {"type": "ntk-by-parts"}})");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("ntk-by-parts"));
+
+  auto short_list = Parse(R"({"head_dim": 8, "max_position_embeddings": 10,
+    "rope_scaling": {"type": "longrope", "short_factor": [1,1,1], "long_factor": [1,1,1,1]}})");
+  EXPECT_EQ(short_list.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_list.status().message(), HasSubstr("needs 4 each"));
+
+  auto bad_theta = Parse(R"({"head_dim": 8, "rope_theta": "1e4"})");
+  EXPECT_EQ(bad_theta.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_theta.status().message(), HasSubstr("rope_theta"));
+
+  auto no_head = Parse(R"({"rope_theta": 10000})");
+  EXPECT_EQ(no_head.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_head.status().message(), HasSubstr("head_dim"));
+
+  auto odd_rotary = Parse(R"({"head_dim": 10, "partial_rotary_factor": 0.5})");
+  EXPECT_EQ(odd_rotary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(odd_rotary.status().message(), HasSubstr("rotary_dim 5"));
+
+  auto llama3_no_original = Parse(R"({"head_dim": 8, "rope_scaling": {"rope_type": "llama3", "factor": 8}})");
+  EXPECT_EQ(llama3_no_original.status().code(), absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(RopeFromHfConfig(nlohmann::json::array()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfConfigTest, FileErrors) {
+  EXPECT_EQ(LoadHfRopeConfig("/nonexistent/config.json").status().code(),
+            absl::StatusCode::kNotFound);
+  const std::string path = ::testing::TempDir() + "/hf_config_test_bad.json";
+  std::ofstream(path) << "{not json";
+  auto bad = LoadHfRopeConfig(path);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr(path));
+}
+
+}  // namespace
+}  // namespace posenc::client

@@ -1,5 +1,6 @@
 #include "client/posenc_client.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>

@@ -141,9 +141,8 @@ TEST_P(RopeFixtureTest, RotatedQueriesAndKeysMatch) {
 INSTANTIATE_TEST_SUITE_P(AllScalings, RopeFixtureTest,
                          ::testing::Values("none_neox_bshd", "linear_gptj_bhsd_partial",
                                            "dynamic_short", "dynamic_long", "yarn_default",
-                                           "yarn_deepseek", "yarn_attention_override",
-                                           "llama3", "longrope_short", "longrope_long",
-                                           "longrope_given"));
+                                           "yarn_deepseek", "yarn_attention_override", "llama3",
+                                           "longrope_short", "longrope_long", "longrope_given"));
 
 // ---------------------------------------------------------------------------------------
 // The vector kernels against the scalar reference.
@@ -180,7 +179,7 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
       // Tails of every length for both vector widths; 2 is the smallest rotary dim.
       for (int rotary_dim : {2, 4, 6, 8, 14, 16, 18, 30, 32, 34, 48, 64, 80, 128}) {
         const int64_t head_dim = rotary_dim + 3;  // odd: pass-through features too
-        RopeGeometry g{batch, seq, heads, head_dim, seq * heads * head_dim, heads * head_dim,
+        RopeGeometry g{batch,   seq, heads, head_dim, seq * heads * head_dim, heads * head_dim,
                        head_dim};
         const std::vector<float> rows = RandomRows(batch * seq, rotary_dim, 7);
         std::vector<const float*> token_rows;
@@ -188,8 +187,8 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
         std::vector<float> got = RandomFloats(batch * seq * heads * head_dim, rotary_dim);
         std::vector<float> want = got;
         const std::vector<float> before = got;
-        RopeRotateInPlace({DType::kFloat32, {batch, seq, heads, head_dim}, got.data()}, g,
-                          pairing, rotary_dim, token_rows, isa);
+        RopeRotateInPlace({DType::kFloat32, {batch, seq, heads, head_dim}, got.data()}, g, pairing,
+                          rotary_dim, token_rows, isa);
         RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()}, g,
                             pairing, rotary_dim, token_rows);
         for (size_t i = 0; i < got.size(); ++i) {
@@ -209,8 +208,8 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
 double Ulp16(double v, DType t) {
   const int mantissa_bits = t == DType::kFloat16 ? 10 : 7;
   const int min_exp = t == DType::kFloat16 ? -14 : -126;
-  const int e = v == 0 ? min_exp : std::max(static_cast<int>(std::floor(std::log2(std::abs(v)))),
-                                            min_exp);
+  const int e =
+      v == 0 ? min_exp : std::max(static_cast<int>(std::floor(std::log2(std::abs(v)))), min_exp);
   return std::ldexp(1.0, e - mantissa_bits);
 }
 
@@ -284,12 +283,12 @@ TEST(ApplyRope, DotProductDependsOnlyOnRelativePosition) {
     qp.ids = q_ids;
     PositionsSpec kp;
     kp.ids = k_ids;
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, q.data()}, nullptr, qp,
-                          cache)
-                    .ok());
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, k.data()}, nullptr, kp,
-                          cache)
-                    .ok());
+    ASSERT_TRUE(
+        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, q.data()}, nullptr, qp, cache)
+            .ok());
+    ASSERT_TRUE(
+        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, k.data()}, nullptr, kp, cache)
+            .ok());
     std::vector<double> dots;
     for (int64_t t = 0; t < tokens; ++t) {
       double d = 0;
@@ -362,9 +361,9 @@ TEST(ApplyRope, FarPositionsDoNotBuildALargeTable) {
   const std::vector<int64_t> ids = {1000000, 1000001, 1000002};
   PositionsSpec positions;
   positions.ids = ids;
-  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {1, 3, 8, head_dim}, q.data()}, nullptr,
-                        positions, cache)
-                  .ok());
+  ASSERT_TRUE(
+      ApplyRope(spec, {DType::kFloat32, {1, 3, 8, head_dim}, q.data()}, nullptr, positions, cache)
+          .ok());
   // A dense table up to 10^6 would be 2^20 * 128 * 4 bytes = 512 MiB.
   EXPECT_LT(cache.bytes(), size_t{64} << 10);
 
@@ -392,9 +391,9 @@ TEST(ApplyRope, DenseAndSparsePathsAgree) {
   positions.offsets = offsets;
   std::vector<float> dense = x, sparse = x;
   TableCache big(256 << 20), none(0);
-  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, dense.data()}, nullptr,
-                        positions, big)
-                  .ok());
+  ASSERT_TRUE(
+      ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, dense.data()}, nullptr, positions, big)
+          .ok());
   ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, sparse.data()}, nullptr,
                         positions, none)
                   .ok());
@@ -430,15 +429,15 @@ TEST(ApplyRope, LayoutsAgree) {
     std::vector<float> q1 = q_bshd, k1 = k_bshd;
     TensorView k1v{DType::kFloat32, {batch, seq, kv_heads, head_dim}, k1.data()};
     spec.layout = RopeSpec::Layout::kBshd;
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, seq, heads, head_dim}, q1.data()},
-                          &k1v, positions, cache)
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, seq, heads, head_dim}, q1.data()}, &k1v,
+                          positions, cache)
                     .ok());
 
     std::vector<float> q2 = to_bhsd(q_bshd, heads), k2 = to_bhsd(k_bshd, kv_heads);
     TensorView k2v{DType::kFloat32, {batch, kv_heads, seq, head_dim}, k2.data()};
     spec.layout = RopeSpec::Layout::kBhsd;
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, heads, seq, head_dim}, q2.data()},
-                          &k2v, positions, cache)
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, heads, seq, head_dim}, q2.data()}, &k2v,
+                          positions, cache)
                     .ok());
     EXPECT_EQ(q2, to_bhsd(q1, heads));
     EXPECT_EQ(k2, to_bhsd(k1, kv_heads));
@@ -447,8 +446,8 @@ TEST(ApplyRope, LayoutsAgree) {
     std::vector<float> q3 = q_bshd, k3 = k_bshd;
     TensorView k3v{DType::kFloat32, {batch * seq, kv_heads, head_dim}, k3.data()};
     spec.layout = RopeSpec::Layout::kThd;
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch * seq, heads, head_dim}, q3.data()},
-                          &k3v, positions, cache)
+    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch * seq, heads, head_dim}, q3.data()}, &k3v,
+                          positions, cache)
                     .ok());
     EXPECT_EQ(q3, q1);
     EXPECT_EQ(k3, k1);
@@ -470,7 +469,8 @@ TEST(ApplyRope, ThdDefaultPositionsAndSingleOffset) {
   p_offset.offsets = offset;
   p_shifted.ids = shifted;
   const Shape shape = {tokens, 1, head_dim};
-  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, shape, by_default.data()}, nullptr, {}, cache).ok());
+  ASSERT_TRUE(
+      ApplyRope(spec, {DType::kFloat32, shape, by_default.data()}, nullptr, {}, cache).ok());
   ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, shape, by_ids.data()}, nullptr, p_ids, cache).ok());
   ASSERT_TRUE(
       ApplyRope(spec, {DType::kFloat32, shape, by_offset.data()}, nullptr, p_offset, cache).ok());
@@ -489,7 +489,7 @@ TEST(ApplyRope, SixteenBitQueriesFollowTheFloat32Path) {
   const int64_t batch = 1, seq = 7, heads = 2, head_dim = 16;
   std::vector<float> x = RandomFloats(batch * seq * heads * head_dim, 16);
   for (float& v : x) v = BFloat16ToFloat(FloatToBFloat16(v));  // representable in bf16
-  for (float& v : x) v = HalfToFloat(FloatToHalf(v));           // and in fp16
+  for (float& v : x) v = HalfToFloat(FloatToHalf(v));          // and in fp16
   RopeSpec spec;
   spec.scaling.type = RopeScalingSpec::Type::kLinear;
   spec.scaling.factor = 2;
@@ -554,106 +554,149 @@ TEST(RopeTableRows, DynamicUsesTheTableLength) {
 TEST(RopeTableRows, Errors) {
   RopeSpec spec;
   EXPECT_EQ(RopeTableRows(spec, 7, 0, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RopeTableRows(spec, 8, 5, 10, 10).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RopeTableRows(spec, 8, 5, 10, 10).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RopeTableRows(spec, 8, 0, 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------------------------------
 // Errors: INVALID_ARGUMENT naming the field, and nothing written.
 
+// A valid request (BSHD, query [2, 3, 4, 32], key [2, 3, 2, 32]) that each case breaks.
+struct Request {
+  RopeSpec spec;
+  Shape q = {2, 3, 4, 32};
+  Shape k = {2, 3, 2, 32};
+  DType qt = DType::kFloat32;
+  DType kt = DType::kFloat32;
+  std::vector<int64_t> ids;
+  std::vector<int64_t> offsets;
+  std::vector<double> values;
+};
+
 struct ErrorCase {
   const char* name;
-  std::function<void(RopeSpec&, Shape& q, Shape& k, DType& qt, DType& kt,
-                     std::vector<int64_t>& ids, std::vector<int64_t>& offsets,
-                     std::vector<double>& values)>
-      mutate;
+  std::function<void(Request&)> mutate;
   const char* message;
 };
 
 TEST(ApplyRope, ErrorsNameTheField) {
   using T = RopeScalingSpec::Type;
+  using L = RopeSpec::Layout;
   const std::vector<ErrorCase> cases = {
-      {"odd rotary_dim", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.rotary_dim = 15; }, "rope.rotary_dim is 15; it must be even"},
-      {"zero rotary_dim", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.rotary_dim = 0; }, "rope.rotary_dim is 0; it must be > 0"},
-      {"rotary_dim > head_dim", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.rotary_dim = 34; }, "rope.rotary_dim is 34; it must be <= head_dim"},
-      {"odd head_dim", [](auto&, auto& q, auto& k, auto&, auto&, auto&, auto&, auto&) {
-         q[3] = 15; k[3] = 15; }, "input.shape[3] (head_dim) is 15"},
-      {"base", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.base = -1; }, "rope.base is -1; it must be > 0"},
-      {"factor zero", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.scaling.type = T::kLinear; s.scaling.factor = 0; }, "rope.scaling.factor is 0"},
-      {"factor unset", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.scaling.type = T::kLlama3; s.scaling.original_max_position_embeddings = 8192; },
+      {"odd rotary_dim", [](Request& r) { r.spec.rotary_dim = 15; },
+       "rope.rotary_dim is 15; it must be even"},
+      {"zero rotary_dim", [](Request& r) { r.spec.rotary_dim = 0; },
+       "rope.rotary_dim is 0; it must be > 0"},
+      {"rotary_dim > head_dim", [](Request& r) { r.spec.rotary_dim = 34; },
+       "rope.rotary_dim is 34; it must be <= head_dim"},
+      {"odd head_dim", [](Request& r) { r.q[3] = r.k[3] = 15; }, "input.shape[3] (head_dim) is 15"},
+      {"base", [](Request& r) { r.spec.base = -1; }, "rope.base is -1; it must be > 0"},
+      {"factor zero",
+       [](Request& r) {
+         r.spec.scaling.type = T::kLinear;
+         r.spec.scaling.factor = 0;
+       },
+       "rope.scaling.factor is 0"},
+      {"factor unset",
+       [](Request& r) {
+         r.spec.scaling.type = T::kLlama3;
+         r.spec.scaling.original_max_position_embeddings = 8192;
+       },
        "rope.scaling.factor is unset"},
-      {"dynamic without max", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.scaling.type = T::kDynamic; s.scaling.factor = 2; },
+      {"dynamic without max",
+       [](Request& r) {
+         r.spec.scaling.type = T::kDynamic;
+         r.spec.scaling.factor = 2;
+       },
        "rope.scaling.max_position_embeddings is unset"},
-      {"yarn beta", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.scaling.type = T::kYarn; s.scaling.factor = 2;
-         s.scaling.original_max_position_embeddings = 4096; s.scaling.beta_fast = -3; },
+      {"yarn beta",
+       [](Request& r) {
+         r.spec.scaling.type = T::kYarn;
+         r.spec.scaling.factor = 2;
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.beta_fast = -3;
+       },
        "rope.scaling.beta_fast is -3"},
-      {"llama3 bands", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.scaling.type = T::kLlama3; s.scaling.factor = 8;
-         s.scaling.original_max_position_embeddings = 8192; s.scaling.low_freq_factor = 4;
-         s.scaling.high_freq_factor = 4; }, "rope.scaling.high_freq_factor is 4"},
-      {"longrope list length", [](auto& s, auto&, auto&, auto&, auto&, auto&, auto&, auto&) {
-         s.scaling.type = T::kLongRope; s.scaling.original_max_position_embeddings = 4096;
-         s.scaling.factor = 32; s.scaling.short_factor.assign(16, 1.0);
-         s.scaling.long_factor.assign(3, 1.0); },
+      {"llama3 bands",
+       [](Request& r) {
+         r.spec.scaling.type = T::kLlama3;
+         r.spec.scaling.factor = 8;
+         r.spec.scaling.original_max_position_embeddings = 8192;
+         r.spec.scaling.low_freq_factor = 4;
+         r.spec.scaling.high_freq_factor = 4;
+       },
+       "rope.scaling.high_freq_factor is 4"},
+      {"longrope list length",
+       [](Request& r) {
+         r.spec.scaling.type = T::kLongRope;
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.factor = 32;
+         r.spec.scaling.short_factor.assign(16, 1.0);
+         r.spec.scaling.long_factor.assign(3, 1.0);
+       },
        "rope.scaling.long_factor has 3 entries; it needs rotary_dim/2 = 16"},
-      {"key head_dim", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
-         k[3] = 16; }, "key.shape[3] (head_dim) is 16"},
-      {"key batch", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
-         k[0] = 1; }, "key.shape[0] (batch) is 1"},
-      {"key seq", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
-         k[1] = 2; }, "key.shape[1] (seq) is 2"},
-      {"key heads", [](auto&, auto&, auto& k, auto&, auto&, auto&, auto&, auto&) {
-         k[2] = 3; }, "key.shape[2] (heads) is 3; it must divide input.shape[2] (4)"},
-      {"input rank", [](auto&, auto& q, auto&, auto&, auto&, auto&, auto&, auto&) {
-         q = {2, 3, 128}; }, "input.shape is [2,3,128]"},
-      {"input dtype", [](auto&, auto&, auto&, auto& qt, auto&, auto&, auto&, auto&) {
-         qt = DType::kInt32; }, "input.dtype is INT32"},
-      {"key dtype", [](auto&, auto&, auto&, auto&, auto& kt, auto&, auto&, auto&) {
-         kt = DType::kInt64; }, "key.dtype is INT64"},
-      {"negative position", [](auto&, auto&, auto&, auto&, auto&, auto& ids, auto&, auto&) {
-         ids = {0, 1, -2}; }, "positions.ids[2] is -2"},
-      {"values", [](auto&, auto&, auto&, auto&, auto&, auto&, auto&, auto& values) {
-         values = {0.5, 1, 2}; }, "positions.values"},
-      {"thd ids", [](auto& s, auto& q, auto& k, auto&, auto&, auto& ids, auto&, auto&) {
-         s.layout = RopeSpec::Layout::kThd; q = {6, 4, 32}; k = {6, 2, 32}; ids = {1, 2}; },
+      {"key head_dim", [](Request& r) { r.k[3] = 16; }, "key.shape[3] (head_dim) is 16"},
+      {"key batch", [](Request& r) { r.k[0] = 1; }, "key.shape[0] (batch) is 1"},
+      {"key seq", [](Request& r) { r.k[1] = 2; }, "key.shape[1] (seq) is 2"},
+      {"key heads", [](Request& r) { r.k[2] = 3; },
+       "key.shape[2] (heads) is 3; it must divide input.shape[2] (4)"},
+      {"input rank",
+       [](Request& r) {
+         r.q = {2, 3, 128};
+       },
+       "input.shape is [2,3,128]"},
+      {"input dtype", [](Request& r) { r.qt = DType::kInt32; }, "input.dtype is INT32"},
+      {"key dtype", [](Request& r) { r.kt = DType::kInt64; }, "key.dtype is INT64"},
+      {"negative position",
+       [](Request& r) {
+         r.ids = {0, 1, -2};
+       },
+       "positions.ids[2] is -2"},
+      {"values",
+       [](Request& r) {
+         r.values = {0.5, 1, 2};
+       },
+       "positions.values"},
+      {"thd ids",
+       [](Request& r) {
+         r.spec.layout = L::kThd;
+         r.q = {6, 4, 32};
+         r.k = {6, 2, 32};
+         r.ids = {1, 2};
+       },
        "positions.ids has 2 entries; layout THD needs one per token"},
-      {"thd offsets", [](auto& s, auto& q, auto& k, auto&, auto&, auto&, auto& offsets, auto&) {
-         s.layout = RopeSpec::Layout::kThd; q = {6, 4, 32}; k = {6, 2, 32}; offsets = {1, 2}; },
+      {"thd offsets",
+       [](Request& r) {
+         r.spec.layout = L::kThd;
+         r.q = {6, 4, 32};
+         r.k = {6, 2, 32};
+         r.offsets = {1, 2};
+       },
        "positions.offsets has 2 entries"},
-      {"bhsd key seq", [](auto& s, auto& q, auto& k, auto&, auto&, auto&, auto&, auto&) {
-         s.layout = RopeSpec::Layout::kBhsd; q = {2, 4, 3, 32}; k = {2, 2, 5, 32}; },
+      {"bhsd key seq",
+       [](Request& r) {
+         r.spec.layout = L::kBhsd;
+         r.q = {2, 4, 3, 32};
+         r.k = {2, 2, 5, 32};
+       },
        "key.shape[2] (seq) is 5"},
   };
   for (const ErrorCase& c : cases) {
-    RopeSpec spec;
-    Shape q_shape = {2, 3, 4, 32}, k_shape = {2, 3, 2, 32};
-    DType qt = DType::kFloat32, kt = DType::kFloat32;
-    std::vector<int64_t> ids, offsets;
-    std::vector<double> values;
-    c.mutate(spec, q_shape, k_shape, qt, kt, ids, offsets, values);
-    std::vector<float> q(256 * 4, 0.5f), k(256 * 4, 0.25f);
+    Request r;
+    c.mutate(r);
+    std::vector<float> q(1024, 0.5f), k(1024, 0.25f);
     const std::vector<float> q0 = q, k0 = k;
-    TensorView qv{qt, q_shape, q.data()};
-    TensorView kv{kt, k_shape, k.data()};
+    TensorView qv{r.qt, r.q, q.data()};
+    TensorView kv{r.kt, r.k, k.data()};
     PositionsSpec positions;
-    positions.ids = ids;
-    positions.offsets = offsets;
-    positions.values = values;
+    positions.ids = r.ids;
+    positions.offsets = r.offsets;
+    positions.values = r.values;
     TableCache cache(1 << 20);
-    const absl::Status s = ApplyRope(spec, qv, &kv, positions, cache);
+    const absl::Status s = ApplyRope(r.spec, qv, &kv, positions, cache);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name << ": " << s;
     EXPECT_NE(std::string(s.message()).find(c.message), std::string::npos)
-        << c.name << ": got \"" << s.message() << "\", want it to contain \"" << c.message
-        << "\"";
+        << c.name << ": got \"" << s.message() << "\", want it to contain \"" << c.message << "\"";
     EXPECT_EQ(q, q0) << c.name << ": input written on error";
     EXPECT_EQ(k, k0) << c.name << ": key written on error";
   }

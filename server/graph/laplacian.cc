@@ -7,6 +7,7 @@
 #include <Eigen/SparseCholesky>
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <cmath>
 #include <exception>
@@ -317,7 +318,10 @@ absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& nu
   Eigen::SparseMatrix<double> shifted = ShiftedSparse(lap, sigma);
   const int64_t budget = static_cast<int64_t>(limits.max_factor_fill *
                                               static_cast<double>(shifted.nonZeros()));
-  if (FactorFitsBudget(shifted, budget)) {
+  auto t0 = std::chrono::steady_clock::now();
+  bool fits = FactorFitsBudget(shifted, budget);
+  if (std::getenv("POSENC_GRAPH_DEBUG")) fprintf(stderr, "fill check %d %.3f s\n", (int)fits, std::chrono::duration<double>(std::chrono::steady_clock::now()-t0).count());
+  if (fits) {
     Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>> factor(shifted);
     if (factor.info() == Eigen::Success) {
       ShiftInvertOp op(factor, null_vector);

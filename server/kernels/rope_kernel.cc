@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 namespace posenc {
@@ -92,8 +94,7 @@ __attribute__((target("avx512f"))) void RotateHalfAvx512(float* x, const float* 
 // Loads the first `count` (<= 8) floats of p and duplicates each onto a pair of lanes:
 // [p0 p0 p1 p1 .. p7 p7]. (Masked load and permutex2var: the cast/permutexvar route draws
 // GCC 12's false "may be used uninitialized" on the undefined upper half.)
-__attribute__((target("avx512f"))) inline __m512 LoadDuplicated(const float* p,
-                                                                unsigned count) {
+__attribute__((target("avx512f"))) inline __m512 LoadDuplicated(const float* p, unsigned count) {
   const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1), p);
   return _mm512_permutex2var_ps(v, dup, v);
@@ -140,19 +141,29 @@ RotateFns FnsFor(RopeIsa isa) {
 bool RopeIsaSupported(RopeIsa isa) {
   switch (isa) {
     case RopeIsa::kAuto:
-    case RopeIsa::kScalar:
-      return true;
-    case RopeIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case RopeIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f");
+    case RopeIsa::kScalar: return true;
+    case RopeIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case RopeIsa::kAvx512: return __builtin_cpu_supports("avx512f");
   }
   return false;
 }
 
 RopeIsa RopeBestIsa() {
   static const RopeIsa best = [] {
-    if (RopeIsaSupported(RopeIsa::kAvx512)) return RopeIsa::kAvx512;
+    // POSENC_ROPE_ISA=scalar|avx2|avx512 pins the choice (benchmarks, CI comparisons); an
+    // unsupported or unknown value falls through to the default.
+    if (const char* pin = std::getenv("POSENC_ROPE_ISA"); pin != nullptr) {
+      const std::string_view v(pin);
+      if (v == "scalar") return RopeIsa::kScalar;
+      if (v == "avx2" && RopeIsaSupported(RopeIsa::kAvx2)) return RopeIsa::kAvx2;
+      if (v == "avx512" && RopeIsaSupported(RopeIsa::kAvx512)) return RopeIsa::kAvx512;
+    }
+    // AVX-512 only on Intel: on an AMD EPYC with AVX-512 the 512-bit path measured no
+    // faster than AVX2 in cache and 1.7-2.5x slower on a 32 MiB tensor (rotate-half,
+    // [2048, 32, 128] fp32), so AMD gets AVX2.
+    if (RopeIsaSupported(RopeIsa::kAvx512) && __builtin_cpu_is("intel")) {
+      return RopeIsa::kAvx512;
+    }
     if (RopeIsaSupported(RopeIsa::kAvx2)) return RopeIsa::kAvx2;
     return RopeIsa::kScalar;
   }();

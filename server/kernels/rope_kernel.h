@@ -1,7 +1,7 @@
-// The in-place RoPE rotation of queries or keys, given each token's cos/sin row; one routine
-// serves both pairings through the pair offset (like ggml's rotate_pairs). Vectorised with
-// AVX2+FMA or AVX-512, chosen at run time. Pure functions over views; thread-safe; the
-// caller owns every buffer.
+// The in-place RoPE rotation of queries or keys, given each token's cos/sin row. The
+// scalar routine serves both pairings through one pair offset (like ggml's rotate_pairs);
+// AVX2+FMA and AVX-512 versions, picked at run time (no -march flags), specialise each.
+// Pure functions over views; thread-safe; the caller owns every buffer.
 //
 //   RopeGeometry g = ...;                       // strides of BSHD, BHSD or THD
 //   std::vector<const float*> rows(g.batch * g.seq);  // rows[b*seq+s]: cos half, sin half
@@ -33,7 +33,8 @@ struct RopeGeometry {
   int64_t head_stride = 0;
 };
 
-// The instruction sets the kernel can use; kAuto picks the best the CPU has.
+// The instruction sets the kernel can use; kAuto resolves once per process to AVX-512 on
+// Intel CPUs that have it, else AVX2+FMA, else scalar (env POSENC_ROPE_ISA pins it).
 enum class RopeIsa { kAuto, kScalar, kAvx2, kAvx512 };
 
 // Whether this CPU can run `isa` (kAuto and kScalar: always).

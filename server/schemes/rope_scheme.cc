@@ -58,15 +58,15 @@ struct Dims {
 
 absl::StatusOr<Dims> ReadDims(const TensorView& t, Layout layout, absl::string_view name) {
   if (!IsFloat(t.dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ".dtype is ", std::string(DTypeName(t.dtype)),
-                     "; rope needs FLOAT32, FLOAT16 or BFLOAT16"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ".dtype is ",
+                                                   std::string(DTypeName(t.dtype)),
+                                                   "; rope needs FLOAT32, FLOAT16 or BFLOAT16"));
   }
   const size_t rank = layout == Layout::kThd ? 3 : 4;
   if (t.shape.size() != rank) {
     return absl::InvalidArgumentError(absl::StrCat(name, ".shape is ", ShapeString(t.shape),
-                                                   "; layout ", LayoutName(layout),
-                                                   " needs rank ", rank));
+                                                   "; layout ", LayoutName(layout), " needs rank ",
+                                                   rank));
   }
   ASSIGN_OR_RETURN(const int64_t elements,
                    CheckedNumElements(t.shape, absl::StrCat(name, ".shape")));
@@ -82,11 +82,11 @@ absl::StatusOr<Dims> ReadDims(const TensorView& t, Layout layout, absl::string_v
   return d;
 }
 
-absl::Status KeyMismatch(int axis, absl::string_view what, int64_t key_value,
-                         int64_t query_value, absl::string_view rule) {
+absl::Status KeyMismatch(int axis, absl::string_view what, int64_t key_value, int64_t query_value,
+                         absl::string_view rule) {
   return absl::InvalidArgumentError(absl::StrCat("key.shape[", axis, "] (", what, ") is ",
-                                                 key_value, "; it must ", rule,
-                                                 " input.shape[", axis, "] (", query_value, ")"));
+                                                 key_value, "; it must ", rule, " input.shape[",
+                                                 axis, "] (", query_value, ")"));
 }
 
 absl::Status CheckKey(const Dims& q, const Dims& k, Layout layout) {
@@ -95,8 +95,7 @@ absl::Status CheckKey(const Dims& q, const Dims& k, Layout layout) {
     return KeyMismatch(ax.batch, "batch", k.batch, q.batch, "equal");
   }
   if (k.seq != q.seq) {
-    return KeyMismatch(ax.seq, layout == Layout::kThd ? "tokens" : "seq", k.seq, q.seq,
-                       "equal");
+    return KeyMismatch(ax.seq, layout == Layout::kThd ? "tokens" : "seq", k.seq, q.seq, "equal");
   }
   if (k.head_dim != q.head_dim) {
     return KeyMismatch(ax.head_dim, "head_dim", k.head_dim, q.head_dim, "equal");
@@ -111,8 +110,7 @@ absl::Status CheckKey(const Dims& q, const Dims& k, Layout layout) {
 absl::StatusOr<int> ResolveRotaryDim(const RopeSpec& spec, const Dims& q, Layout layout) {
   const int head_dim_axis = AxesOf(layout).head_dim;
   if (!spec.rotary_dim.has_value()) {
-    if (q.head_dim <= 0 || q.head_dim % 2 != 0 ||
-        q.head_dim > std::numeric_limits<int>::max()) {
+    if (q.head_dim <= 0 || q.head_dim % 2 != 0 || q.head_dim > std::numeric_limits<int>::max()) {
       return absl::InvalidArgumentError(
           absl::StrCat("input.shape[", head_dim_axis, "] (head_dim) is ", q.head_dim,
                        "; rope needs an even head_dim > 0, or an even rope.rotary_dim"));
@@ -121,15 +119,15 @@ absl::StatusOr<int> ResolveRotaryDim(const RopeSpec& spec, const Dims& q, Layout
   }
   const int rotary_dim = *spec.rotary_dim;
   if (rotary_dim > q.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rope.rotary_dim is ", rotary_dim, "; it must be <= head_dim (input.shape[",
-        head_dim_axis, "] = ", q.head_dim, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("rope.rotary_dim is ", rotary_dim,
+                                                   "; it must be <= head_dim (input.shape[",
+                                                   head_dim_axis, "] = ", q.head_dim, ")"));
   }
   return rotary_dim;
 }
 
-absl::StatusOr<PositionGrid> ResolveRopePositions(const PositionsSpec& positions,
-                                                  const Dims& q, Layout layout) {
+absl::StatusOr<PositionGrid> ResolveRopePositions(const PositionsSpec& positions, const Dims& q,
+                                                  Layout layout) {
   if (!positions.values.empty()) {
     return absl::InvalidArgumentError(
         "positions.values is for the continuous scheme; rope takes positions.ids or "
@@ -139,8 +137,7 @@ absl::StatusOr<PositionGrid> ResolveRopePositions(const PositionsSpec& positions
     if (!positions.ids.empty() && static_cast<int64_t>(positions.ids.size()) != q.seq) {
       return absl::InvalidArgumentError(
           absl::StrCat("positions.ids has ", positions.ids.size(),
-                       " entries; layout THD needs one per token (input.shape[0] = ", q.seq,
-                       ")"));
+                       " entries; layout THD needs one per token (input.shape[0] = ", q.seq, ")"));
     }
     if (positions.ids.empty() && positions.offsets.size() > 1) {
       return absl::InvalidArgumentError(
@@ -212,22 +209,19 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
   std::shared_ptr<const Table> dense;
   std::vector<float> sparse;
   const int64_t dense_rows = DenseRowsFor(grid.max_position);
-  const bool use_dense =
-      dense_rows <= kDenseRowsPerToken * tokens + kDenseRowsAllowance &&
-      static_cast<size_t>(dense_rows) * rotary_dim * sizeof(float) <=
-          cache.budget_bytes() / kDenseBudgetDivisor;
+  const bool use_dense = dense_rows <= kDenseRowsPerToken * tokens + kDenseRowsAllowance &&
+                         static_cast<size_t>(dense_rows) * rotary_dim * sizeof(float) <=
+                             cache.budget_bytes() / kDenseBudgetDivisor;
   if (use_dense) {
-    ASSIGN_OR_RETURN(dense,
-                     cache.GetOrCompute(RopeCacheKey(freqs, 0, dense_rows),
-                                        [&]() -> absl::StatusOr<Table> {
-                                          Table t;
-                                          t.rows = dense_rows;
-                                          t.cols = rotary_dim;
-                                          t.data.resize(static_cast<size_t>(dense_rows) *
-                                                        rotary_dim);
-                                          FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
-                                          return t;
-                                        }));
+    ASSIGN_OR_RETURN(dense, cache.GetOrCompute(
+                                RopeCacheKey(freqs, 0, dense_rows), [&]() -> absl::StatusOr<Table> {
+                                  Table t;
+                                  t.rows = dense_rows;
+                                  t.cols = rotary_dim;
+                                  t.data.resize(static_cast<size_t>(dense_rows) * rotary_dim);
+                                  FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
+                                  return t;
+                                }));
     for (int64_t b = 0; b < q.batch; ++b) {  // batch
       for (int64_t s = 0; s < q.seq; ++s) {  // seq
         token_rows[b * q.seq + s] = dense->Row(grid.At(b, s));
@@ -249,9 +243,8 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
     }
   }
 
-  const RopePairing pairing = spec.style == RopeSpec::Style::kGptj
-                                  ? RopePairing::kInterleaved
-                                  : RopePairing::kRotateHalf;
+  const RopePairing pairing =
+      spec.style == RopeSpec::Style::kGptj ? RopePairing::kInterleaved : RopePairing::kRotateHalf;
   RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows);
   if (key != nullptr) {
     RopeRotateInPlace(*key, GeometryOf(k, layout), pairing, rotary_dim, token_rows);
@@ -259,8 +252,8 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_t first,
-                                    int64_t n, int64_t table_length) {
+absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_t first, int64_t n,
+                                    int64_t table_length) {
   if (rotary_dim <= 0 || rotary_dim % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("dim is ", rotary_dim, "; a rope table needs an even dim > 0"));

@@ -33,7 +33,7 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
 // sin (rotary_dim/2) of position first + r, times the attention factor. DYNAMIC and
 // LONGROPE take seq_len = table_length. INVALID_ARGUMENT for a bad spec, rotary_dim,
 // negative first/n, or first + n > table_length.
-absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_t first,
-                                    int64_t n, int64_t table_length);
+absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_t first, int64_t n,
+                                    int64_t table_length);
 
 }  // namespace posenc

@@ -110,6 +110,45 @@ ContinuousSpec ContinuousFromProto(const v1::Continuous& c) {
   return spec;
 }
 
+RopeSpec RopeFromProto(const v1::Rope& r) {
+  RopeSpec spec;
+  if (r.has_base()) spec.base = r.base();
+  if (r.has_rotary_dim()) spec.rotary_dim = r.rotary_dim();
+  spec.style = r.style() == v1::GPTJ ? RopeSpec::Style::kGptj : RopeSpec::Style::kNeox;
+  switch (r.layout()) {
+    case v1::BHSD: spec.layout = RopeSpec::Layout::kBhsd; break;
+    case v1::THD: spec.layout = RopeSpec::Layout::kThd; break;
+    default: spec.layout = RopeSpec::Layout::kBshd; break;
+  }
+  const v1::RopeScaling& in = r.scaling();
+  RopeScalingSpec& out = spec.scaling;
+  using Type = RopeScalingSpec::Type;
+  switch (in.type()) {
+    case v1::LINEAR: out.type = Type::kLinear; break;
+    case v1::DYNAMIC: out.type = Type::kDynamic; break;
+    case v1::YARN: out.type = Type::kYarn; break;
+    case v1::LLAMA3: out.type = Type::kLlama3; break;
+    case v1::LONGROPE: out.type = Type::kLongRope; break;
+    default: out.type = Type::kNone; break;
+  }
+  if (in.has_factor()) out.factor = in.factor();
+  if (in.has_original_max_position_embeddings()) {
+    out.original_max_position_embeddings = in.original_max_position_embeddings();
+  }
+  if (in.has_max_position_embeddings()) out.max_position_embeddings = in.max_position_embeddings();
+  if (in.has_beta_fast()) out.beta_fast = in.beta_fast();
+  if (in.has_beta_slow()) out.beta_slow = in.beta_slow();
+  if (in.has_mscale()) out.mscale = in.mscale();
+  if (in.has_mscale_all_dim()) out.mscale_all_dim = in.mscale_all_dim();
+  if (in.has_attention_factor()) out.attention_factor = in.attention_factor();
+  if (in.has_low_freq_factor()) out.low_freq_factor = in.low_freq_factor();
+  if (in.has_high_freq_factor()) out.high_freq_factor = in.high_freq_factor();
+  out.short_factor.assign(in.short_factor().begin(), in.short_factor().end());
+  out.long_factor.assign(in.long_factor().begin(), in.long_factor().end());
+  if (in.has_truncate()) out.truncate = in.truncate();
+  return spec;
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());

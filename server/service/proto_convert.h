@@ -9,6 +9,7 @@
 #include "posenc/v1/posenc.pb.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/positions.h"
+#include "server/tables/rope_frequencies.h"
 #include "server/tensor/tensor_view.h"
 
 namespace posenc {
@@ -31,6 +32,7 @@ CombineSpec CombineFromSinusoidal(const v1::Sinusoidal& s);
 CombineSpec CombineFromLearned(const v1::Learned& l);
 Overflow OverflowFromProto(v1::Overflow o);
 ContinuousSpec ContinuousFromProto(const v1::Continuous& c);
+RopeSpec RopeFromProto(const v1::Rope& r);
 
 // The status a client sees: same code, message prefixed with the request id if any.
 grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id = "");

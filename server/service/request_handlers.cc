@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
 #include "server/service/proto_convert.h"
+#include "server/schemes/rope_scheme.h"
 #include "server/tables/sinusoidal_table.h"
 
 namespace posenc {
@@ -67,6 +68,29 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
   if (!positions.values.empty() && request.scheme_case() != v1::EncodeRequest::kContinuous) {
     return absl::InvalidArgumentError("positions.values is set; only continuous takes it");
   }
+  if (request.scheme_case() == v1::EncodeRequest::kRope) {
+    std::optional<TensorView> key;
+    if (request.has_key()) {
+      ASSIGN_OR_RETURN(key, ViewOfTensor(request.mutable_key(), "key"));
+    }
+    {
+      KernelTimer timer(state_.metrics, *scheme);
+      RETURN_IF_ERROR(ApplyRope(RopeFromProto(request.rope()), input, key ? &*key : nullptr,
+                                positions, *state_.cache));
+    }
+    // Rotated in place: the request's own buffers become the response's.
+    MoveIntoTensor(request.mutable_input()->mutable_data(), input.shape, input.dtype,
+                   response.mutable_output());
+    if (key) {
+      MoveIntoTensor(request.mutable_key()->mutable_data(), key->shape, key->dtype,
+                     response.mutable_key_output());
+    }
+    if (state_.metrics) {
+      state_.metrics->AddBytes(in_bytes, response.output().data().size() +
+                                             response.key_output().data().size());
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<AbsoluteResult> result;
   {
@@ -107,8 +131,6 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
         result = ApplyContinuous(ContinuousFromProto(request.continuous()), input, positions,
                                  state_.limits);
         break;
-      case v1::EncodeRequest::kRope:
-        return absl::UnimplementedError("rope is not available in this build yet");
       default:
         return absl::InvalidArgumentError("scheme is not a known scheme");
     }
@@ -178,11 +200,19 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
     }
   }
   if (*scheme == SchemeLabel::kRope) {
-    return absl::UnimplementedError("GetTable for rope is not available in this build yet");
+    if (request.dim() % 2 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dim is ", request.dim(), "; the rotary dimension must be even"));
+    }
+    // Checks the spec (and computes the first row) before any chunk goes out.
+    RETURN_IF_ERROR(RopeTableRows(RopeFromProto(request.rope()), request.dim(), 0, 1,
+                                  request.length())
+                        .status());
+  } else {
+    SinusoidalSpec spec = SinusoidalFromProto(request.sinusoidal());
+    spec.dim = request.dim();
+    RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
   }
-  SinusoidalSpec spec = SinusoidalFromProto(request.sinusoidal());
-  spec.dim = request.dim();
-  RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
   const int64_t row_bytes = request.dim() * static_cast<int64_t>(DTypeSize(dtype));
   // Leave room for the chunk's framing inside the message limit.
   const int64_t budget = static_cast<int64_t>(state_.limits.max_output_bytes) - 4096;
@@ -209,14 +239,24 @@ absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_
   if (request.dtype() != v1::DTYPE_UNSPECIFIED) {
     ASSIGN_OR_RETURN(dtype, DTypeFromProto(request.dtype(), "dtype"));
   }
-  SinusoidalSpec spec = SinusoidalFromProto(request.sinusoidal());
-  spec.dim = request.dim();
-  const Table rows = ComputeSinusoidalTable(spec, first, n);
-  chunk.set_first_position(first);
+  Table rows;
   v1::Tensor* t = chunk.mutable_rows();
   t->clear_shape();
-  t->add_shape(n);
-  t->add_shape(request.dim());
+  if (request.has_rope()) {
+    // [n, dim] holding cos then sin per row is the same memory as [n, 2, dim/2].
+    ASSIGN_OR_RETURN(rows, RopeTableRows(RopeFromProto(request.rope()), request.dim(), first, n,
+                                         request.length()));
+    t->add_shape(n);
+    t->add_shape(2);
+    t->add_shape(request.dim() / 2);
+  } else {
+    SinusoidalSpec spec = SinusoidalFromProto(request.sinusoidal());
+    spec.dim = request.dim();
+    rows = ComputeSinusoidalTable(spec, first, n);
+    t->add_shape(n);
+    t->add_shape(request.dim());
+  }
+  chunk.set_first_position(first);
   t->set_dtype(DTypeToProto(dtype));
   std::string* data = t->mutable_data();
   data->resize(rows.data.size() * DTypeSize(dtype));

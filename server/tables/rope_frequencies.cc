@@ -36,8 +36,8 @@ absl::Status CheckFactorList(absl::string_view field, const std::vector<double>&
                              int rotary_dim) {
   const size_t want = static_cast<size_t>(rotary_dim / 2);
   if (factors.size() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " has ", factors.size(),
-                                                   " entries; it needs rotary_dim/2 = ", want));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", factors.size(), " entries; it needs rotary_dim/2 = ", want));
   }
   for (size_t i = 0; i < factors.size(); ++i) {
     if (!(factors[i] > 0) || !std::isfinite(factors[i])) {
@@ -83,16 +83,14 @@ absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_d
     RETURN_IF_ERROR(MustBePositive("rope.scaling.factor", *s.factor));
   }
   switch (s.type) {
-    case ScalingType::kNone:
-      return absl::OkStatus();
+    case ScalingType::kNone: return absl::OkStatus();
     case ScalingType::kLinear:
       if (!s.factor) return Missing("rope.scaling.factor", "LINEAR scaling needs it");
       return absl::OkStatus();
     case ScalingType::kDynamic: {
       if (!s.factor) return Missing("rope.scaling.factor", "DYNAMIC scaling needs it");
       if (s.max_position_embeddings) {
-        return MustBePositive("rope.scaling.max_position_embeddings",
-                              *s.max_position_embeddings);
+        return MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings);
       }
       if (s.original_max_position_embeddings) {
         return MustBePositive("rope.scaling.original_max_position_embeddings",
@@ -111,8 +109,8 @@ absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_d
                                        *s.original_max_position_embeddings));
       }
       if (s.max_position_embeddings) {
-        RETURN_IF_ERROR(MustBePositive("rope.scaling.max_position_embeddings",
-                                       *s.max_position_embeddings));
+        RETURN_IF_ERROR(
+            MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings));
       }
       if (!s.original_max_position_embeddings && !s.max_position_embeddings) {
         return Missing("rope.scaling.original_max_position_embeddings",
@@ -169,8 +167,8 @@ absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_d
       RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
                                      *s.original_max_position_embeddings));
       if (s.max_position_embeddings) {
-        RETURN_IF_ERROR(MustBePositive("rope.scaling.max_position_embeddings",
-                                       *s.max_position_embeddings));
+        RETURN_IF_ERROR(
+            MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings));
       }
       if (!ExtensionFactor(s)) {
         return Missing("rope.scaling.factor",
@@ -210,9 +208,7 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
   const double dim = rotary_dim;
   RopeFrequencies out;
   switch (s.type) {
-    case ScalingType::kNone:
-      out.inv_freq = DefaultInvFreq(base, rotary_dim);
-      break;
+    case ScalingType::kNone: out.inv_freq = DefaultInvFreq(base, rotary_dim); break;
 
     case ScalingType::kLinear:
       out.inv_freq = DefaultInvFreq(base, rotary_dim);
@@ -221,16 +217,15 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
 
     case ScalingType::kDynamic: {
       const double factor = *s.factor;
-      const double max_pos = static_cast<double>(
-          s.max_position_embeddings ? *s.max_position_embeddings
-                                    : *s.original_max_position_embeddings);
+      const double max_pos =
+          static_cast<double>(s.max_position_embeddings ? *s.max_position_embeddings
+                                                        : *s.original_max_position_embeddings);
       const double len = std::max(static_cast<double>(seq_len), max_pos);
       double scaled_base = base;
       // With rotary_dim 2 the only frequency is base^0 = 1 whatever the base, and HF's
       // exponent dim/(dim-2) would be infinite.
       if (rotary_dim > 2) {
-        scaled_base =
-            base * std::pow((factor * len / max_pos) - (factor - 1), dim / (dim - 2));
+        scaled_base = base * std::pow((factor * len / max_pos) - (factor - 1), dim / (dim - 2));
       }
       out.inv_freq = DefaultInvFreq(scaled_base, rotary_dim);
       break;
@@ -308,9 +303,9 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
         out.attention_factor = 1.0;
       } else {
         if (original < 2) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "rope.scaling.original_max_position_embeddings is ", original,
-              "; LONGROPE's attention factor divides by its log, so it must be >= 2"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("rope.scaling.original_max_position_embeddings is ", original,
+                           "; LONGROPE's attention factor divides by its log, so it must be >= 2"));
         }
         out.attention_factor =
             std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original)));
@@ -352,8 +347,7 @@ void FillRow(const RopeFrequencies& freqs, int64_t position, float* row) {
 
 }  // namespace
 
-void FillRopeRows(const RopeFrequencies& freqs, absl::Span<const int64_t> positions,
-                  float* out) {
+void FillRopeRows(const RopeFrequencies& freqs, absl::Span<const int64_t> positions, float* out) {
   const size_t width = 2 * freqs.inv_freq.size();
   for (size_t r = 0; r < positions.size(); ++r) FillRow(freqs, positions[r], out + r * width);
 }
@@ -367,8 +361,8 @@ void FillRopeRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, fl
 
 std::string RopeCacheKey(const RopeFrequencies& freqs, int64_t first, int64_t rows) {
   char buf[40];
-  std::string key = absl::StrCat("rope|first=", first, "|rows=", rows,
-                                 "|half=", freqs.inv_freq.size());
+  std::string key =
+      absl::StrCat("rope|first=", first, "|rows=", rows, "|half=", freqs.inv_freq.size());
   std::snprintf(buf, sizeof(buf), "|af=%a|f=", freqs.attention_factor);
   key += buf;
   for (double f : freqs.inv_freq) {

@@ -443,6 +443,88 @@ TEST(Server, GetTableStreamsSinusoidalRowsInChunks) {
   EXPECT_EQ(chunks, 8);
 }
 
+// HF's rotate_half RoPE in float64, written directly: x [seq, heads, dim] at positions
+// offset + t.
+std::vector<double> RopeReference(const std::vector<float>& x, int64_t seq, int64_t heads,
+                                  int64_t dim, int64_t offset, double base) {
+  std::vector<double> out(x.begin(), x.end());
+  for (int64_t t = 0; t < seq; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < dim / 2; ++i) {
+        const double angle = static_cast<double>(offset + t) * std::pow(base, -2.0 * i / dim);
+        const int64_t a = (t * heads + h) * dim + i, b = a + dim / 2;
+        out[a] = x[a] * std::cos(angle) - x[b] * std::sin(angle);
+        out[b] = x[b] * std::cos(angle) + x[a] * std::sin(angle);
+      }
+  return out;
+}
+
+TEST(Server, RopeRotatesQueriesAndGqaKeysInPlace) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  const int64_t seq = 5, qh = 4, kh = 2, dim = 16;
+  std::vector<float> q(seq * qh * dim), k(seq * kh * dim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37 * i);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.11 * i);
+  EncodeRequest req;
+  req.set_request_id("rope");
+  *req.mutable_input() = FloatTensor({1, seq, qh, dim}, q);
+  *req.mutable_key() = FloatTensor({1, seq, kh, dim}, k);
+  req.mutable_positions()->add_offsets(1000);
+  req.mutable_rope()->set_base(500000.0);
+  EncodeResponse resp;
+  grpc::ClientContext ctx;
+  const auto st = Stub(server)->Encode(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const auto q_ref = RopeReference(q, seq, qh, dim, 1000, 500000.0);
+  const auto k_ref = RopeReference(k, seq, kh, dim, 1000, 500000.0);
+  const auto q_out = Floats(resp.output()), k_out = Floats(resp.key_output());
+  ASSERT_EQ(q_out.size(), q.size());
+  ASSERT_EQ(k_out.size(), k.size());
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q_out[i], q_ref[i], 2e-6) << i;
+  for (size_t i = 0; i < k.size(); ++i) ASSERT_NEAR(k_out[i], k_ref[i], 2e-6) << i;
+  EXPECT_EQ(resp.key_output().shape(2), kh);
+
+  // An odd head_dim is refused, naming the field.
+  EncodeRequest bad;
+  *bad.mutable_input() = FloatTensor({1, 1, 1, 15}, std::vector<float>(15));
+  bad.mutable_rope();
+  grpc::ClientContext ctx2;
+  const auto bad_st = Stub(server)->Encode(&ctx2, bad, &resp);
+  EXPECT_EQ(bad_st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad_st.error_message().find("rotary_dim"), std::string::npos) << bad_st.error_message();
+}
+
+TEST(Server, GetTableStreamsRopeCosSin) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  v1::TableRequest req;
+  req.mutable_rope()->mutable_scaling()->set_type(v1::LINEAR);
+  req.mutable_rope()->mutable_scaling()->set_factor(4.0);
+  req.set_length(300);
+  req.set_dim(8);
+  req.set_rows_per_chunk(100);
+  grpc::ClientContext ctx;
+  auto reader = Stub(server)->GetTable(&ctx, req);
+  v1::TableChunk chunk;
+  int64_t next = 0;
+  while (reader->Read(&chunk)) {
+    ASSERT_EQ(chunk.rows().shape_size(), 3);
+    EXPECT_EQ(chunk.rows().shape(1), 2);
+    EXPECT_EQ(chunk.rows().shape(2), 4);
+    const auto rows = Floats(chunk.rows());
+    for (int64_t r = 0; r < chunk.rows().shape(0); ++r)
+      for (int i = 0; i < 4; ++i) {
+        const double angle = (next + r) / 4.0 * std::pow(10000.0, -2.0 * i / 8);
+        ASSERT_NEAR(rows[r * 8 + i], std::cos(angle), 1.2e-7);
+        ASSERT_NEAR(rows[r * 8 + 4 + i], std::sin(angle), 1.2e-7);
+      }
+    next += chunk.rows().shape(0);
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(next, 300);
+}
+
 TEST(Server, UnixSocketListen) {
   const std::string sock = ::testing::TempDir() + "/posenc-" + std::to_string(getpid()) + ".sock";
   ServerProcess server({"--listen=unix:" + sock});

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# posenc-client and the Python grpcio example against a real posenc-server: every CLI
+# command, .npy in and out, an HF config, and exit codes on errors.
+# Usage: cli_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=${1:?build dir}
+src=${2:?source dir}
+work=$(mktemp -d)
+cleanup() { [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q listening "$work/out" && break; sleep 0.1; done
+target=$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$(grep listening "$work/out")")
+target="127.0.0.1:${target##*:}"
+cli() { "$build/client/posenc-client" "$1" --target="$target" "${@:2}"; }
+
+cli health | grep -q SERVING || fail "health"
+cli list | grep -q graph_laplacian || fail "list"
+
+/usr/bin/python3 - "$work/x.npy" <<'PY'
+import sys, numpy as np
+np.save(sys.argv[1], np.arange(2 * 4 * 6, dtype=np.float32).reshape(2, 4, 6) / 10)
+PY
+cli encode --scheme=sinusoidal --input="$work/x.npy" --offsets=3 --output="$work/y.npy" >/dev/null
+/usr/bin/python3 - "$work/x.npy" "$work/y.npy" <<'PY'
+import sys, numpy as np
+x, y = np.load(sys.argv[1]), np.load(sys.argv[2])
+pos = np.arange(3, 7, dtype=np.float64)[:, None]
+i = np.arange(0, 6, 2, dtype=np.float64)
+pe = np.zeros((4, 6)); pe[:, 0::2] = np.sin(pos / 1e4 ** (i / 6)); pe[:, 1::2] = np.cos(pos / 1e4 ** (i / 6))
+err = np.abs(y - (x + pe)).max()
+assert y.shape == x.shape and err < 1e-6, err
+print("cli encode matches numpy, max error", err)
+PY
+
+cli encode --hf-config="$src/tests/fixtures/hf_configs/llama-3.1-8b.json" --offsets=100000 \
+  --output="$work/q.npy" | grep -qi "shape" || fail "encode with --hf-config"
+cli table --scheme=rope --length=64 --dim=8 --output="$work/t.npy" >/dev/null
+/usr/bin/python3 -c "import numpy as np,sys; t=np.load('$work/t.npy'); assert t.shape==(64,2,4), t.shape" \
+  || fail "table shape"
+cli stream --shape=1,16,32 --count=20 | grep -qE "20" || fail "stream"
+
+set +e
+cli encode --scheme=learned --table=missing --shape=1,2,4 >/dev/null 2>"$work/err"
+code=$?
+set -e
+[ "$code" = 1 ] || fail "missing table should exit 1, got $code"
+grep -q NOT_FOUND "$work/err" || fail "missing table should print NOT_FOUND: $(cat "$work/err")"
+
+/usr/bin/python3 "$src/client/python/posenc_example.py" --target="$target" >"$work/py" 2>&1 \
+  || { cat "$work/py"; fail "python example"; }
+echo "PASS: posenc-client and the Python example against a real server"

@@ -4,7 +4,8 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
-      protobuf-compiler libabsl-dev libdnnl-dev prometheus-cpp-dev nlohmann-json3-dev \
+      protobuf-compiler libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
+      prometheus-cpp-dev nlohmann-json3-dev \
       libeigen3-dev libspectra-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

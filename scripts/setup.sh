@@ -9,7 +9,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libeigen3-dev libspectra-dev
   python3-numpy python3-grpcio python3-grpc-tools
-  prometheus curl
+  prometheus curl openssl
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/tensor/dtype.h"
@@ -523,6 +524,48 @@ TEST(Server, GetTableStreamsRopeCosSin) {
   }
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(next, 300);
+}
+
+TEST(Server, ReflectionListsTheService) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  // grpc.reflection.v1alpha ServerReflectionRequest{list_services: ""} is field 7, empty:
+  // bytes 0x3a 0x00. The reply names the services; raw bytes keep this test free of the
+  // reflection proto.
+  grpc::GenericStub stub(server.Channel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                               &cq);
+  void* tag;
+  bool ok;
+  auto next = [&](intptr_t want) {
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(tag), want);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(next(1));
+  const char request_bytes[] = {0x3a, 0x00};
+  grpc::Slice slice(request_bytes, 2);
+  call->Write(grpc::ByteBuffer(&slice, 1), reinterpret_cast<void*>(2));
+  ASSERT_TRUE(next(2));
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(next(3));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("posenc.v1.PositionalEncoding"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  call->WritesDone(reinterpret_cast<void*>(4));
+  next(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  next(5);
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 TEST(Server, UnixSocketListen) {

@@ -6,9 +6,6 @@
 #include <Eigen/OrderingMethods>
 #include <Eigen/SparseCholesky>
 #include <algorithm>
-#include <cstdio>
-#include <chrono>
-#include <cstdlib>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -26,6 +23,11 @@ namespace {
 // Entries within this relative distance of the largest magnitude count as ties for the sign
 // rule, so that entries equal in exact arithmetic do not flip signs on rounding noise.
 constexpr double kSignTieTolerance = 1e-6;
+
+// Sparse products per Chebyshev-filtered Lanczos step. Measured on a 100,000-node random
+// graph (k 16): degree 8 and 16 take the same time, about 5x fewer Lanczos steps than
+// degree 1; higher degrees only add products.
+constexpr int kChebyshevDegree = 12;
 
 // Symmetric adjacency in CSR form: unique neighbours, no self-loops.
 struct Adjacency {
@@ -368,7 +370,6 @@ absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_
   Spectra::SymEigsSolver<Op> solver(op, count, ncv);
   solver.init();
   solver.compute(Spectra::SortRule::LargestAlge, maxit, 1e-10);
-  if (std::getenv("POSENC_GRAPH_DEBUG")) fprintf(stderr, "lanczos n=%d count=%d ncv=%d iters=%ld ops=%ld\n", lap.size, count, ncv, (long)solver.num_iterations(), (long)solver.num_operations());
   if (solver.info() != Spectra::CompInfo::Successful) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the Lanczos eigensolver did not converge within ", maxit,
@@ -388,7 +389,7 @@ absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_
 absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector,
                             int32_t count, int32_t component, const GraphLimits& limits,
                             std::vector<EigenPair>& out) {
-  const int32_t ncv_floor = count + (std::getenv("NCVX") ? atoi(std::getenv("NCVX")) : 32);
+  const int32_t ncv_floor = count + 32;
   const int32_t ncv = std::min<int32_t>(lap.size - 1, std::max(2 * count + 1, ncv_floor));
   if (static_cast<double>(ncv) * lap.size * sizeof(double) >
       static_cast<double>(limits.max_solver_bytes)) {
@@ -403,10 +404,7 @@ absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& nu
   Eigen::SparseMatrix<double> shifted = ShiftedSparse(lap, sigma);
   const int64_t budget = static_cast<int64_t>(limits.max_factor_fill *
                                               static_cast<double>(shifted.nonZeros()));
-  auto t0 = std::chrono::steady_clock::now();
-  bool fits = FactorFitsBudget(shifted, budget);
-  if (std::getenv("POSENC_GRAPH_DEBUG")) fprintf(stderr, "fill check %d %.3f s\n", (int)fits, std::chrono::duration<double>(std::chrono::steady_clock::now()-t0).count());
-  if (fits) {
+  if (FactorFitsBudget(shifted, budget)) {
     Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>> factor(shifted);
     if (factor.info() == Eigen::Success) {
       ShiftInvertOp op(factor, null_vector);
@@ -416,12 +414,10 @@ absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& nu
   // Expander-like graph: Chebyshev-filtered Lanczos, checked; plain cI - L if the check fails.
   const auto [a, b] = EstimateFilterInterval(lap, null_vector, count);
   if (a > 0 && b > a) {
-    const int degree = std::getenv("CHEBDEG") ? atoi(std::getenv("CHEBDEG")) : 16;
-    ChebyshevFilterOp filter(lap, null_vector, a, b, degree);
+    ChebyshevFilterOp filter(lap, null_vector, a, b, kChebyshevDegree);
     std::vector<EigenPair> filtered;
     const int32_t filter_ncv = std::min<int32_t>(lap.size - 1, 2 * count + 8);
     absl::Status status = RunLanczos(filter, lap, count, filter_ncv, 1000, component, filtered);
-    if (std::getenv("POSENC_GRAPH_DEBUG")) fprintf(stderr, "a=%g b=%g\n", a, b);
     // The filter ranks eigenvalues below a correctly; anything at or above a means it did not.
     const bool below_cutoff =
         status.ok() && std::all_of(filtered.begin(), filtered.end(),

@@ -1,10 +1,14 @@
 #include "server/service/request_handlers.h"
 
 #include <chrono>
+#include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
 #include "server/service/proto_convert.h"
+#include "server/graph/laplacian.h"
+#include "server/kernels/bias_kernel.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/sinusoidal_table.h"
 
@@ -150,13 +154,143 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
             : request.has_t5()  ? SchemeLabel::kT5
                                 : SchemeLabel::kNone;
   response.set_request_id(request.request_id());
-  return absl::UnimplementedError("AttentionBias is not available in this build yet");
+  if (*scheme == SchemeLabel::kNone) {
+    return absl::InvalidArgumentError("scheme is not set; set alibi or t5");
+  }
+  BiasGeometry geom = MakeBiasGeometry(request.query_length(), request.key_length());
+  if (request.has_query_offset()) geom.query_offset = request.query_offset();
+  RETURN_IF_ERROR(ValidateBiasGeometry(geom));
+
+  AlibiSpec alibi;
+  T5Spec t5;
+  const Table* t5_table = nullptr;
+  int64_t heads = 0;
+  if (request.has_alibi()) {
+    alibi.num_heads = request.alibi().num_heads();
+    alibi.causal = request.alibi().mode() == v1::CAUSAL;
+    if (request.alibi().has_max_bias()) alibi.max_bias = request.alibi().max_bias();
+    RETURN_IF_ERROR(ValidateAlibiSpec(alibi));
+    heads = alibi.num_heads;
+  } else {
+    const v1::T5Bias& t = request.t5();
+    if (t.has_num_buckets()) t5.num_buckets = t.num_buckets();
+    if (t.has_max_distance()) t5.max_distance = t.max_distance();
+    t5.bidirectional = t.bidirectional();
+    RETURN_IF_ERROR(ValidateT5Spec(t5));
+    if (!t.table().empty()) {
+      const NamedTable* named = state_.tables->Find(t.table());
+      if (!named) {
+        return absl::NotFoundError(
+            absl::StrCat("t5.table '", t.table(), "' is not loaded (see ListSchemes)"));
+      }
+      t5_table = named->table.get();
+      const int64_t shape[2] = {t5_table->rows, t5_table->cols};
+      RETURN_IF_ERROR(ValidateT5TableShape(t5, shape));
+      heads = t5_table->cols;
+    }
+  }
+
+  const uint64_t in_bytes = request.scores().data().size();
+  KernelTimer timer(state_.metrics, *scheme);
+  if (request.has_scores()) {
+    if (request.has_t5() && !t5_table) {
+      return absl::InvalidArgumentError(
+          "scores is set but t5.table is empty; adding T5 biases needs a [num_buckets, heads] "
+          "table");
+    }
+    ASSIGN_OR_RETURN(TensorView scores, ViewOfTensor(request.mutable_scores(), "scores"));
+    RETURN_IF_ERROR(ValidateScores(geom, heads,
+                                   request.has_alibi() ? "alibi.num_heads" : "t5.table", scores));
+    RETURN_IF_ERROR(request.has_alibi()
+                        ? AddAlibiBias(alibi, geom, scores)
+                        : AddT5Bias(t5, geom, t5_table->data.data(),
+                                    static_cast<int32_t>(heads), scores));
+    // Added in place: the scores' own buffer becomes the output.
+    MoveIntoTensor(request.mutable_scores()->mutable_data(), scores.shape, scores.dtype,
+                   response.mutable_output());
+  } else {
+    const bool bucket_ids = request.has_t5() && !t5_table;
+    const Shape shape = bucket_ids ? Shape{geom.query_length, geom.key_length}
+                                   : Shape{heads, geom.query_length, geom.key_length};
+    // Checked before anything proportional to the output is allocated.
+    const double bytes = 4.0 * static_cast<double>(shape[0]) * static_cast<double>(shape[1]) *
+                         (shape.size() == 3 ? static_cast<double>(shape[2]) : 1.0);
+    if (bytes > static_cast<double>(state_.limits.max_output_bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the bias ", ShapeString(shape), " would be ", bytes,
+          " bytes; --max_message_bytes allows ", state_.limits.max_output_bytes));
+    }
+    std::string out(static_cast<size_t>(bytes), '\0');
+    if (bucket_ids) {
+      RETURN_IF_ERROR(BuildT5Buckets(t5, geom, reinterpret_cast<int32_t*>(out.data())));
+    } else if (request.has_alibi()) {
+      RETURN_IF_ERROR(BuildAlibiBias(alibi, geom, reinterpret_cast<float*>(out.data())));
+    } else {
+      RETURN_IF_ERROR(BuildT5Bias(t5, geom, t5_table->data.data(), static_cast<int32_t>(heads),
+                                  reinterpret_cast<float*>(out.data())));
+    }
+    MoveIntoTensor(&out, shape, bucket_ids ? DType::kInt32 : DType::kFloat32,
+                   response.mutable_output());
+  }
+  if (state_.metrics) state_.metrics->AddBytes(in_bytes, response.output().data().size());
+  return absl::OkStatus();
 }
 
 absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
                                           v1::GraphResponse& response) const {
   response.set_request_id(request.request_id());
-  return absl::UnimplementedError("GraphEncode is not available in this build yet");
+  GraphSpec spec;
+  spec.num_nodes = request.num_nodes();
+  spec.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
+  spec.k = request.k();
+  spec.normalized = request.normalized();
+  GraphLimits limits;
+  limits.max_output_elements = static_cast<int64_t>(state_.limits.max_output_bytes / 4);
+  // The input is checked before the (possibly long) eigen-solve.
+  std::optional<TensorView> input;
+  if (request.has_input()) {
+    ASSIGN_OR_RETURN(input, ViewOfTensor(request.mutable_input(), "input"));
+    if (!IsFloat(input->dtype) || input->shape.size() != 2 ||
+        input->shape[0] != request.num_nodes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input is ", ShapeString(input->shape), " ", DTypeName(input->dtype),
+          "; GraphEncode needs [num_nodes (", request.num_nodes(),
+          "), d] FLOAT32, FLOAT16 or BFLOAT16"));
+    }
+    const double out_bytes = static_cast<double>(request.num_nodes()) *
+                             static_cast<double>(input->shape[1] + std::max(request.k(), 0)) *
+                             static_cast<double>(DTypeSize(input->dtype));
+    if (out_bytes > static_cast<double>(state_.limits.max_output_bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the output would be ", out_bytes, " bytes; --max_message_bytes allows ",
+          state_.limits.max_output_bytes));
+    }
+  }
+  GraphEncoding encoding;
+  {
+    KernelTimer timer(state_.metrics, SchemeLabel::kGraphLaplacian);
+    ASSIGN_OR_RETURN(encoding, ComputeLaplacianEncoding(spec, limits));
+  }
+  const int64_t n = encoding.num_nodes, k = encoding.k;
+  for (double e : encoding.eigenvalues) response.add_eigenvalues(e);
+  if (!input) {
+    std::string out(reinterpret_cast<const char*>(encoding.vectors.data()),
+                    encoding.vectors.size() * sizeof(float));
+    MoveIntoTensor(&out, {n, k}, DType::kFloat32, response.mutable_output());
+    return absl::OkStatus();
+  }
+  // [n, d + k] in the input's dtype: each row is the input row, then the encoding.
+  const int64_t d = input->shape[1];
+  const size_t elem = DTypeSize(input->dtype);
+  std::string out(static_cast<size_t>(n * (d + k)) * elem, '\0');
+  for (int64_t r = 0; r < n; ++r) {
+    std::memcpy(out.data() + r * (d + k) * elem, static_cast<const char*>(input->data) + r * d * elem,
+                d * elem);
+    FromFloat32(encoding.vectors.data() + r * k, input->dtype,
+                out.data() + (r * (d + k) + d) * elem, k);
+  }
+  MoveIntoTensor(&out, {n, d + k}, input->dtype, response.mutable_output());
+  return absl::OkStatus();
 }
 
 void RequestHandlers::ListSchemes(v1::ListSchemesResponse& response) const {

@@ -568,6 +568,189 @@ TEST(Server, ReflectionListsTheService) {
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+std::string WriteNpyF32(const std::string& name, int64_t rows, int64_t cols,
+                        const std::vector<float>& values) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+  header.append(128 - 10 - header.size() - 1, ' ');
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = header.size();
+  f.write(reinterpret_cast<const char*>(&len), 2);
+  f << header;
+  f.write(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  return path;
+}
+
+TEST(Server, AlibiBiasAndScoresInPlace) {
+  ServerProcess server({"--max_message_bytes=8388608"});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  const int heads = 8, q = 4, k = 6;  // default query_offset = k - q = 2
+  v1::BiasRequest req;
+  req.set_query_length(q);
+  req.set_key_length(k);
+  req.mutable_alibi()->set_num_heads(heads);
+  v1::BiasResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->AttentionBias(&ctx, req, &resp).ok());
+  }
+  ASSERT_EQ(resp.output().dtype(), v1::FLOAT32);
+  auto bias = Floats(resp.output());
+  ASSERT_EQ(bias.size(), static_cast<size_t>(heads * q * k));
+  for (int h = 0; h < heads; ++h)
+    for (int i = 0; i < q; ++i)
+      for (int j = 0; j < k; ++j) {
+        const double slope = std::pow(2.0, -8.0 * (h + 1) / heads);  // the paper, 8 heads
+        ASSERT_NEAR(bias[(h * q + i) * k + j], -slope * std::abs(i + 2 - j), 1e-6);
+      }
+  // CAUSAL: -inf above the diagonal.
+  req.mutable_alibi()->set_mode(v1::CAUSAL);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->AttentionBias(&ctx, req, &resp).ok());
+  }
+  bias = Floats(resp.output());
+  EXPECT_TRUE(std::isinf(bias[0 * k + 3]) && bias[0 * k + 3] < 0);  // query 0 at 2, key 3
+  EXPECT_NEAR(bias[0 * k + 1], -std::pow(2.0, -1.0), 1e-6);       // distance 1, head 0
+  // Scores in bf16, [1, heads, q, k] of 1.0: the bias is added in place in bf16.
+  req.mutable_alibi()->set_mode(v1::SYMMETRIC);
+  v1::Tensor* scores = req.mutable_scores();
+  scores->add_shape(1);
+  scores->add_shape(heads);
+  scores->add_shape(q);
+  scores->add_shape(k);
+  scores->set_dtype(v1::BFLOAT16);
+  std::string ones(heads * q * k * 2, '\0');
+  for (int i = 0; i < heads * q * k; ++i) {
+    const uint16_t one = 0x3f80;
+    std::memcpy(&ones[2 * i], &one, 2);
+  }
+  scores->set_data(ones);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->AttentionBias(&ctx, req, &resp).ok());
+  }
+  ASSERT_EQ(resp.output().dtype(), v1::BFLOAT16);
+  ASSERT_EQ(resp.output().shape_size(), 4);
+  uint16_t v;
+  std::memcpy(&v, resp.output().data().data() + 2 * (0 * k + 0), 2);  // h0, q0 (pos 2), k0
+  EXPECT_EQ(BFloat16ToFloat(v), BFloat16ToFloat(FloatToBFloat16(1.0f - 2 * 0.5f)));
+  // Limits and bad parameters.
+  v1::BiasRequest big;
+  big.set_query_length(100000);
+  big.set_key_length(100000);
+  big.mutable_alibi()->set_num_heads(8);
+  grpc::ClientContext ctx1;
+  EXPECT_EQ(stub->AttentionBias(&ctx1, big, &resp).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  v1::BiasRequest zero = big;
+  zero.mutable_alibi()->set_num_heads(0);
+  zero.set_query_length(2);
+  zero.set_key_length(2);
+  grpc::ClientContext ctx2;
+  const auto st = stub->AttentionBias(&ctx2, zero, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("alibi.num_heads"), std::string::npos) << st.error_message();
+}
+
+TEST(Server, T5BucketsAndTableBias) {
+  std::vector<float> table(32 * 2);
+  for (int b = 0; b < 32; ++b) {
+    table[b * 2] = static_cast<float>(b);
+    table[b * 2 + 1] = -static_cast<float>(b);
+  }
+  const std::string npy = WriteNpyF32("t5.npy", 32, 2, table);
+  ServerProcess server({"--table=t5rel=" + npy});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  v1::BiasRequest req;
+  req.set_query_length(1);
+  req.set_key_length(401);
+  req.set_query_offset(200);  // relative = key - 200: -200..200
+  req.mutable_t5()->set_bidirectional(true);
+  v1::BiasResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->AttentionBias(&ctx, req, &resp).ok());
+  }
+  ASSERT_EQ(resp.output().dtype(), v1::INT32);
+  std::vector<int32_t> ids(resp.output().data().size() / 4);
+  std::memcpy(ids.data(), resp.output().data().data(), ids.size() * 4);
+  // HF's _relative_position_bucket, 32 buckets, max_distance 128, bidirectional, by hand:
+  // 0 -> 0; +1 -> 16+1; -1 -> 1; +20 -> 16 + 8 + floor(log(20/8)/log(16)*8) = 26;
+  // +-200 -> capped at 31 / 15.
+  EXPECT_EQ(ids[200], 0);
+  EXPECT_EQ(ids[201], 17);
+  EXPECT_EQ(ids[199], 1);
+  EXPECT_EQ(ids[220], 26);
+  EXPECT_EQ(ids[400], 31);
+  EXPECT_EQ(ids[0], 15);
+  req.mutable_t5()->set_table("t5rel");
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->AttentionBias(&ctx, req, &resp).ok());
+  }
+  const auto bias = Floats(resp.output());
+  ASSERT_EQ(bias.size(), 2u * 401);
+  EXPECT_EQ(bias[220], 26.0f);         // head 0 reads column 0
+  EXPECT_EQ(bias[401 + 220], -26.0f);  // head 1 reads column 1
+  req.mutable_t5()->set_table("absent");
+  grpc::ClientContext ctx;
+  EXPECT_EQ(stub->AttentionBias(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(Server, GraphEncodeRingEigenpairsAndConcatenatedInput) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  const int n = 6;
+  v1::GraphRequest req;
+  req.set_num_nodes(n);
+  for (int i = 0; i < n; ++i) {
+    req.add_edges(i);
+    req.add_edges((i + 1) % n);
+  }
+  req.add_edges(2);  // a repeated pair and a self-loop change nothing
+  req.add_edges(1);
+  req.add_edges(4);
+  req.add_edges(4);
+  req.set_k(2);
+  *req.mutable_input() = FloatTensor({n, 1}, {10, 11, 12, 13, 14, 15});
+  v1::GraphResponse resp;
+  grpc::ClientContext ctx;
+  const auto st = Stub(server)->GraphEncode(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  // Ring Laplacian eigenvalues 2 - 2cos(2 pi j / n): j = 1 gives 1, twice.
+  ASSERT_EQ(resp.eigenvalues_size(), 2);
+  EXPECT_NEAR(resp.eigenvalues(0), 1.0, 1e-9);
+  EXPECT_NEAR(resp.eigenvalues(1), 1.0, 1e-9);
+  ASSERT_EQ(resp.output().shape(1), 3);
+  const auto out = Floats(resp.output());
+  for (int c = 1; c < 3; ++c) {  // L v = lambda v, |v| = 1, entry of largest magnitude > 0
+    double norm = 0, largest = 0;
+    for (int i = 0; i < n; ++i) {
+      const double lv = 2 * out[i * 3 + c] - out[((i + 1) % n) * 3 + c] -
+                        out[((i + n - 1) % n) * 3 + c];
+      EXPECT_NEAR(lv, 1.0 * out[i * 3 + c], 1e-5);
+      norm += out[i * 3 + c] * out[i * 3 + c];
+      if (std::abs(out[i * 3 + c]) > std::abs(largest) + 1e-6) largest = out[i * 3 + c];
+    }
+    EXPECT_NEAR(norm, 1.0, 1e-5);
+    EXPECT_GT(largest, 0);
+  }
+  EXPECT_EQ(out[0], 10.0f);
+  EXPECT_EQ(out[5 * 3], 15.0f);
+  req.add_edges(0);
+  req.add_edges(n);  // outside [0, n)
+  grpc::ClientContext ctx2;
+  const auto bad = Stub(server)->GraphEncode(&ctx2, req, &resp);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("edges["), std::string::npos) << bad.error_message();
+}
+
 TEST(Server, UnixSocketListen) {
   const std::string sock = ::testing::TempDir() + "/posenc-" + std::to_string(getpid()) + ".sock";
   ServerProcess server({"--listen=unix:" + sock});

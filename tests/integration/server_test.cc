@@ -751,6 +751,53 @@ TEST(Server, GraphEncodeRingEigenpairsAndConcatenatedInput) {
   EXPECT_NE(bad.error_message().find("edges["), std::string::npos) << bad.error_message();
 }
 
+TEST(Server, HierarchicalAndContinuous) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  const int64_t s = 3, d = 4;
+  EncodeRequest req;
+  *req.mutable_input() = FloatTensor({1, s, d}, std::vector<float>(s * d, 0.0f));
+  v1::Level* word = req.mutable_hierarchical()->add_levels();
+  for (int64_t id : {0, 1, 0}) word->add_ids(id);
+  v1::Level* sentence = req.mutable_hierarchical()->add_levels();
+  for (int64_t id : {0, 0, 1}) sentence->add_ids(id);
+  sentence->set_scale(0.5f);
+  EncodeResponse resp;
+  {
+    grpc::ClientContext ctx;
+    const auto st = stub->Encode(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  auto out = Floats(resp.output());
+  const int64_t w[] = {0, 1, 0}, p[] = {0, 0, 1};
+  for (int64_t t = 0; t < s; ++t)
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_NEAR(out[t * d + c], PaperPe(w[t], c, d) + 0.5 * PaperPe(p[t], c, d), 2.5e-7);
+
+  EncodeRequest cont;
+  *cont.mutable_input() = FloatTensor({s, d}, std::vector<float>(s * d, 1.0f));
+  for (double v : {0.0, 0.5, 2.0}) cont.mutable_positions()->add_values(v);
+  cont.mutable_continuous()->set_value_scale(10.0);
+  {
+    grpc::ClientContext ctx;
+    const auto st = stub->Encode(&ctx, cont, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  out = Floats(resp.output());
+  const double pos[] = {0.0, 5.0, 20.0};
+  for (int64_t t = 0; t < s; ++t)
+    for (int64_t c = 0; c < d; ++c) {
+      const double angle = pos[t] / std::pow(10000.0, 2.0 * (c / 2) / d);
+      EXPECT_NEAR(out[t * d + c], 1.0 + (c % 2 ? std::cos(angle) : std::sin(angle)), 2.5e-7);
+    }
+  // values are only for continuous
+  EncodeRequest wrong = cont;
+  wrong.mutable_sinusoidal();
+  grpc::ClientContext ctx;
+  EXPECT_EQ(stub->Encode(&ctx, wrong, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST(Server, UnixSocketListen) {
   const std::string sock = ::testing::TempDir() + "/posenc-" + std::to_string(getpid()) + ".sock";
   ServerProcess server({"--listen=unix:" + sock});

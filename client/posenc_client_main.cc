@@ -55,7 +55,8 @@ common flags:
   --request-id ID
 
 encode / stream:
-  --scheme sinusoidal|learned|rope|continuous   (default sinusoidal; rope with --hf-config)
+  --scheme sinusoidal|learned|rope|hierarchical|continuous
+                       (default sinusoidal; rope with --hf-config)
   input:  --shape 2,16,64 [--fill random|zeros] [--seed N]  or  --input x.npy
           --dtype float32|float16|bfloat16 (default: the file's, else float32)
   positions: --offsets 0,5  --ids 3,4,5  --values 0.0,0.5 (continuous)
@@ -63,6 +64,8 @@ encode / stream:
           --timescale per_dim|half_minus_one --value-scale (continuous)
   sinusoidal/learned: --input-scale --pe-scale --fusion add|concat --pe-dim (sinusoidal)
   learned: --table NAME --overflow error|clamp|interpolate
+  hierarchical: --levels "0,1,0;0,0,1" (ids per level, levels split by ';')
+          --level-scales 1,0.5  --level-bases 10000,100
   rope:   --hf-config config.json  --base --rotary-dim --style neox|gptj
           --rope-layout bshd|bhsd|thd  --scaling linear|dynamic|yarn|llama3 --factor F
           --original-max-pos N  --key k.npy | --key-shape 1,16,2,64  --key-output ko.npy
@@ -392,9 +395,31 @@ absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const Flags& f) {
     c->set_timescale(tmp.timescale());
     ASSIGN_OR_RETURN(auto value_scale, f.OptDouble("value-scale"));
     if (value_scale) c->set_value_scale(*value_scale);
+  } else if (scheme == "hierarchical") {
+    // --levels "0,1,0;0,0,1": one comma-separated id list per level, levels split by ';'.
+    if (!f.Has("levels")) {
+      return absl::InvalidArgumentError("--scheme hierarchical needs --levels \"ids;ids...\"");
+    }
+    ASSIGN_OR_RETURN(std::vector<double> scales, f.DoubleList("level-scales"));
+    ASSIGN_OR_RETURN(std::vector<double> bases, f.DoubleList("level-bases"));
+    size_t index = 0;
+    for (absl::string_view ids : absl::StrSplit(f.Str("levels"), ';', absl::SkipEmpty())) {
+      v1::Level* level = request.mutable_hierarchical()->add_levels();
+      for (absl::string_view part : absl::StrSplit(ids, ',', absl::SkipEmpty())) {
+        int64_t v;
+        if (!absl::SimpleAtoi(part, &v)) {
+          return absl::InvalidArgumentError("--levels takes integers: \"0,1,0;0,0,1\"");
+        }
+        level->add_ids(v);
+      }
+      if (index < scales.size()) level->set_scale(static_cast<float>(scales[index]));
+      if (index < bases.size()) level->set_base(bases[index]);
+      ++index;
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--scheme '", scheme, "' is not one of sinusoidal, learned, rope, continuous"));
+        "--scheme '", scheme,
+        "' is not one of sinusoidal, learned, rope, hierarchical, continuous"));
   }
 
   // Input.
@@ -445,7 +470,7 @@ absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const Flags& f) {
 // --------------------------------------------------------------------------------------
 // Commands.
 
-const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values",
+const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "levels", "level-scales", "level-bases",
                                            "shape", "fill", "seed", "input", "dtype", "output", "key",
                                            "key-shape", "key-output", "print", "count"};
 

@@ -43,6 +43,16 @@ cli table --scheme=rope --length=64 --dim=8 --output="$work/t.npy" >/dev/null
   || fail "table shape"
 cli stream --shape=1,16,32 --count=20 | grep -qE "20" || fail "stream"
 
+cli bias --scheme=alibi --heads=4 --query-length=2 --key-length=4 --mode=causal \
+  | grep -q "shape \[4,2,4\]" || fail "bias alibi"
+cli bias --scheme=t5 --query-length=2 --key-length=4 --bidirectional | grep -q INT32 || fail "bias t5"
+cli graph --nodes=5 --edges=0-1,1-2,2-3,3-4 --k=2 | grep -q "eigenvalues: 0.381966 1.38197" \
+  || fail "graph path eigenvalues (2 - 2cos(pi j / 5))"
+cli encode --scheme=hierarchical --shape=1,3,4 --fill=zeros --levels="0,1,0;0,0,1" \
+  --level-scales=1,0.5 | grep -q "first: 0 1.5 0 1.5" || fail "hierarchical"
+cli encode --scheme=continuous --shape=1,3,4 --fill=zeros --values=0,0.5,2 --value-scale=10 \
+  | grep -q "first: 0 1 0 1 -0.958924" || fail "continuous"
+
 set +e
 cli encode --scheme=learned --table=missing --shape=1,2,4 >/dev/null 2>"$work/err"
 code=$?

@@ -134,6 +134,12 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
 
 absl::StatusOr<int64_t> EncodingWidth(const CombineSpec& combine, int64_t d_model,
                                       absl::string_view field) {
+  if (combine.fusion == Fusion::kAdd && combine.pe_dim.has_value() &&
+      *combine.pe_dim != d_model) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".pe_dim is ", *combine.pe_dim, " but input.shape[-1] (d_model) is ", d_model,
+        "; with fusion ADD they must be equal (or leave pe_dim unset)"));
+  }
   if (combine.fusion == Fusion::kAdd || !combine.pe_dim.has_value()) return d_model;
   if (*combine.pe_dim < 1) {
     return absl::InvalidArgumentError(

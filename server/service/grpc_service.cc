@@ -14,14 +14,17 @@ using Clock = std::chrono::steady_clock;
 
 // Counts one call (or one stream message) in the metrics: in flight while alive, then its
 // status and duration.
+// A message of a stream passes count_inflight = false: the stream itself is the call in
+// flight.
 class CallRecord {
  public:
-  CallRecord(ServiceMetrics* metrics, Method method)
-      : metrics_(metrics), method_(method), start_(Clock::now()) {
-    if (metrics_) metrics_->InflightAdd(1);
+  CallRecord(ServiceMetrics* metrics, Method method, bool count_inflight = true)
+      : metrics_(metrics), method_(method), start_(Clock::now()),
+        count_inflight_(count_inflight) {
+    if (metrics_ && count_inflight_) metrics_->InflightAdd(1);
   }
   ~CallRecord() {
-    if (metrics_) metrics_->InflightAdd(-1);
+    if (metrics_ && count_inflight_) metrics_->InflightAdd(-1);
   }
   void Done(SchemeLabel scheme, grpc::StatusCode code) {
     if (metrics_) {
@@ -34,6 +37,7 @@ class CallRecord {
   ServiceMetrics* metrics_;
   Method method_;
   Clock::time_point start_;
+  bool count_inflight_;
 };
 
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE,
@@ -41,13 +45,16 @@ const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE,
 
 // EncodeStream: one response per request, in order. Reads run at most kStreamWindow
 // responses ahead of the writes. All state changes happen under mu_, since a read and a
-// write may complete on different threads at once.
+// write may complete on different threads at once. Metrics count each message with its
+// scheme; the stream itself is counted only when it ends in an error no message carried
+// (refused, or broken by the client).
 class EncodeStreamReactor final
     : public grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse> {
  public:
   EncodeStreamReactor(const PositionalEncodingService* service, ServiceMetrics* metrics)
       : service_(service), metrics_(metrics), call_(metrics, Method::kEncodeStream) {
     if (service_->refusing()) {
+      call_.Done(SchemeLabel::kNone, kShuttingDown.error_code());
       Finish(kShuttingDown);
       return;
     }
@@ -59,7 +66,7 @@ class EncodeStreamReactor final
     std::unique_ptr<v1::EncodeResponse> response;
     grpc::Status status;
     if (ok) {
-      CallRecord message(metrics_, Method::kEncodeStream);
+      CallRecord message(metrics_, Method::kEncodeStream, /*count_inflight=*/false);
       response = std::make_unique<v1::EncodeResponse>();
       SchemeLabel scheme = SchemeLabel::kNone;
       // The handler works in place on request_'s bytes and moves them into the response.
@@ -73,6 +80,7 @@ class EncodeStreamReactor final
       reads_done_ = true;
     } else if (!status.ok()) {
       final_status_ = status;  // stop reading; finish once the queued answers are out
+      final_status_counted_ = true;
       reads_done_ = true;
     } else {
       queue_.push_back(std::move(response));
@@ -117,7 +125,9 @@ class EncodeStreamReactor final
   void MaybeFinishLocked() {
     if (reads_done_ && !reading_ && !writing_ && queue_.empty() && !finished_) {
       finished_ = true;
-      call_.Done(SchemeLabel::kNone, final_status_.error_code());
+      if (!final_status_.ok() && !final_status_counted_) {
+        call_.Done(SchemeLabel::kNone, final_status_.error_code());
+      }
       Finish(final_status_);
     }
   }
@@ -133,6 +143,7 @@ class EncodeStreamReactor final
   bool reads_done_ = false;
   bool broken_ = false;
   bool finished_ = false;
+  bool final_status_counted_ = false;  // a message's error already counted it
   grpc::Status final_status_;
 };
 

@@ -289,6 +289,12 @@ TEST(Server, StreamAnswersInRequestOrder) {
   writer.join();
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(i, n);
+  const std::string text = HttpGet(server.metrics_port(), "/metrics");
+  EXPECT_EQ(MetricSum(text, "posenc_requests_total",
+                      {"method=\"EncodeStream\"", "scheme=\"sinusoidal\"", "code=\"OK\""}),
+            n);
+  EXPECT_EQ(MetricSum(text, "posenc_requests_total", {"method=\"EncodeStream\""}), n);
+  EXPECT_EQ(MetricSum(text, "posenc_inflight_requests", {}), 0);
 }
 
 TEST(Server, StreamStopsAtABadRequestAfterEarlierAnswers) {

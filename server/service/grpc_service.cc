@@ -15,18 +15,22 @@ using Clock = std::chrono::steady_clock;
 // Counts one call (or one stream message) in the metrics: in flight while alive, then its
 // status and duration.
 // A message of a stream passes count_inflight = false: the stream itself is the call in
-// flight.
+// flight. Done() leaves the in-flight gauge before the status is sent, so a client that
+// has its answer never sees its own call still counted.
 class CallRecord {
  public:
   CallRecord(ServiceMetrics* metrics, Method method, bool count_inflight = true)
       : metrics_(metrics), method_(method), start_(Clock::now()),
-        count_inflight_(count_inflight) {
-    if (metrics_ && count_inflight_) metrics_->InflightAdd(1);
+        inflight_(metrics != nullptr && count_inflight) {
+    if (inflight_) metrics_->InflightAdd(1);
   }
-  ~CallRecord() {
-    if (metrics_ && count_inflight_) metrics_->InflightAdd(-1);
+  ~CallRecord() { LeaveInflight(); }
+  void LeaveInflight() {
+    if (inflight_) metrics_->InflightAdd(-1);
+    inflight_ = false;
   }
   void Done(SchemeLabel scheme, grpc::StatusCode code) {
+    LeaveInflight();
     if (metrics_) {
       metrics_->RecordRequest(method_, scheme, static_cast<int>(code),
                               std::chrono::duration<double>(Clock::now() - start_).count());
@@ -37,7 +41,7 @@ class CallRecord {
   ServiceMetrics* metrics_;
   Method method_;
   Clock::time_point start_;
-  bool count_inflight_;
+  bool inflight_;
 };
 
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE,
@@ -127,6 +131,8 @@ class EncodeStreamReactor final
       finished_ = true;
       if (!final_status_.ok() && !final_status_counted_) {
         call_.Done(SchemeLabel::kNone, final_status_.error_code());
+      } else {
+        call_.LeaveInflight();
       }
       Finish(final_status_);
     }

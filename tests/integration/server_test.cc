@@ -44,6 +44,23 @@ double PaperPe(int64_t pos, int64_t col, int64_t d) {
   return col % 2 == 0 ? std::sin(angle) : std::cos(angle);
 }
 
+// A float32 .npy written byte by byte (independent of posenc's reader).
+std::string WriteNpyF32(const std::string& name, int64_t rows, int64_t cols,
+                        const std::vector<float>& values) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+  header.append(128 - 10 - header.size() - 1, ' ');
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = header.size();
+  f.write(reinterpret_cast<const char*>(&len), 2);
+  f << header;
+  f.write(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  return path;
+}
+
 std::unique_ptr<v1::PositionalEncoding::Stub> Stub(const ServerProcess& server) {
   return v1::PositionalEncoding::NewStub(server.Channel());
 }
@@ -73,21 +90,7 @@ double MetricSum(const std::string& text, const std::string& name,
 }
 
 TEST(Server, ListSchemesNamesEverySchemeAndLoadedTables) {
-  const std::string dir = ::testing::TempDir();
-  // A [3, 2] float32 .npy written byte by byte (independent of posenc's reader).
-  const std::string npy = dir + "/wpe.npy";
-  {
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }";
-    header.append(128 - 10 - header.size() - 1, ' ');
-    header += '\n';
-    std::ofstream f(npy, std::ios::binary);
-    f.write("\x93NUMPY\x01\x00", 8);
-    const uint16_t len = header.size();
-    f.write(reinterpret_cast<const char*>(&len), 2);
-    f << header;
-    const float v[6] = {1, 2, 3, 4, 5, 6};
-    f.write(reinterpret_cast<const char*>(v), sizeof(v));
-  }
+  const std::string npy = WriteNpyF32("wpe.npy", 3, 2, {1, 2, 3, 4, 5, 6});
   ServerProcess server({"--table=wpe=" + npy});
   ASSERT_TRUE(server.started());
   grpc::ClientContext ctx;
@@ -241,19 +244,7 @@ TEST(Server, ErrorsCarryTheRightCodeAndNameTheField) {
 }
 
 TEST(Server, LearnedPastTheTableIsOutOfRange) {
-  const std::string npy = ::testing::TempDir() + "/small.npy";
-  {
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
-    header.append(128 - 10 - header.size() - 1, ' ');
-    header += '\n';
-    std::ofstream f(npy, std::ios::binary);
-    f.write("\x93NUMPY\x01\x00", 8);
-    const uint16_t len = header.size();
-    f.write(reinterpret_cast<const char*>(&len), 2);
-    f << header;
-    const float v[4] = {1, 2, 3, 4};
-    f.write(reinterpret_cast<const char*>(v), sizeof(v));
-  }
+  const std::string npy = WriteNpyF32("small.npy", 2, 2, {1, 2, 3, 4});
   ServerProcess server({"--table=small=" + npy});
   ASSERT_TRUE(server.started());
   EncodeRequest req;
@@ -578,22 +569,6 @@ TEST(Server, ReflectionListsTheService) {
   call->Finish(&status, reinterpret_cast<void*>(5));
   next(5);
   EXPECT_TRUE(status.ok()) << status.error_message();
-}
-
-std::string WriteNpyF32(const std::string& name, int64_t rows, int64_t cols,
-                        const std::vector<float>& values) {
-  const std::string path = ::testing::TempDir() + "/" + name;
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
-                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
-  header.append(128 - 10 - header.size() - 1, ' ');
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = header.size();
-  f.write(reinterpret_cast<const char*>(&len), 2);
-  f << header;
-  f.write(reinterpret_cast<const char*>(values.data()), values.size() * 4);
-  return path;
 }
 
 TEST(Server, AlibiBiasAndScoresInPlace) {

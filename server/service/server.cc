@@ -93,7 +93,10 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
     const size_t colon = options.listen.rfind(':');
     server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);
   }
-  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  // "" is the whole server (Kubernetes' gRPC probe asks for it); the service is named too.
+  auto* health = server->server_->GetHealthCheckService();
+  health->SetServingStatus(v1::PositionalEncoding::service_full_name(), true);
+  health->SetServingStatus(true);
   return server;
 }
 

@@ -352,7 +352,18 @@ TEST(Server, HealthServingUntilSigtermThenInFlightStreamFinishes) {
     grpc::health::v1::HealthCheckResponse hresp;
     ASSERT_TRUE(health->Check(&ctx, hreq, &hresp).ok());
     EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+    grpc::ClientContext named_ctx;
+    hreq.set_service("posenc.v1.PositionalEncoding");
+    ASSERT_TRUE(health->Check(&named_ctx, hreq, &hresp).ok());
+    EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   }
+  // Watch streams the status: SERVING now, NOT_SERVING once SIGTERM arrives.
+  grpc::ClientContext watch_ctx;
+  grpc::health::v1::HealthCheckRequest watch_req;
+  auto watch = health->Watch(&watch_ctx, watch_req);
+  grpc::health::v1::HealthCheckResponse watched;
+  ASSERT_TRUE(watch->Read(&watched));
+  EXPECT_EQ(watched.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   auto stub = v1::PositionalEncoding::NewStub(channel);
   grpc::ClientContext stream_ctx;
   auto stream = stub->EncodeStream(&stream_ctx);
@@ -361,6 +372,9 @@ TEST(Server, HealthServingUntilSigtermThenInFlightStreamFinishes) {
   ASSERT_TRUE(stream->Read(&resp));
 
   server.Signal(SIGTERM);
+  ASSERT_TRUE(watch->Read(&watched));
+  EXPECT_EQ(watched.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  watch_ctx.TryCancel();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   {
     // New calls are refused (the listener is closed or the call is turned away).

@@ -4,7 +4,10 @@
 // also its own process). Prints a table, or with --json one JSON document.
 //
 //   posenc-bench [--json] [--quick] [--kernels-only | --e2e-only] [--threads=N]
-//                [--seconds=S] [--rounds=R] [--server=PATH] [--echo=PATH]
+//                [--seconds=S] [--rounds=R] [--filter=TEXT] [--server=PATH] [--echo=PATH]
+//
+// --filter keeps the kernel cases whose "name dtype size" contains TEXT, e.g.
+// --filter="rope_neox bf16" or --filter=large.
 //
 // Bytes are counted as the kernel's algorithmic traffic: the tensor read and written once
 // each, plus one read of the encoding rows it needs (pe rows, cos/sin rows). A roofline pass
@@ -66,6 +69,7 @@ struct Options {
   int threads = 0;           // kernel threads, here and in posenc-server; 0 = cores
   double cell_seconds = 1.0;  // per e2e cell and round; 48 MiB cells get 2.5x
   int rounds = 2;
+  std::string filter;  // kernel cases whose "name dtype size" contains this
   std::string server_binary;
   std::string echo_binary;
 };
@@ -110,6 +114,8 @@ Options ParseOptions(int argc, char** argv) {
       o.cell_seconds = std::atof(value.c_str());
     } else if (name == "--rounds") {
       o.rounds = std::max(1, std::atoi(value.c_str()));
+    } else if (name == "--filter") {
+      o.filter = value;
     } else if (name == "--server") {
       o.server_binary = value;
     } else if (name == "--echo") {
@@ -410,6 +416,11 @@ json RunKernels(const Options& o, Roofline& roofline) {
                           s.bias_heads, s.bias_len);
     const bool large = std::string(s.label) == "large";
     for (KernelCase& c : MakeCases(fixture, s.label)) {
+      if (!o.filter.empty() &&
+          absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) ==
+              std::string::npos) {
+        continue;
+      }
       FillFloats(fixture.tensor.data(), c.dtype, c.tensor_bytes / DTypeSize(c.dtype),
                  c.name == "alibi_add" ? 0.0f : 0.25f);
       const double seconds = BestSeconds(c.run, o.quick ? 0.05 : (large ? 0.6 : 0.2));

@@ -1,5 +1,10 @@
 #include "server/kernels/add_kernel.h"
 
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -8,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "server/kernels/simd_convert.h"
+#include "server/kernels/threads.h"
 
 namespace posenc {
 namespace {
@@ -92,6 +99,103 @@ void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, fl
   }
 }
 
+// Below this many tensor bytes a call runs on the calling thread: waking a thread team
+// costs more than it saves (and, with many requests in flight, oversubscribes the cores).
+constexpr size_t kParallelBytes = size_t{256} << 10;
+
+// Threads for a tensor of `bytes`: 1 when small, else the kernel pool size.
+int ThreadsFor(size_t bytes) { return bytes < kParallelBytes ? 1 : KernelThreads(); }
+
+// One [dim] row: x = x*a + pe*b, the same float32 operations (two products, one sum, no
+// FMA) as AddLoop, so results are bit-identical to it. 16-bit rows are widened, computed
+// and rounded once to nearest even, NaN kept as the canonical quiet NaN as in FloatToHalf
+// and FloatToBFloat16.
+using AddRowFn = void (*)(void* x, const float* pe, int64_t dim, float a, float b);
+
+__attribute__((target("avx2"))) inline __m256 Combine8(__m256 x, const float* pe, __m256 va,
+                                                       __m256 vb) {
+  return _mm256_add_ps(_mm256_mul_ps(x, va), _mm256_mul_ps(_mm256_loadu_ps(pe), vb));
+}
+
+__attribute__((target("avx2"))) void AddRowF32Avx2(void* xv, const float* pe, int64_t dim,
+                                                   float a, float b) {
+  auto* x = static_cast<float*>(xv);
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int64_t c = 0;
+  for (; c + 8 <= dim; c += 8) {
+    _mm256_storeu_ps(x + c, Combine8(_mm256_loadu_ps(x + c), pe + c, va, vb));
+  }
+  for (; c < dim; ++c) x[c] = x[c] * a + pe[c] * b;
+}
+
+__attribute__((target("avx2"))) void AddRowBf16Avx2(void* xv, const float* pe, int64_t dim,
+                                                    float a, float b) {
+  auto* x = static_cast<uint16_t*>(xv);
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int64_t c = 0;
+  for (; c + 16 <= dim; c += 16) {  // 16 per step: one pack and one 32-byte store
+    simd::StoreBf16x16(x + c, Combine8(simd::LoadBf16x8(x + c), pe + c, va, vb),
+                       Combine8(simd::LoadBf16x8(x + c + 8), pe + c + 8, va, vb));
+  }
+  for (; c < dim; ++c) x[c] = FloatToBFloat16(BFloat16ToFloat(x[c]) * a + pe[c] * b);
+}
+
+__attribute__((target("avx2,f16c"))) void AddRowF16Avx2(void* xv, const float* pe, int64_t dim,
+                                                        float a, float b) {
+  auto* x = static_cast<uint16_t*>(xv);
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int64_t c = 0;
+  for (; c + 8 <= dim; c += 8) {
+    simd::StoreF16x8(x + c, Combine8(simd::LoadF16x8(x + c), pe + c, va, vb));
+  }
+  for (; c < dim; ++c) x[c] = FloatToHalf(HalfToFloat(x[c]) * a + pe[c] * b);
+}
+
+// Which implementation AddEncodingInPlace uses: the AVX2 rows where the CPU has AVX2 and
+// F16C, else oneDNN (fp32/bf16) or the plain loop. POSENC_ADD_IMPL=avx2|onednn|loop pins it
+// for benchmarks; an unsupported value falls through to the default.
+enum class AddImpl { kAvx2, kOneDnn, kLoop };
+
+AddImpl ChosenAddImpl() {
+  static const AddImpl impl = [] {
+    const bool avx2 = simd::HasAvx2F16c();
+    if (const char* pin = std::getenv("POSENC_ADD_IMPL"); pin != nullptr) {
+      if (std::strcmp(pin, "onednn") == 0) return AddImpl::kOneDnn;
+      if (std::strcmp(pin, "loop") == 0) return AddImpl::kLoop;
+    }
+    return avx2 ? AddImpl::kAvx2 : AddImpl::kOneDnn;
+  }();
+  return impl;
+}
+
+// Encoding rows per block: 256 KiB of pe, kept in L2 while every batch row adds it.
+constexpr int64_t kPeBlockBytes = 256 << 10;
+
+// x [nb, seq, dim] in blocks of positions: for each block, each batch row's slice of it
+// (contiguous in x, so it streams) adds the same pe rows, read from memory once and then
+// from cache. oneDNN's broadcast reads all of pe once per batch row: 1.5x the traffic for
+// fp32. Large tensors split the blocks across the kernel threads.
+void AddRowsBlocked(TensorView x, const float* pe, float a, float b) {
+  const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
+  AddRowFn row_fn = x.dtype == DType::kFloat32    ? AddRowF32Avx2
+                    : x.dtype == DType::kBFloat16 ? AddRowBf16Avx2
+                                                  : AddRowF16Avx2;
+  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(x.dtype);
+  auto* bytes = static_cast<char*>(x.data);
+  const int64_t block = std::max<int64_t>(1, kPeBlockBytes / (dim * 4));
+  const int64_t blocks = (seq + block - 1) / block;
+  const int threads = ThreadsFor(x.NumBytes());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t k = 0; k < blocks; ++k) {  // position block
+    const int64_t s0 = k * block, s1 = std::min(seq, s0 + block);
+    for (int64_t n = 0; n < nb; ++n) {     // batch
+      for (int64_t s = s0; s < s1; ++s) {  // seq
+        row_fn(bytes + static_cast<size_t>(n * seq + s) * row_bytes, pe + s * dim, dim, a, b);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale) {
@@ -126,15 +230,27 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
                                 float pe_scale) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
+  const AddImpl impl = ChosenAddImpl();
+  if (impl == AddImpl::kAvx2) {
+    last_impl = "avx2";
+    AddRowsBlocked(x, pe, input_scale, pe_scale);
+    return absl::OkStatus();
+  }
   auto& primitives = BinaryAddPrimitives::Get();
   std::shared_ptr<dnnl::binary> add =
-      primitives.Find(x.dtype, nb, seq, dim, input_scale, pe_scale);
+      impl == AddImpl::kLoop ? nullptr
+                             : primitives.Find(x.dtype, nb, seq, dim, input_scale, pe_scale);
   if (!add) {
     last_impl = "loop";
     AddEncodingLoop(x, pe, input_scale, pe_scale);
     return absl::OkStatus();
   }
   try {
+    // oneDNN's OpenMP runtime sizes its team from the calling thread's setting, which
+    // omp_set_num_threads on the main thread does not reach (gRPC threads start with the
+    // default): set it here, to 1 for small tensors.
+    const int threads = ThreadsFor(x.NumBytes());
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
     thread_local dnnl::stream stream(primitives.engine());
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::desc x_md({nb, seq, dim}, ToDnnl(x.dtype), tag::abc);

@@ -13,8 +13,12 @@ namespace posenc {
 
 // REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
 // float32 rows that stay alive for the call.
-// Runs a oneDNN binary_add (scales as attributes) when one is available for the dtype, else
-// the fused loop below. Returns INTERNAL only if oneDNN fails unexpectedly.
+// On CPUs with AVX2 and F16C: vectorised rows in seq-major order (each pe row read once
+// for all batch rows), bit-identical to AddEncodingLoop. Elsewhere a oneDNN binary_add
+// (scales as attributes) when one is available for the dtype, else the loop below.
+// Tensors under 256 KiB run on the calling thread, larger ones on KernelThreads() threads.
+// POSENC_ADD_IMPL=avx2|onednn|loop pins the choice (benchmarks). Returns INTERNAL only if
+// oneDNN fails unexpectedly.
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
                                 float pe_scale);
 
@@ -28,7 +32,8 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
 void ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float input_scale,
                     float pe_scale, TensorView out);
 
-// Which implementation AddEncodingInPlace used last on this thread ("onednn" or "loop"),
+// Which implementation AddEncodingInPlace used last on this thread ("avx2", "onednn" or
+// "loop"),
 // for tests and benchmarks.
 const char* LastAddImplementation();
 

@@ -6,8 +6,14 @@
 #include <string_view>
 #include <vector>
 
+#include "server/kernels/simd_convert.h"
+#include "server/kernels/threads.h"
+
 namespace posenc {
 namespace {
+
+// Below this many tensor bytes a rotation runs on the calling thread.
+constexpr size_t kParallelBytes = size_t{256} << 10;
 
 // Rotates rotary_dim features of one head in place. A pair is (x[k*step], x[k*step+offset])
 // with step 2, offset 1 for interleaved pairs and step 1, offset half for rotate-half:
@@ -178,18 +184,31 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
   const int64_t half = rotary_dim / 2;
   const size_t elem = DTypeSize(x.dtype);
   auto* bytes = static_cast<unsigned char*>(x.data);
-  // 16-bit heads are widened into this buffer, rotated, and narrowed back.
-  std::vector<float> widened(x.dtype == DType::kFloat32 ? 0 : rotary_dim);
-  for (int64_t b = 0; b < g.batch; ++b) {  // batch
-    for (int64_t s = 0; s < g.seq; ++s) {  // seq
-      const float* row = token_rows[b * g.seq + s];
+  const bool wide = x.dtype == DType::kFloat32;
+  const bool simd_convert = isa != RopeIsa::kScalar && simd::HasAvx2F16c();
+  // Small tensors stay on the calling thread (a team wake-up costs more than it saves);
+  // large ones split the tokens across the kernel threads.
+  const int threads = x.NumBytes() < kParallelBytes ? 1 : KernelThreads();
+  const int64_t tokens = g.batch * g.seq;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    // 16-bit heads are widened into this buffer, rotated, and narrowed back.
+    std::vector<float> widened(wide ? 0 : rotary_dim);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {  // batch * seq
+      const int64_t b = t / g.seq, s = t % g.seq;
+      const float* row = token_rows[t];
       const float* cos = row;
       const float* sin = row + half;
       for (int64_t h = 0; h < g.heads; ++h) {  // head
         const int64_t offset = b * g.batch_stride + s * g.seq_stride + h * g.head_stride;
         void* head = bytes + static_cast<size_t>(offset) * elem;
-        if (x.dtype == DType::kFloat32) {
+        if (wide) {
           rotate(static_cast<float*>(head), cos, sin, half);
+        } else if (simd_convert) {
+          simd::Widen(x.dtype, static_cast<const uint16_t*>(head), widened.data(), rotary_dim);
+          rotate(widened.data(), cos, sin, half);
+          simd::Narrow(x.dtype, widened.data(), static_cast<uint16_t*>(head), rotary_dim);
         } else {
           ToFloat32(x.dtype, head, widened.data(), rotary_dim);
           rotate(widened.data(), cos, sin, half);

@@ -1,0 +1,146 @@
+// AddEncodingInPlace (vectorised rows, threaded when large) against AddEncodingLoop, the
+// plain formula: bit-identical results for every float dtype, including the vector tail,
+// several batch rows, the threaded size, and NaN, infinity, subnormal and overflow inputs.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/kernels/add_kernel.h"
+#include "server/kernels/simd_convert.h"
+#include "server/kernels/threads.h"
+
+namespace posenc {
+namespace {
+
+uint16_t ToBits16(DType dtype, float v) {
+  return dtype == DType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v);
+}
+
+// Random embeddings of `dtype` as raw bytes, with special values sprinkled in.
+std::vector<char> MakeInput(DType dtype, int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-4, 4);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(),
+                            65504.0f,      // largest half: + pe overflows to infinity
+                            6.0e-8f,       // half subnormal
+                            1.0e-39f,      // float32 subnormal
+                            -0.0f};
+  std::vector<char> bytes(static_cast<size_t>(n) * DTypeSize(dtype));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = i % 37 == 5 ? specials[(i / 37) % 7] : u(rng);
+    if (dtype == DType::kFloat32) {
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    } else {
+      const uint16_t h = ToBits16(dtype, v);
+      std::memcpy(bytes.data() + i * 2, &h, 2);
+    }
+  }
+  // A NaN with a payload: FloatToHalf and FloatToBFloat16 decide what it becomes.
+  if (n > 3 && dtype == DType::kFloat32) {
+    const uint32_t payload_nan = 0xffa5a5a5u;
+    std::memcpy(bytes.data() + 3 * 4, &payload_nan, 4);
+  }
+  return bytes;
+}
+
+struct Case {
+  int64_t nb, seq, dim;
+  float input_scale, pe_scale;
+};
+
+TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
+  const Case cases[] = {{1, 1, 1, 1, 1},        {2, 7, 33, 1.5f, 0.25f},
+                        {3, 5, 17, 1, 1},       {1, 3, 8, 1, -2},
+                        {4, 64, 1024, 1.5f, 0.25f},  // 1 MiB fp32: the threaded path
+                        {9, 31, 515, 1, 1}};         // odd rows split across threads
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const Case& c : cases) {
+      const int64_t n = c.nb * c.seq * c.dim;
+      std::vector<float> pe(static_cast<size_t>(c.seq * c.dim));
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (auto& v : pe) v = u(rng);
+      if (pe.size() > 2) pe[1] = 60000.0f;  // pushes some halves past 65504
+      std::vector<char> fast = MakeInput(dtype, n, rng);
+      std::vector<char> slow = fast;
+      TensorView x{dtype, {c.nb, c.seq, c.dim}, fast.data()};
+      ASSERT_TRUE(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale).ok());
+      AddEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
+                      c.input_scale, c.pe_scale);
+      const size_t elem = DTypeSize(dtype);
+      int mismatches = 0;
+      for (int64_t i = 0; i < n && mismatches < 5; ++i) {
+        if (std::memcmp(fast.data() + i * elem, slow.data() + i * elem, elem) != 0) {
+          ++mismatches;
+          ADD_FAILURE() << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim
+                        << "] element " << i << " differs from AddEncodingLoop";
+        }
+      }
+    }
+  }
+}
+
+TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
+  std::vector<float> x(16, 1.0f), pe(16, 0.5f);
+  ASSERT_TRUE(AddEncodingInPlace(TensorView{DType::kFloat32, {1, 2, 8}, x.data()}, pe.data(),
+                                 1, 1)
+                  .ok());
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+    EXPECT_STREQ(LastAddImplementation(), "avx2");
+  }
+  EXPECT_EQ(x[0], 1.5f);
+}
+
+TEST(SimdConvert, WidenAndNarrowAreBitIdenticalToTheScalarConversions) {
+  if (!simd::HasAvx2F16c()) GTEST_SKIP() << "no AVX2+F16C";
+  // Every 16-bit pattern widened, and floats around every 16-bit value narrowed (the value,
+  // the halfway points either side, NaN payloads), 16 at a time plus a tail of 7.
+  std::vector<uint16_t> all(65536 + 7);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i * 40503u);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    std::vector<float> wide(all.size());
+    simd::Widen(dtype, all.data(), wide.data(), static_cast<int64_t>(all.size()));
+    std::vector<float> probes;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const float want =
+          dtype == DType::kFloat16 ? HalfToFloat(all[i]) : BFloat16ToFloat(all[i]);
+      if (std::isnan(want)) {  // F16C quiets a signalling NaN; arithmetic would anyway
+        ASSERT_TRUE(std::isnan(wide[i])) << DTypeName(dtype) << " " << all[i];
+      } else {
+        ASSERT_EQ(std::memcmp(&wide[i], &want, 4), 0) << DTypeName(dtype) << " " << all[i];
+      }
+      uint32_t bits;
+      std::memcpy(&bits, &want, 4);
+      for (uint32_t delta : {0u, 0xfffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u}) {
+        const uint32_t probe_bits = bits + delta;
+        float probe;
+        std::memcpy(&probe, &probe_bits, 4);
+        probes.push_back(probe);
+      }
+    }
+    std::vector<uint16_t> narrow(probes.size());
+    simd::Narrow(dtype, probes.data(), narrow.data(), static_cast<int64_t>(probes.size()));
+    for (size_t i = 0; i < probes.size(); ++i) {
+      const uint16_t want =
+          dtype == DType::kFloat16 ? FloatToHalf(probes[i]) : FloatToBFloat16(probes[i]);
+      ASSERT_EQ(narrow[i], want) << DTypeName(dtype) << " probe " << i << " = " << probes[i];
+    }
+  }
+}
+
+TEST(KernelThreads, SetOnOneThreadIsSeenOnAnother) {
+  SetKernelThreads(1);
+  int seen = 0;
+  std::thread([&] { seen = KernelThreads(); }).join();
+  EXPECT_EQ(seen, 1);
+  SetKernelThreads(0);
+  EXPECT_GE(KernelThreads(), 1);
+}
+
+}  // namespace
+}  // namespace posenc

@@ -9,13 +9,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "grpcpp/grpcpp.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "server/service/grpc_service.h"
+#include "server/service/ordered_stream.h"
 
 namespace {
 
@@ -28,83 +28,6 @@ void Echo(posenc::v1::EncodeRequest& request, posenc::v1::EncodeResponse& respon
   out->set_dtype(request.input().dtype());
   out->mutable_data()->swap(*request.mutable_input()->mutable_data());
 }
-
-// Mirrors posenc-server's EncodeStreamReactor: reads run up to kWindow responses ahead of
-// the writes, state under one mutex, so the two streaming paths differ only by the kernel.
-class EchoStreamReactor final
-    : public grpc::ServerBidiReactor<posenc::v1::EncodeRequest, posenc::v1::EncodeResponse> {
- public:
-  static constexpr size_t kWindow = 2;
-
-  EchoStreamReactor() {
-    reading_ = true;
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    std::unique_ptr<posenc::v1::EncodeResponse> response;
-    if (ok) {
-      response = std::make_unique<posenc::v1::EncodeResponse>();
-      Echo(request_, *response);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    reading_ = false;
-    if (!ok) {
-      reads_done_ = true;
-    } else {
-      queue_.push_back(std::move(response));
-      if (!writing_) {
-        writing_ = true;
-        StartWrite(queue_.front().get());
-      }
-      MaybeReadLocked();
-    }
-    MaybeFinishLocked();
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    queue_.pop_front();
-    if (!ok) {
-      queue_.clear();
-      broken_ = true;
-      if (!reading_) reads_done_ = true;
-    } else if (!queue_.empty()) {
-      writing_ = true;
-      StartWrite(queue_.front().get());
-    }
-    MaybeReadLocked();
-    MaybeFinishLocked();
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  void MaybeReadLocked() {
-    if (!reading_ && !reads_done_ && !broken_ && queue_.size() < kWindow) {
-      request_.Clear();
-      reading_ = true;
-      StartRead(&request_);
-    }
-  }
-  void MaybeFinishLocked() {
-    if (reads_done_ && !reading_ && !writing_ && queue_.empty() && !finished_) {
-      finished_ = true;
-      Finish(broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "stream broken")
-                     : grpc::Status::OK);
-    }
-  }
-
-  posenc::v1::EncodeRequest request_;
-  std::mutex mu_;
-  std::deque<std::unique_ptr<posenc::v1::EncodeResponse>> queue_;
-  bool reading_ = false;
-  bool writing_ = false;
-  bool reads_done_ = false;
-  bool broken_ = false;
-  bool finished_ = false;
-};
 
 class EchoService final : public posenc::v1::PositionalEncoding::CallbackService {
  public:
@@ -119,7 +42,14 @@ class EchoService final : public posenc::v1::PositionalEncoding::CallbackService
   }
   grpc::ServerBidiReactor<posenc::v1::EncodeRequest, posenc::v1::EncodeResponse>* EncodeStream(
       grpc::CallbackServerContext* context) override {
-    return new EchoStreamReactor();
+    // The same stream machinery as posenc-server's EncodeStream, so the two streaming paths
+    // differ only by the kernel.
+    return new posenc::OrderedStreamReactor<posenc::v1::EncodeRequest, posenc::v1::EncodeResponse>(
+        posenc::PositionalEncodingService::kStreamWindow,
+        [](posenc::v1::EncodeRequest& request, posenc::v1::EncodeResponse& response) {
+          Echo(request, response);
+          return grpc::Status::OK;
+        });
   }
 };
 

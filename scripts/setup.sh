@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev libgtest-dev libbenchmark-dev
+  libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libeigen3-dev libspectra-dev
   python3-numpy python3-grpcio python3-grpc-tools
   prometheus curl openssl

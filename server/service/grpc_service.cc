@@ -1,10 +1,10 @@
 #include "server/service/grpc_service.h"
 
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <mutex>
 
+#include "server/service/ordered_stream.h"
 #include "server/service/proto_convert.h"
 
 namespace posenc {
@@ -46,112 +46,6 @@ class CallRecord {
 
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE,
                                  "server is shutting down; retry on another replica");
-
-// EncodeStream: one response per request, in order. Reads run at most kStreamWindow
-// responses ahead of the writes. All state changes happen under mu_, since a read and a
-// write may complete on different threads at once. Metrics count each message with its
-// scheme; the stream itself is counted only when it ends in an error no message carried
-// (refused, or broken by the client).
-class EncodeStreamReactor final
-    : public grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse> {
- public:
-  EncodeStreamReactor(const PositionalEncodingService* service, ServiceMetrics* metrics)
-      : service_(service), metrics_(metrics), call_(metrics, Method::kEncodeStream) {
-    if (service_->refusing()) {
-      call_.Done(SchemeLabel::kNone, kShuttingDown.error_code());
-      Finish(kShuttingDown);
-      return;
-    }
-    reading_ = true;
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    std::unique_ptr<v1::EncodeResponse> response;
-    grpc::Status status;
-    if (ok) {
-      CallRecord message(metrics_, Method::kEncodeStream, /*count_inflight=*/false);
-      response = std::make_unique<v1::EncodeResponse>();
-      SchemeLabel scheme = SchemeLabel::kNone;
-      // The handler works in place on request_'s bytes and moves them into the response.
-      status = ToGrpcStatus(service_->handlers().Encode(request_, *response, &scheme),
-                            request_.request_id());
-      message.Done(scheme, status.error_code());
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    reading_ = false;
-    if (!ok) {
-      reads_done_ = true;
-    } else if (!status.ok()) {
-      final_status_ = status;  // stop reading; finish once the queued answers are out
-      final_status_counted_ = true;
-      reads_done_ = true;
-    } else {
-      queue_.push_back(std::move(response));
-      if (!writing_) {
-        writing_ = true;
-        StartWrite(queue_.front().get());
-      }
-      MaybeReadLocked();
-    }
-    MaybeFinishLocked();
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    queue_.pop_front();
-    if (!ok) {  // the client is gone: drop what is queued
-      queue_.clear();
-      broken_ = true;
-      if (!reading_) reads_done_ = true;
-      final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream broken");
-    } else if (!queue_.empty()) {
-      writing_ = true;
-      StartWrite(queue_.front().get());
-    }
-    MaybeReadLocked();
-    MaybeFinishLocked();
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  // REQUIRES: mu_ held.
-  void MaybeReadLocked() {
-    if (!reading_ && !reads_done_ && !broken_ && queue_.size() < PositionalEncodingService::kStreamWindow) {
-      request_.Clear();
-      reading_ = true;
-      StartRead(&request_);
-    }
-  }
-  // REQUIRES: mu_ held.
-  void MaybeFinishLocked() {
-    if (reads_done_ && !reading_ && !writing_ && queue_.empty() && !finished_) {
-      finished_ = true;
-      if (!final_status_.ok() && !final_status_counted_) {
-        call_.Done(SchemeLabel::kNone, final_status_.error_code());
-      } else {
-        call_.LeaveInflight();
-      }
-      Finish(final_status_);
-    }
-  }
-
-  const PositionalEncodingService* service_;
-  ServiceMetrics* metrics_;
-  CallRecord call_;  // keeps the stream counted in flight while it lives
-  v1::EncodeRequest request_;
-  std::mutex mu_;
-  std::deque<std::unique_ptr<v1::EncodeResponse>> queue_;  // front is being written
-  bool reading_ = false;
-  bool writing_ = false;
-  bool reads_done_ = false;
-  bool broken_ = false;
-  bool finished_ = false;
-  bool final_status_counted_ = false;  // a message's error already counted it
-  grpc::Status final_status_;
-};
 
 // GetTable: computes each chunk only when the previous one has been written, so a table
 // of any length streams in bounded memory.
@@ -216,49 +110,63 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
-                                                            const v1::EncodeRequest* request,
-                                                            v1::EncodeResponse* response) {
+template <typename Handle>
+grpc::ServerUnaryReactor* PositionalEncodingService::ServeUnary(
+    grpc::CallbackServerContext* context, Method method, Handle handle) {
   auto* reactor = context->DefaultReactor();
-  CallRecord call(handlers_.state().metrics, Method::kEncode);
-  if (refusing()) {
-    call.Done(LabelOf(*request), kShuttingDown.error_code());
-    reactor->Finish(kShuttingDown);
-    return reactor;
-  }
-  // The request is ours until Finish; the kernels work in place on its tensor bytes.
-  auto* mutable_request = const_cast<v1::EncodeRequest*>(request);
+  CallRecord call(handlers_.state().metrics, method);
   SchemeLabel scheme = SchemeLabel::kNone;
-  const grpc::Status status = ToGrpcStatus(
-      handlers_.Encode(*mutable_request, *response, &scheme), request->request_id());
+  const grpc::Status status = refusing() ? kShuttingDown : handle(&scheme);
   call.Done(scheme, status.error_code());
   reactor->Finish(status);
   return reactor;
 }
 
+// The request messages are ours until Finish: the handlers work in place on their tensor
+// bytes and move them into the responses, hence the const_casts.
+grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
+                                                            const v1::EncodeRequest* request,
+                                                            v1::EncodeResponse* response) {
+  return ServeUnary(context, Method::kEncode, [&](SchemeLabel* scheme) {
+    return ToGrpcStatus(
+        handlers_.Encode(*const_cast<v1::EncodeRequest*>(request), *response, scheme),
+        request->request_id());
+  });
+}
+
+// Each message is counted with its scheme; the stream itself only when it ends in an error
+// no message carried (refused, or broken by the client).
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
-  return new EncodeStreamReactor(this, handlers_.state().metrics);
+  ServiceMetrics* metrics = handlers_.state().metrics;
+  auto call = std::make_shared<CallRecord>(metrics, Method::kEncodeStream);
+  auto handle = [this, metrics](v1::EncodeRequest& request, v1::EncodeResponse& response) {
+    CallRecord message(metrics, Method::kEncodeStream, /*count_inflight=*/false);
+    SchemeLabel scheme = SchemeLabel::kNone;
+    grpc::Status status =
+        ToGrpcStatus(handlers_.Encode(request, response, &scheme), request.request_id());
+    message.Done(scheme, status.error_code());
+    return status;
+  };
+  auto on_finish = [call](const grpc::Status& status, bool from_handler) {
+    if (!status.ok() && !from_handler) {
+      call->Done(SchemeLabel::kNone, status.error_code());
+    } else {
+      call->LeaveInflight();
+    }
+  };
+  return new OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>(
+      kStreamWindow, handle, on_finish, refusing() ? kShuttingDown : grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const v1::BiasRequest* request,
     v1::BiasResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  CallRecord call(handlers_.state().metrics, Method::kAttentionBias);
-  if (refusing()) {
-    call.Done(SchemeLabel::kNone, kShuttingDown.error_code());
-    reactor->Finish(kShuttingDown);
-    return reactor;
-  }
-  SchemeLabel scheme = SchemeLabel::kNone;
-  const grpc::Status status =
-      ToGrpcStatus(handlers_.AttentionBias(*const_cast<v1::BiasRequest*>(request), *response,
-                                           &scheme),
-                   request->request_id());
-  call.Done(scheme, status.error_code());
-  reactor->Finish(status);
-  return reactor;
+  return ServeUnary(context, Method::kAttentionBias, [&](SchemeLabel* scheme) {
+    return ToGrpcStatus(
+        handlers_.AttentionBias(*const_cast<v1::BiasRequest*>(request), *response, scheme),
+        request->request_id());
+  });
 }
 
 grpc::ServerWriteReactor<v1::TableChunk>* PositionalEncodingService::GetTable(
@@ -269,35 +177,20 @@ grpc::ServerWriteReactor<v1::TableChunk>* PositionalEncodingService::GetTable(
 grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
     grpc::CallbackServerContext* context, const v1::ListSchemesRequest* request,
     v1::ListSchemesResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  CallRecord call(handlers_.state().metrics, Method::kListSchemes);
-  if (refusing()) {
-    call.Done(SchemeLabel::kNone, kShuttingDown.error_code());
-    reactor->Finish(kShuttingDown);
-    return reactor;
-  }
-  handlers_.ListSchemes(*response);
-  call.Done(SchemeLabel::kNone, grpc::StatusCode::OK);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return ServeUnary(context, Method::kListSchemes, [&](SchemeLabel*) {
+    handlers_.ListSchemes(*response);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
     grpc::CallbackServerContext* context, const v1::GraphRequest* request,
     v1::GraphResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  CallRecord call(handlers_.state().metrics, Method::kGraphEncode);
-  if (refusing()) {
-    call.Done(SchemeLabel::kNone, kShuttingDown.error_code());
-    reactor->Finish(kShuttingDown);
-    return reactor;
-  }
-  const grpc::Status status = ToGrpcStatus(
-      handlers_.GraphEncode(*const_cast<v1::GraphRequest*>(request), *response),
-      request->request_id());
-  call.Done(SchemeLabel::kGraphLaplacian, status.error_code());
-  reactor->Finish(status);
-  return reactor;
+  return ServeUnary(context, Method::kGraphEncode, [&](SchemeLabel* scheme) {
+    *scheme = SchemeLabel::kGraphLaplacian;
+    return ToGrpcStatus(handlers_.GraphEncode(*const_cast<v1::GraphRequest*>(request), *response),
+                        request->request_id());
+  });
 }
 
 }  // namespace posenc

@@ -42,6 +42,12 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
   bool refusing() const { return refusing_.load(); }
 
  private:
+  // Times and counts one unary call, refuses it while shutting down, else runs
+  // handle(SchemeLabel*) -> grpc::Status.
+  template <typename Handle>
+  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, Method method,
+                                       Handle handle);
+
   RequestHandlers handlers_;
   std::atomic<bool> refusing_{false};
 };

@@ -1,0 +1,125 @@
+// A bidirectional gRPC stream that answers one response per request, in request order,
+// reading at most `window` responses ahead of its writes: a client that sends faster than
+// it reads is slowed down by flow control instead of growing the server's memory.
+// The reactor owns itself and is deleted when gRPC is done with it. Thread-safe: reads and
+// writes may complete on different threads; all state changes happen under one mutex.
+//
+//   return new OrderedStreamReactor<Req, Resp>(2, [](Req& in, Resp& out) { ...; return OK; });
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "grpcpp/support/server_callback.h"
+#include "grpcpp/support/status.h"
+
+namespace posenc {
+
+template <typename Request, typename Response>
+class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  // Answers one request. It may take the request's bytes (the request is cleared before the
+  // next read). A non-OK status ends the stream with it once the earlier answers are out.
+  using Handler = std::function<grpc::Status(Request&, Response&)>;
+  // Runs once, just before Finish, with the final status and whether a Handler returned it.
+  using OnFinish = std::function<void(const grpc::Status&, bool from_handler)>;
+
+  // With a non-OK `refuse`, the stream finishes at once with it and reads nothing.
+  OrderedStreamReactor(size_t window, Handler handler, OnFinish on_finish = nullptr,
+                       grpc::Status refuse = grpc::Status::OK)
+      : window_(window), handler_(std::move(handler)), on_finish_(std::move(on_finish)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!refuse.ok()) {
+      final_status_ = refuse;
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    reading_ = true;
+    this->StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::unique_ptr<Response> response;
+    grpc::Status status;
+    if (ok) {  // handled outside the lock: only this thread touches request_ until StartRead
+      response = std::make_unique<Response>();
+      status = handler_(request_, *response);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    reading_ = false;
+    if (!ok) {
+      reads_done_ = true;
+    } else if (!status.ok()) {
+      final_status_ = status;  // stop reading; finish once the queued answers are out
+      from_handler_ = true;
+      reads_done_ = true;
+    } else {
+      queue_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        this->StartWrite(queue_.front().get());
+      }
+      MaybeReadLocked();
+    }
+    MaybeFinishLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    queue_.pop_front();
+    if (!ok) {  // the client is gone: drop what is queued
+      queue_.clear();
+      broken_ = true;
+      if (!reading_) reads_done_ = true;
+      final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream broken by the client");
+      from_handler_ = false;
+    } else if (!queue_.empty()) {
+      writing_ = true;
+      this->StartWrite(queue_.front().get());
+    }
+    MaybeReadLocked();
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // REQUIRES: mu_ held.
+  void MaybeReadLocked() {
+    if (!reading_ && !reads_done_ && !broken_ && queue_.size() < window_) {
+      request_.Clear();
+      reading_ = true;
+      this->StartRead(&request_);
+    }
+  }
+  // REQUIRES: mu_ held.
+  void MaybeFinishLocked() {
+    if (reads_done_ && !reading_ && !writing_ && queue_.empty() && !finished_) {
+      finished_ = true;
+      if (on_finish_) on_finish_(final_status_, from_handler_);
+      this->Finish(final_status_);
+    }
+  }
+
+  const size_t window_;
+  const Handler handler_;
+  const OnFinish on_finish_;
+  Request request_;
+  std::mutex mu_;
+  std::deque<std::unique_ptr<Response>> queue_;  // front is being written
+  bool reading_ = false;
+  bool writing_ = false;
+  bool reads_done_ = false;
+  bool broken_ = false;
+  bool finished_ = false;
+  bool from_handler_ = false;
+  grpc::Status final_status_;
+};
+
+}  // namespace posenc

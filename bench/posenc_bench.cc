@@ -335,6 +335,21 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size) {
                      },
                      [] { return std::string(LastAddImplementation()); }});
   }
+  // The add kernel alone, each implementation on the same rows: the default (AVX2 rows,
+  // cache-blocked) against oneDNN's binary_add with broadcast.
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
+    for (auto [label, impl] : {std::pair{"add_vector", AddImplementation::kVector},
+                               std::pair{"add_onednn", AddImplementation::kOneDnn}}) {
+      cases.push_back({label, size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
+                       [&f, data, dt, emb_shape, impl = impl] {
+                         TensorView x{dt, emb_shape, data};
+                         Check(AddEncodingInPlace(x, f.learned->data.data(), 1.0f, 1.0f, impl),
+                               "AddEncodingInPlace");
+                       },
+                       [] { return std::string(LastAddImplementation()); }});
+    }
+  }
   {
     const size_t bytes = static_cast<size_t>(emb_n) * sizeof(float);
     cases.push_back({"learned_add", size, emb_shape, DType::kFloat32, bytes,

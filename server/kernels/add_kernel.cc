@@ -227,10 +227,18 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
 }
 
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                float pe_scale) {
+                                float pe_scale, AddImplementation implementation) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
-  const AddImpl impl = ChosenAddImpl();
+  AddImpl impl = ChosenAddImpl();
+  switch (implementation) {
+    case AddImplementation::kVector:
+      impl = simd::HasAvx2F16c() ? AddImpl::kAvx2 : AddImpl::kLoop;
+      break;
+    case AddImplementation::kOneDnn: impl = AddImpl::kOneDnn; break;
+    case AddImplementation::kScalar: impl = AddImpl::kLoop; break;
+    case AddImplementation::kAuto: break;
+  }
   if (impl == AddImpl::kAvx2) {
     last_impl = "avx2";
     AddRowsBlocked(x, pe, input_scale, pe_scale);

@@ -11,16 +11,22 @@
 
 namespace posenc {
 
+// Which code applies the add. kAuto picks the fastest this CPU has (see below); the others
+// exist so benchmarks and tests can compare them.
+enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar };
+
 // REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
 // float32 rows that stay alive for the call.
 // On CPUs with AVX2 and F16C: vectorised rows in seq-major order (each pe row read once
 // for all batch rows), bit-identical to AddEncodingLoop. Elsewhere a oneDNN binary_add
 // (scales as attributes) when one is available for the dtype, else the loop below.
 // Tensors under 256 KiB run on the calling thread, larger ones on KernelThreads() threads.
-// POSENC_ADD_IMPL=avx2|onednn|loop pins the choice (benchmarks). Returns INTERNAL only if
-// oneDNN fails unexpectedly.
+// POSENC_ADD_IMPL=avx2|onednn|loop pins kAuto's choice. kVector on a CPU without AVX2/F16C,
+// or kOneDnn for a dtype oneDNN has no JIT kernel for, falls back to the scalar loop.
+// Returns INTERNAL only if oneDNN fails unexpectedly.
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                float pe_scale);
+                                float pe_scale,
+                                AddImplementation implementation = AddImplementation::kAuto);
 
 // The same formula as a plain loop in float32 arithmetic, rounded once to x's dtype.
 // Used as the fallback and as the reference in tests.
@@ -33,8 +39,7 @@ void ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float in
                     float pe_scale, TensorView out);
 
 // Which implementation AddEncodingInPlace used last on this thread ("avx2", "onednn" or
-// "loop"),
-// for tests and benchmarks.
+// "loop"), for tests and benchmarks.
 const char* LastAddImplementation();
 
 }  // namespace posenc

@@ -151,21 +151,26 @@ __attribute__((target("avx2,f16c"))) void AddRowF16Avx2(void* xv, const float* p
   for (; c < dim; ++c) x[c] = FloatToHalf(HalfToFloat(x[c]) * a + pe[c] * b);
 }
 
-// Which implementation AddEncodingInPlace uses: the AVX2 rows where the CPU has AVX2 and
-// F16C, else oneDNN (fp32/bf16) or the plain loop. POSENC_ADD_IMPL=avx2|onednn|loop pins it
-// for benchmarks; an unsupported value falls through to the default.
+// Which implementation AddEncodingInPlace uses by default, from posenc-bench on this
+// project's machines (README, "Performance"): float32 and float16 take the AVX2 rows (the
+// cache-blocked loop beats oneDNN's broadcast for float32; oneDNN has no float16 JIT
+// kernel here); bfloat16 takes oneDNN's JIT binary_add, whose conversions beat ours.
+// Without AVX2/F16C everything goes to oneDNN, or to the plain loop where oneDNN has only
+// a reference kernel. POSENC_ADD_IMPL=avx2|onednn|loop pins the choice for benchmarks.
 enum class AddImpl { kAvx2, kOneDnn, kLoop };
 
-AddImpl ChosenAddImpl() {
-  static const AddImpl impl = [] {
-    const bool avx2 = simd::HasAvx2F16c();
-    if (const char* pin = std::getenv("POSENC_ADD_IMPL"); pin != nullptr) {
-      if (std::strcmp(pin, "onednn") == 0) return AddImpl::kOneDnn;
-      if (std::strcmp(pin, "loop") == 0) return AddImpl::kLoop;
-    }
-    return avx2 ? AddImpl::kAvx2 : AddImpl::kOneDnn;
+AddImpl ChosenAddImpl(DType dtype) {
+  static const int pinned = [] {
+    const char* pin = std::getenv("POSENC_ADD_IMPL");
+    if (pin == nullptr) return -1;
+    if (std::strcmp(pin, "avx2") == 0 && simd::HasAvx2F16c()) return static_cast<int>(AddImpl::kAvx2);
+    if (std::strcmp(pin, "onednn") == 0) return static_cast<int>(AddImpl::kOneDnn);
+    if (std::strcmp(pin, "loop") == 0) return static_cast<int>(AddImpl::kLoop);
+    return -1;
   }();
-  return impl;
+  if (pinned >= 0) return static_cast<AddImpl>(pinned);
+  if (!simd::HasAvx2F16c() || dtype == DType::kBFloat16) return AddImpl::kOneDnn;
+  return AddImpl::kAvx2;
 }
 
 // Encoding rows per block: 256 KiB of pe, kept in L2 while every batch row adds it.
@@ -230,7 +235,7 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
                                 float pe_scale, AddImplementation implementation) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
-  AddImpl impl = ChosenAddImpl();
+  AddImpl impl = ChosenAddImpl(x.dtype);
   switch (implementation) {
     case AddImplementation::kVector:
       impl = simd::HasAvx2F16c() ? AddImpl::kAvx2 : AddImpl::kLoop;
@@ -248,7 +253,13 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
   std::shared_ptr<dnnl::binary> add =
       impl == AddImpl::kLoop ? nullptr
                              : primitives.Find(x.dtype, nb, seq, dim, input_scale, pe_scale);
-  if (!add) {
+  if (!add) {  // no JIT kernel for this dtype: the vector rows if the CPU has them
+    if (impl == AddImpl::kOneDnn && implementation == AddImplementation::kAuto &&
+        simd::HasAvx2F16c()) {
+      last_impl = "avx2";
+      AddRowsBlocked(x, pe, input_scale, pe_scale);
+      return absl::OkStatus();
+    }
     last_impl = "loop";
     AddEncodingLoop(x, pe, input_scale, pe_scale);
     return absl::OkStatus();

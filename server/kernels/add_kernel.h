@@ -17,9 +17,10 @@ enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar };
 
 // REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
 // float32 rows that stay alive for the call.
-// On CPUs with AVX2 and F16C: vectorised rows in seq-major order (each pe row read once
-// for all batch rows), bit-identical to AddEncodingLoop. Elsewhere a oneDNN binary_add
-// (scales as attributes) when one is available for the dtype, else the loop below.
+// kAuto: float32/float16 on CPUs with AVX2 and F16C take vectorised rows in seq-major order
+// (each pe row read once for all batch rows), bit-identical to AddEncodingLoop; bfloat16
+// (and every dtype elsewhere) takes a oneDNN binary_add (scales as attributes) when oneDNN
+// has a JIT kernel for it, else the vector rows or the loop below.
 // Tensors under 256 KiB run on the calling thread, larger ones on KernelThreads() threads.
 // POSENC_ADD_IMPL=avx2|onednn|loop pins kAuto's choice. kVector on a CPU without AVX2/F16C,
 // or kOneDnn for a dtype oneDNN has no JIT kernel for, falls back to the scalar loop.

@@ -1,5 +1,7 @@
 #include "server/kernels/bias_kernel.h"
 
+#include "server/kernels/threads.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,6 +25,10 @@ int64_t RelativeRowLength(const BiasGeometry& g) { return g.query_length + g.key
 int64_t RelativeOffsetAt(const BiasGeometry& g, int64_t t) {
   return t - (g.query_offset + g.query_length - 1);
 }
+
+// Threads for an output of `bytes`: one below 256 KiB (a thread-team wake-up costs more than
+// it saves), else the kernel pool; heads are split across them.
+int BiasThreads(size_t bytes) { return bytes < (size_t{256} << 10) ? 1 : KernelThreads(); }
 
 // out[i, :] = rel[q-1-i : q-1-i+k] for every query i. out: [q, k].
 void CopyRelativeRows(const float* rel, const BiasGeometry& g, float* out) {
@@ -263,11 +269,16 @@ int32_t T5RelativeBucket(int64_t relative_position, bool bidirectional, int32_t 
 absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, float* out) {
   RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
-  std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
   const int64_t head_size = geom.query_length * geom.key_length;
-  for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
-    FillAlibiRelativeRow(spec, geom, h, rel.data());
-    CopyRelativeRows(rel.data(), geom, out + h * head_size);
+  const int threads = BiasThreads(static_cast<size_t>(head_size * spec.num_heads) * 4);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
+#pragma omp for schedule(static)
+    for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
+      FillAlibiRelativeRow(spec, geom, h, rel.data());
+      CopyRelativeRows(rel.data(), geom, out + h * head_size);
+    }
   }
   return absl::OkStatus();
 }
@@ -276,18 +287,23 @@ absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
                           const TensorView& scores) {
   RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
   RETURN_IF_ERROR(ValidateScores(geom, spec.num_heads, "alibi.num_heads", scores));
-  std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
-  std::vector<float> row_buffer(
-      scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
   const int64_t batch = scores.shape[0];
   const size_t block_bytes =
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
-  for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
-    FillAlibiRelativeRow(spec, geom, h, rel.data());
-    for (int64_t b = 0; b < batch; ++b) {  // batch
-      void* block = base + static_cast<size_t>(b * spec.num_heads + h) * block_bytes;
-      AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+  const int threads = BiasThreads(scores.NumBytes());
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
+    std::vector<float> row_buffer(
+        scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
+#pragma omp for schedule(static)
+    for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
+      FillAlibiRelativeRow(spec, geom, h, rel.data());
+      for (int64_t b = 0; b < batch; ++b) {  // batch
+        void* block = base + static_cast<size_t>(b * spec.num_heads + h) * block_bytes;
+        AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+      }
     }
   }
   return absl::OkStatus();
@@ -313,11 +329,16 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
   const size_t n = static_cast<size_t>(RelativeRowLength(geom));
   std::vector<int32_t> buckets(n);
   FillT5RelativeBuckets(spec, geom, buckets.data());
-  std::vector<float> rel(n);
   const int64_t head_size = geom.query_length * geom.key_length;
-  for (int32_t h = 0; h < heads; ++h) {  // head
-    for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
-    CopyRelativeRows(rel.data(), geom, out + h * head_size);
+  const int threads = BiasThreads(static_cast<size_t>(head_size * heads) * 4);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> rel(n);
+#pragma omp for schedule(static)
+    for (int32_t h = 0; h < heads; ++h) {  // head
+      for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
+      CopyRelativeRows(rel.data(), geom, out + h * head_size);
+    }
   }
   return absl::OkStatus();
 }
@@ -329,18 +350,23 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
   const size_t n = static_cast<size_t>(RelativeRowLength(geom));
   std::vector<int32_t> buckets(n);
   FillT5RelativeBuckets(spec, geom, buckets.data());
-  std::vector<float> rel(n);
-  std::vector<float> row_buffer(
-      scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
   const int64_t batch = scores.shape[0];
   const size_t block_bytes =
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
-  for (int32_t h = 0; h < heads; ++h) {  // head
-    for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
-    for (int64_t b = 0; b < batch; ++b) {  // batch
-      void* block = base + static_cast<size_t>(b * heads + h) * block_bytes;
-      AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+  const int threads = BiasThreads(scores.NumBytes());
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> rel(n);
+    std::vector<float> row_buffer(
+        scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
+#pragma omp for schedule(static)
+    for (int32_t h = 0; h < heads; ++h) {  // head
+      for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
+      for (int64_t b = 0; b < batch; ++b) {  // batch
+        void* block = base + static_cast<size_t>(b * heads + h) * block_bytes;
+        AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+      }
     }
   }
   return absl::OkStatus();

@@ -30,7 +30,7 @@ def find_bench(explicit):
     if explicit:
         return explicit
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for build in ("build-bench", "build"):
+    for build in ("build",):
         path = os.path.join(root, build, "bench", "posenc-bench")
         if os.path.exists(path):
             return path

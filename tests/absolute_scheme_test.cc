@@ -8,6 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/fixture_path.h"
 #include "nlohmann/json.hpp"
 #include "server/kernels/add_kernel.h"
 
@@ -18,10 +19,7 @@ namespace {
 // here are at most 1 in magnitude. Allow a little more for the oneDNN add of 0.
 constexpr double kRoundedOnce = 1.2e-7;
 
-std::string FixturePath(const std::string& name) {
-  const char* dir = std::getenv("POSENC_SOURCE_DIR");
-  return std::string(dir ? dir : ".") + "/tests/fixtures/" + name;
-}
+using ::posenc::testing::FixturePath;
 
 std::vector<float> Zeros(size_t n) { return std::vector<float>(n, 0.0f); }
 

@@ -14,17 +14,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/fixture_path.h"
 
 namespace posenc {
 namespace {
 
-std::string FixturePath(const std::string& name) {
-  if (const char* src = std::getenv("POSENC_SOURCE_DIR")) {
-    return std::string(src) + "/tests/fixtures/" + name;
-  }
-  std::string here = __FILE__;
-  return here.substr(0, here.find_last_of('/')) + "/fixtures/" + name;
-}
+using ::posenc::testing::FixturePath;
 
 // y = L x for the graph, written independently of the library: dense adjacency sets.
 std::vector<double> ApplyLaplacian(int64_t n, const std::vector<int64_t>& edges, bool normalized,

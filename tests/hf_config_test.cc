@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/fixture_path.h"
 
 namespace posenc::client {
 namespace {
@@ -15,8 +16,7 @@ using ::testing::HasSubstr;
 namespace v1 = ::posenc::v1;
 
 std::string FixturePath(const std::string& name) {
-  std::string here = __FILE__;
-  return here.substr(0, here.rfind('/')) + "/fixtures/hf_configs/" + name;
+  return ::posenc::testing::FixturePath("hf_configs/" + name);
 }
 
 HfRopeConfig LoadFixture(const std::string& name) {

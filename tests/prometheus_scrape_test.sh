@@ -4,6 +4,7 @@
 # Usage: prometheus_scrape_test.sh BUILD_DIR
 set -euo pipefail
 build=${1:?build dir}
+deploy="$(cd "$(dirname "$0")/.." && pwd)/deploy"
 command -v prometheus >/dev/null || { echo "prometheus is not installed (scripts/setup.sh installs it)"; exit 1; }
 work=$(mktemp -d)
 cleanup() {
@@ -56,4 +57,10 @@ echo "prometheus: up=$up encode_ok=$got duration_buckets=$buckets"
 [ "$up" = "1" ] || { echo "FAIL: Prometheus could not scrape posenc"; cat "$work/prometheus.log" | tail -20; exit 1; }
 [ "$got" = "3" ] || { echo "FAIL: expected 3 Encode OK requests in Prometheus, got '$got'"; exit 1; }
 [ "${buckets:-0}" -ge 18 ] || { echo "FAIL: expected >= 18 histogram buckets (50us..10s, +Inf), got '$buckets'"; exit 1; }
-echo "PASS: Prometheus scraped posenc's metrics"
+# The shipped alert rules load, and every metric they and the dashboard name exists.
+promtool check rules "$deploy/prometheus/alerts.yml" >/dev/null || { echo "FAIL: alerts.yml"; exit 1; }
+exported=$(curl -sf "http://$metrics/metrics")
+for metric in $(grep -ohE 'posenc_[a-z_]+' "$deploy/prometheus/alerts.yml" "$deploy/grafana/posenc-dashboard.json" | sort -u); do
+  grep -q "^$metric" <<<"$exported" || { echo "FAIL: $metric is not exported"; exit 1; }
+done
+echo "PASS: Prometheus scraped posenc's metrics; the alert rules and dashboard name real metrics"

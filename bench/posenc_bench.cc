@@ -366,7 +366,7 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size) {
   const int64_t q_n = f.q_batch * f.q_seq * f.q_heads * f.head_dim;
   const size_t rows_bytes = static_cast<size_t>(f.q_seq * f.head_dim) * sizeof(float);
   for (auto style : {RopeSpec::Style::kNeox, RopeSpec::Style::kGptj}) {
-    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       const size_t bytes = static_cast<size_t>(q_n) * DTypeSize(dt);
       cases.push_back({style == RopeSpec::Style::kNeox ? "rope_neox" : "rope_gptj", size, q_shape,
                        dt, bytes, 2 * bytes + rows_bytes,

@@ -1,6 +1,11 @@
 // AddEncodingInPlace (vectorised rows, threaded when large) against AddEncodingLoop, the
 // plain formula: bit-identical results for every float dtype, including the vector tail,
 // several batch rows, the threaded size, and NaN, infinity, subnormal and overflow inputs.
+// GCC 12 reports the _mm512_undefined_* operands inside AVX-512 intrinsics (srli, cvtepi32_epi16,
+// cvtps_ph, ...) as "may be used uninitialized" (GCC bug 105593) wherever they inline.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -56,9 +61,14 @@ struct Case {
 TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
   const Case cases[] = {{1, 1, 1, 1, 1},        {2, 7, 33, 1.5f, 0.25f},
                         {3, 5, 17, 1, 1},       {1, 3, 8, 1, -2},
+                        {2, 3, 47, 1, 1},       {2, 3, 31, 1.5f, 0.25f},  // AVX-512 tails
                         {4, 64, 1024, 1.5f, 0.25f},  // 1 MiB fp32: the threaded path
                         {9, 31, 515, 1, 1}};         // odd rows split across threads
   std::mt19937 rng(7);
+  // Default choice, then each vector width forced (AVX-512 falls back to AVX2 rows where
+  // the CPU or dtype has none).
+  for (AddImplementation impl : {AddImplementation::kAuto, AddImplementation::kVectorAvx2,
+                                 AddImplementation::kVectorAvx512}) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (const Case& c : cases) {
       const int64_t n = c.nb * c.seq * c.dim;
@@ -69,7 +79,7 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
       std::vector<char> fast = MakeInput(dtype, n, rng);
       std::vector<char> slow = fast;
       TensorView x{dtype, {c.nb, c.seq, c.dim}, fast.data()};
-      ASSERT_TRUE(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale).ok());
+      ASSERT_TRUE(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, impl).ok());
       AddEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
                       c.input_scale, c.pe_scale);
       const size_t elem = DTypeSize(dtype);
@@ -78,7 +88,37 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
         if (std::memcmp(fast.data() + i * elem, slow.data() + i * elem, elem) != 0) {
           ++mismatches;
           ADD_FAILURE() << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim
-                        << "] element " << i << " differs from AddEncodingLoop";
+                        << "] element " << i << " differs from AddEncodingLoop ("
+                        << LastAddImplementation() << ")";
+        }
+      }
+    }
+  }
+  }
+}
+
+// Every 16-bit pattern (NaN payloads, infinities, subnormals, whose float32 products are
+// float32 subnormals for bfloat16) through each vector width, against the loop.
+TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
+  const int64_t dim = 65536 + 13;  // one row per batch item: full vectors and a tail
+  std::vector<float> pe(dim);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : pe) v = u(rng);
+  for (int64_t i = 0; i < dim; i += 5) pe[i] = 0.0f;  // x * a alone: subnormals survive
+  for (AddImplementation impl : {AddImplementation::kVectorAvx2, AddImplementation::kVectorAvx512}) {
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (float a : {1.0f, 0.75f}) {
+        std::vector<uint16_t> fast(dim), slow(dim);
+        for (int64_t i = 0; i < dim; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
+        ASSERT_TRUE(AddEncodingInPlace(TensorView{dtype, {1, 1, dim}, fast.data()}, pe.data(),
+                                       a, 0.5f, impl)
+                        .ok());
+        AddEncodingLoop(TensorView{dtype, {1, 1, dim}, slow.data()}, pe.data(), a, 0.5f);
+        for (int64_t i = 0; i < dim; ++i) {
+          ASSERT_EQ(fast[i], slow[i]) << DTypeName(dtype) << " " << LastAddImplementation()
+                                      << " a=" << a << " element " << i << " input "
+                                      << static_cast<uint16_t>(i * 40503u);
         }
       }
     }
@@ -131,6 +171,69 @@ TEST(SimdConvert, WidenAndNarrowAreBitIdenticalToTheScalarConversions) {
       ASSERT_EQ(narrow[i], want) << DTypeName(dtype) << " probe " << i << " = " << probes[i];
     }
   }
+}
+
+// The AVX-512 conversions (16 lanes): every 16-bit pattern widened, and probes around every
+// 16-bit value (halfway points, NaN payloads, float32 subnormals) narrowed, each bit-identical
+// to the scalar conversions.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) __m256i NativeBf16(__m512 f) {
+  return simd::NarrowBf16x16Native(f);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void CheckAvx512Conversions(
+    bool native_bf16) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    std::vector<float> probes;
+    for (size_t i = 0; i < all.size(); i += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&all[i]));
+      alignas(64) float wide[16];
+      _mm512_store_ps(wide, dtype == DType::kFloat16 ? simd::WidenF16x16(h)
+                                                     : simd::WidenBf16x16(h));
+      for (size_t j = 0; j < 16; ++j) {
+        const float want = dtype == DType::kFloat16 ? HalfToFloat(all[i + j])
+                                                    : BFloat16ToFloat(all[i + j]);
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(wide[j])) << DTypeName(dtype) << " " << all[i + j];
+        } else {
+          ASSERT_EQ(std::memcmp(&wide[j], &want, 4), 0) << DTypeName(dtype) << " " << all[i + j];
+        }
+        uint32_t bits;
+        std::memcpy(&bits, &want, 4);
+        for (uint32_t delta : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u,
+                               0xffffu}) {
+          const uint32_t probe_bits = bits + delta;
+          float probe;
+          std::memcpy(&probe, &probe_bits, 4);
+          probes.push_back(probe);
+        }
+      }
+    }
+    for (size_t i = 0; i + 16 <= probes.size(); i += 16) {
+      const __m512 f = _mm512_loadu_ps(&probes[i]);
+      const __m256i h = dtype == DType::kFloat16 ? simd::NarrowF16x16(f)
+                        : native_bf16            ? NativeBf16(f)
+                                                 : simd::NarrowBf16x16(f);
+      alignas(32) uint16_t got[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(got), h);
+      for (size_t j = 0; j < 16; ++j) {
+        const uint16_t want = dtype == DType::kFloat16 ? FloatToHalf(probes[i + j])
+                                                       : FloatToBFloat16(probes[i + j]);
+        ASSERT_EQ(got[j], want) << DTypeName(dtype) << (native_bf16 ? " native" : "")
+                                << " probe " << i + j << " = " << probes[i + j];
+      }
+    }
+  }
+}
+
+TEST(SimdConvert, Avx512ConversionsAreBitIdenticalToTheScalarConversions) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl")) {
+    GTEST_SKIP() << "no AVX-512 F/BW/VL";
+  }
+  CheckAvx512Conversions(/*native_bf16=*/false);
+  if (simd::HasAvx512Bf16()) CheckAvx512Conversions(/*native_bf16=*/true);
 }
 
 TEST(KernelThreads, SetOnOneThreadIsSeenOnAnother) {

@@ -214,6 +214,8 @@ double Ulp16(double v, DType t) {
 }
 
 TEST(RopeKernel, SixteenBitWithinOneUlpOfFloat64) {
+  for (RopeIsa isa : {RopeIsa::kAuto, RopeIsa::kScalar, RopeIsa::kAvx2, RopeIsa::kAvx512}) {
+  if (!RopeIsaSupported(isa)) continue;
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
       const int64_t seq = 5, heads = 3, head_dim = 40;
@@ -229,7 +231,7 @@ TEST(RopeKernel, SixteenBitWithinOneUlpOfFloat64) {
       std::vector<float> in(src.size());
       ToFloat32(dtype, x.data(), in.data(), x.size());
       RopeRotateInPlace({dtype, {seq, heads, head_dim}, x.data()}, g, pairing, rotary_dim,
-                        token_rows);
+                        token_rows, isa);
       std::vector<float> out(x.size());
       ToFloat32(dtype, x.data(), out.data(), x.size());
       for (int64_t t = 0; t < seq; ++t) {
@@ -248,6 +250,86 @@ TEST(RopeKernel, SixteenBitWithinOneUlpOfFloat64) {
           }
           for (int64_t d = rotary_dim; d < head_dim; ++d) {
             ASSERT_EQ(out[base + d], in[base + d]);
+          }
+        }
+      }
+    }
+  }
+  }
+}
+
+// The fused 16-bit vector kernels, each ISA forced, against their formula element by
+// element: widen, x_a*c - (x_b*s) and x_b*c + (x_a*s) each as one FMA over a rounded
+// product, round once with FloatToHalf / FloatToBFloat16. Bit-identical, except that a NaN
+// result need only be a NaN (which operand's payload and sign an FMA propagates is the
+// hardware's choice). Inputs cycle through all 65536 16-bit patterns (NaN, infinities,
+// subnormals, whose bfloat16 products are float32 subnormals); rotary dims leave tails of
+// every length for 8- and 16-lane vectors; some cos/sin are 0 and +-1.
+__attribute__((target("fma"))) uint16_t Rotate16Expected(DType dtype, uint16_t xa, uint16_t xb,
+                                                         float c, float s, bool first) {
+  const float fa = dtype == DType::kFloat16 ? HalfToFloat(xa) : BFloat16ToFloat(xa);
+  const float fb = dtype == DType::kFloat16 ? HalfToFloat(xb) : BFloat16ToFloat(xb);
+  const float r = first ? __builtin_fmaf(fa, c, -(fb * s)) : __builtin_fmaf(fb, c, fa * s);
+  return dtype == DType::kFloat16 ? FloatToHalf(r) : FloatToBFloat16(r);
+}
+
+bool IsNan16(DType dtype, uint16_t v) {
+  return dtype == DType::kFloat16 ? (v & 0x7fff) > 0x7c00 : (v & 0x7fff) > 0x7f80;
+}
+
+TEST(RopeKernel, SixteenBitVectorKernelsBitIdenticalToTheirFormula) {
+  if (!__builtin_cpu_supports("fma")) GTEST_SKIP() << "no FMA for the reference";
+  for (RopeIsa isa : {RopeIsa::kAvx2, RopeIsa::kAvx512}) {
+    if (!RopeIsaSupported(isa)) continue;
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
+        for (int rotary_dim : {2, 6, 14, 16, 18, 30, 32, 34, 46, 64, 80, 128}) {
+          const int64_t head_dim = rotary_dim + 3, heads = 5;
+          const int64_t seq = 65536 / (heads * head_dim) + 2;
+          const int half = rotary_dim / 2;
+          RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
+          std::vector<float> rows = RandomRows(seq, rotary_dim, 5);
+          rows[0] = 0.0f;
+          rows[half] = 1.0f;
+          if (half > 1) {
+            rows[1] = -1.0f;
+            rows[half + 1] = 0.0f;
+          }
+          std::vector<const float*> token_rows;
+          for (int64_t t = 0; t < seq; ++t) token_rows.push_back(&rows[t * rotary_dim]);
+          std::vector<uint16_t> x(static_cast<size_t>(seq * heads * head_dim));
+          for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint16_t>(i * 40503u);
+          const std::vector<uint16_t> in = x;
+          RopeRotateInPlace({dtype, {seq, heads, head_dim}, x.data()}, g, pairing, rotary_dim,
+                            token_rows, isa);
+          for (int64_t t = 0; t < seq; ++t) {
+            const float* row = &rows[t * rotary_dim];
+            for (int64_t h = 0; h < heads; ++h) {
+              const int64_t base = t * heads * head_dim + h * head_dim;
+              for (int k = 0; k < half; ++k) {
+                const int64_t a = base + (pairing == RopePairing::kRotateHalf ? k : 2 * k);
+                const int64_t b =
+                    base + (pairing == RopePairing::kRotateHalf ? k + half : 2 * k + 1);
+                for (bool first : {true, false}) {
+                  const uint16_t want =
+                      Rotate16Expected(dtype, in[a], in[b], row[k], row[half + k], first);
+                  const uint16_t got = x[first ? a : b];
+                  if (IsNan16(dtype, want)) {
+                    ASSERT_TRUE(IsNan16(dtype, got));
+                    continue;
+                  }
+                  ASSERT_EQ(got, want)
+                      << "isa " << static_cast<int>(isa) << " " << DTypeName(dtype)
+                      << (pairing == RopePairing::kRotateHalf ? " neox" : " gptj")
+                      << " rotary_dim " << rotary_dim << " token " << t << " head " << h
+                      << " pair " << k << (first ? " a" : " b") << " inputs " << in[a] << ", "
+                      << in[b];
+                }
+              }
+              for (int64_t d = rotary_dim; d < head_dim; ++d) {
+                ASSERT_EQ(x[base + d], in[base + d]) << "pass-through feature changed";
+              }
+            }
           }
         }
       }

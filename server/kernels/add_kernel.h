@@ -13,16 +13,20 @@ namespace posenc {
 
 // Which code applies the add. kAuto picks the fastest this CPU has (see below); the others
 // exist so benchmarks and tests can compare them.
-enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar };
+// kVector: the fastest vector rows this CPU has for the dtype (AVX-512 rows for float16 and
+// bfloat16 where present, else AVX2); kVectorAvx2 / kVectorAvx512 force one width (an
+// AVX-512 request falls back to AVX2 rows where there are none for the dtype).
+enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar, kVectorAvx2, kVectorAvx512 };
 
 // REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
 // float32 rows that stay alive for the call.
 // kAuto: float32/float16 on CPUs with AVX2 and F16C take vectorised rows in seq-major order
-// (each pe row read once for all batch rows), bit-identical to AddEncodingLoop; bfloat16
+// (each pe row read once for all batch rows; float16 with AVX-512 where the CPU has F, BW
+// and VL), bit-identical to AddEncodingLoop; bfloat16
 // (and every dtype elsewhere) takes a oneDNN binary_add (scales as attributes) when oneDNN
 // has a JIT kernel for it, else the vector rows or the loop below.
 // Tensors under 256 KiB run on the calling thread, larger ones on KernelThreads() threads.
-// POSENC_ADD_IMPL=avx2|onednn|loop pins kAuto's choice. kVector on a CPU without AVX2/F16C,
+// POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins kAuto's choice. kVector on a CPU without AVX2/F16C,
 // or kOneDnn for a dtype oneDNN has no JIT kernel for, falls back to the scalar loop.
 // Returns INTERNAL only if oneDNN fails unexpectedly.
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
@@ -39,8 +43,8 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
 void ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float input_scale,
                     float pe_scale, TensorView out);
 
-// Which implementation AddEncodingInPlace used last on this thread ("avx2", "onednn" or
-// "loop"), for tests and benchmarks.
+// Which implementation AddEncodingInPlace used last on this thread ("avx2", "avx512",
+// "onednn" or "loop"), for tests and benchmarks.
 const char* LastAddImplementation();
 
 }  // namespace posenc

@@ -33,14 +33,22 @@ struct RopeGeometry {
   int64_t head_stride = 0;
 };
 
-// The instruction sets the kernel can use; kAuto resolves once per process to AVX-512 on
-// Intel CPUs that have it, else AVX2+FMA, else scalar (env POSENC_ROPE_ISA pins it).
+// The instruction sets the kernel can use; kAuto resolves once per process: for float32 to
+// AVX-512 on Intel CPUs that have it, else AVX2+FMA, else scalar; for float16/bfloat16 to
+// AVX-512 (F+BW+VL) wherever present, AMD included, else the same (env POSENC_ROPE_ISA
+// pins both). 16-bit heads are converted and rotated in registers with AVX2+F16C or
+// AVX-512 (bfloat16 rounded by VCVTNEPS2BF16 where AVX512_BF16 is present), bit-identical
+// per element to widening, the vector formula (FMA) in float32, and FloatToHalf /
+// FloatToBFloat16.
 enum class RopeIsa { kAuto, kScalar, kAvx2, kAvx512 };
 
 // Whether this CPU can run `isa` (kAuto and kScalar: always).
 bool RopeIsaSupported(RopeIsa isa);
-// The instruction set kAuto resolves to on this CPU.
+// The instruction set kAuto resolves to on this CPU (float32 tensors).
 RopeIsa RopeBestIsa();
+// The same for FLOAT16 / BFLOAT16 tensors, whose fused convert-and-rotate kernels are
+// compute-bound and so may prefer another width; POSENC_ROPE_ISA pins both.
+RopeIsa RopeBestIsa16(DType dtype);
 
 // Rotates the first rotary_dim features of every head of `x` in place; the rest of each
 // head is not touched. 16-bit inputs are rotated in float32 and rounded once.

@@ -43,6 +43,14 @@ __attribute__((target("avx2"))) inline void StoreBf16x16(uint16_t* p, __m256 lo,
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
 }
 
+// Stores 8 floats as bfloat16.
+__attribute__((target("avx2"))) inline void StoreBf16x8(uint16_t* p, __m256 f) {
+  const __m256i bits = Bf16Bits(f);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(bits),
+                                    _mm256_extracti128_si256(bits, 1)));
+}
+
 __attribute__((target("avx2,f16c"))) inline __m256 LoadF16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -55,6 +63,75 @@ __attribute__((target("avx2,f16c"))) inline void StoreF16x8(uint16_t* p, __m256 
   f = _mm256_blendv_ps(f, canonical, is_nan);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// The same conversions 16 lanes at a time with AVX-512F (call only when HasAvx512f()).
+// Each takes or gives the 16 halves in a __m256i so callers choose plain or buffered
+// loads and stores.
+inline bool HasAvx512f() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+// Whether this CPU has VCVTNEPS2BF16 (AVX512_BF16, with VL and BW), used by NarrowBf16x16Avx512.
+inline bool HasAvx512Bf16() {
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+__attribute__((target("avx512f"))) inline __m512 WidenBf16x16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx512f"))) inline __m512 WidenF16x16(__m256i h) {
+  return _mm512_cvtph_ps(h);
+}
+
+// bfloat16 of 16 floats with integer ops, as FloatToBFloat16 (RNE; NaN -> bits>>16 | 0x40).
+__attribute__((target("avx512f"))) inline __m256i NarrowBf16x16(__m512 f) {
+  const __m512i bits = _mm512_castps_si512(f);
+  const __m512i hi = _mm512_srli_epi32(bits, 16);
+  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// The same with VCVTNEPS2BF16. That instruction flushes float32 denormals (exponent 0) to
+// signed zero where FloatToBFloat16 rounds them; lanes holding one take the integer route.
+// NaN: it gives bits>>16 | 0x40, as FloatToBFloat16 does.
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16"))) inline __m256i NarrowBf16x16Native(
+    __m512 f) {
+  const __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f));
+  const __m512i bits = _mm512_castps_si512(f);
+  // Denormal lanes: |bits| - 1 < 0x7fffff, unsigned (zeros come out right already).
+  const __mmask16 tiny = _mm512_cmplt_epu32_mask(
+      _mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                       _mm512_set1_epi32(1)),
+      _mm512_set1_epi32(0x7fffff));
+  if (__builtin_expect(tiny == 0, 1)) return r;
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i fixed = _mm512_cvtepi32_epi16(rounded);
+  return _mm256_mask_blend_epi16(tiny, r, fixed);
+}
+
+// IEEE half of 16 floats, as FloatToHalf (VCVTPS2PH keeps a NaN's payload; FloatToHalf
+// gives sign|0x7e00, so NaN lanes become sign|quiet NaN first).
+__attribute__((target("avx512f"))) inline __m256i NarrowF16x16(__m512 f) {
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  // (f & sign) | 0x7fc00000 on the NaN lanes: ternary logic (A & B) | C, imm 0xEA.
+  const __m512i canonical = _mm512_ternarylogic_epi32(
+      _mm512_castps_si512(f), _mm512_set1_epi32(static_cast<int>(0x80000000u)),
+      _mm512_set1_epi32(0x7fc00000), 0xEA);
+  f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(canonical));
+  return _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 // n 16-bit floats of `type` (FLOAT16 or BFLOAT16) to float32, and back.

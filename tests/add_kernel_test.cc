@@ -247,3 +247,23 @@ TEST(KernelThreads, SetOnOneThreadIsSeenOnAnother) {
 
 }  // namespace
 }  // namespace posenc
+
+namespace posenc {
+namespace {
+
+TEST(KernelThreadLease, OneCallHoldsThePoolAndSmallCallsNeverTakeIt) {
+  SetKernelThreads(2);
+  const size_t big = size_t{1} << 20, small = size_t{4} << 10;
+  {
+    const KernelThreadLease first(big);
+    EXPECT_EQ(first.threads(), 2);
+    const KernelThreadLease second(big);  // concurrent call: runs on its own thread
+    EXPECT_EQ(second.threads(), 1);
+    EXPECT_EQ(KernelThreadLease(small).threads(), 1);
+  }
+  const KernelThreadLease after(big);  // released with `first`
+  EXPECT_EQ(after.threads(), 2);
+}
+
+}  // namespace
+}  // namespace posenc

@@ -105,13 +105,6 @@ void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, fl
   }
 }
 
-// Below this many tensor bytes a call runs on the calling thread: waking a thread team
-// costs more than it saves (and, with many requests in flight, oversubscribes the cores).
-constexpr size_t kParallelBytes = size_t{256} << 10;
-
-// Threads for a tensor of `bytes`: 1 when small, else the kernel pool size.
-int ThreadsFor(size_t bytes) { return bytes < kParallelBytes ? 1 : KernelThreads(); }
-
 // One [dim] row: x = x*a + pe*b, the same float32 operations (two products, one sum, no
 // FMA) as AddLoop, so results are bit-identical to it. 16-bit rows are widened, computed
 // and rounded once to nearest even, NaN kept as the canonical quiet NaN as in FloatToHalf
@@ -261,7 +254,8 @@ void AddRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) 
   auto* bytes = static_cast<char*>(x.data);
   const int64_t block = std::max<int64_t>(1, kPeBlockBytes / (dim * 4));
   const int64_t blocks = (seq + block - 1) / block;
-  const int threads = ThreadsFor(x.NumBytes());
+  const KernelThreadLease lease(x.NumBytes());
+  const int threads = lease.threads();
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t k = 0; k < blocks; ++k) {  // position block
     const int64_t s0 = k * block, s1 = std::min(seq, s0 + block);
@@ -341,8 +335,9 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
   try {
     // oneDNN's OpenMP runtime sizes its team from the calling thread's setting, which
     // omp_set_num_threads on the main thread does not reach (gRPC threads start with the
-    // default): set it here, to 1 for small tensors.
-    const int threads = ThreadsFor(x.NumBytes());
+    // default): set it here, to 1 for small tensors or while another call holds the pool.
+    const KernelThreadLease lease(x.NumBytes());
+    const int threads = lease.threads();
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
     thread_local dnnl::stream stream(primitives.engine());
     using tag = dnnl::memory::format_tag;

@@ -26,10 +26,6 @@ int64_t RelativeOffsetAt(const BiasGeometry& g, int64_t t) {
   return t - (g.query_offset + g.query_length - 1);
 }
 
-// Threads for an output of `bytes`: one below 256 KiB (a thread-team wake-up costs more than
-// it saves), else the kernel pool; heads are split across them.
-int BiasThreads(size_t bytes) { return bytes < (size_t{256} << 10) ? 1 : KernelThreads(); }
-
 // out[i, :] = rel[q-1-i : q-1-i+k] for every query i. out: [q, k].
 void CopyRelativeRows(const float* rel, const BiasGeometry& g, float* out) {
   const int64_t q = g.query_length, k = g.key_length;
@@ -270,7 +266,8 @@ absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, flo
   RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
   const int64_t head_size = geom.query_length * geom.key_length;
-  const int threads = BiasThreads(static_cast<size_t>(head_size * spec.num_heads) * 4);
+  const KernelThreadLease lease(static_cast<size_t>(head_size * spec.num_heads) * 4);
+  const int threads = lease.threads();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
@@ -291,7 +288,8 @@ absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
   const size_t block_bytes =
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
-  const int threads = BiasThreads(scores.NumBytes());
+  const KernelThreadLease lease(scores.NumBytes());
+  const int threads = lease.threads();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
@@ -330,7 +328,8 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
   std::vector<int32_t> buckets(n);
   FillT5RelativeBuckets(spec, geom, buckets.data());
   const int64_t head_size = geom.query_length * geom.key_length;
-  const int threads = BiasThreads(static_cast<size_t>(head_size * heads) * 4);
+  const KernelThreadLease lease(static_cast<size_t>(head_size * heads) * 4);
+  const int threads = lease.threads();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<float> rel(n);
@@ -354,7 +353,8 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
   const size_t block_bytes =
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
-  const int threads = BiasThreads(scores.NumBytes());
+  const KernelThreadLease lease(scores.NumBytes());
+  const int threads = lease.threads();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<float> rel(n);

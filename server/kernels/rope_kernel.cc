@@ -21,7 +21,6 @@ namespace posenc {
 namespace {
 
 // Below this many tensor bytes a rotation runs on the calling thread.
-constexpr size_t kParallelBytes = size_t{256} << 10;
 
 // Rotates rotary_dim features of one head in place. A pair is (x[k*step], x[k*step+offset])
 // with step 2, offset 1 for interleaved pairs and step 1, offset half for rotate-half:
@@ -446,9 +445,10 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
       wide ? nullptr
            : Token16FnFor(isa == RopeIsa::kAuto ? RopeBestIsa16(x.dtype) : isa, x.dtype,
                           pairing);
-  // Small tensors stay on the calling thread (a team wake-up costs more than it saves);
-  // large ones split the tokens across the kernel threads.
-  const int threads = x.NumBytes() < kParallelBytes ? 1 : KernelThreads();
+  // Small tensors stay on the calling thread; large ones split the tokens across the kernel
+  // threads when no other call holds them (KernelThreadLease).
+  const KernelThreadLease lease(x.NumBytes());
+  const int threads = lease.threads();
   const int64_t tokens = g.batch * g.seq;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds everything with AddressSanitizer, UBSan and LeakSanitizer into build-asan/ and runs
+# the tests there. Every integration test stops its server with SIGTERM and requires exit
+# status 0, so a leak or UB report in the server fails the test. About 15 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPOSENC_SANITIZE=ON \
+  -DPOSENC_BUILD_BENCH=OFF >/dev/null
+ninja -C build-asan -j"$(nproc)"
+cd build-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j"$(nproc)" --timeout 900

@@ -121,6 +121,14 @@ __attribute__((target("avx2"))) void AddRowF32Avx2(void* xv, const float* pe, in
   auto* x = static_cast<float*>(xv);
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
+  for (; c + 32 <= dim; c += 32) {  // four independent vectors per step keep loads in flight
+    const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+    const __m256 x2 = _mm256_loadu_ps(x + c + 16), x3 = _mm256_loadu_ps(x + c + 24);
+    _mm256_storeu_ps(x + c, Combine8(x0, pe + c, va, vb));
+    _mm256_storeu_ps(x + c + 8, Combine8(x1, pe + c + 8, va, vb));
+    _mm256_storeu_ps(x + c + 16, Combine8(x2, pe + c + 16, va, vb));
+    _mm256_storeu_ps(x + c + 24, Combine8(x3, pe + c + 24, va, vb));
+  }
   for (; c + 8 <= dim; c += 8) {
     _mm256_storeu_ps(x + c, Combine8(_mm256_loadu_ps(x + c), pe + c, va, vb));
   }
@@ -233,7 +241,7 @@ AddImpl ChosenAddImpl(DType dtype) {
 }
 
 // Encoding rows per block: 256 KiB of pe, kept in L2 while every batch row adds it.
-constexpr int64_t kPeBlockBytes = 256 << 10;
+constexpr int64_t kPeBlockBytes = 64 << 10;
 
 // x [nb, seq, dim] in blocks of positions: for each block, each batch row's slice of it
 // (contiguous in x, so it streams) adds the same pe rows, read from memory once and then

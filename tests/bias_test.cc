@@ -316,6 +316,57 @@ TEST(T5Bias, BuildIsTableLookup) {
   }
 }
 
+// Outputs of 8 MiB and more are written with streaming stores: odd key lengths put every
+// row at a different alignment, and the buffers start one float past an aligned address.
+TEST(BiasBuild, LargeOutputsMatchPerElement) {
+  const BiasGeometry g{1031, 1021, 5};
+  const size_t head = static_cast<size_t>(g.query_length * g.key_length);
+  {
+    const AlibiSpec spec{3, true, 8.0};
+    std::vector<float> buffer(3 * head + 1, 123.f);
+    ASSERT_TRUE(BuildAlibiBias(spec, g, buffer.data() + 1).ok());
+    ASSERT_EQ(buffer[0], 123.f);
+    for (int h = 0; h < 3; ++h) {
+      for (int64_t i = 0; i < g.query_length; ++i) {
+        for (int64_t j = 0; j < g.key_length; ++j) {
+          ASSERT_EQ(buffer[1 + h * head + i * g.key_length + j],
+                    static_cast<float>(AlibiBiasReference(spec, g, h, i, j)))
+              << "h " << h << " i " << i << " j " << j;
+        }
+      }
+    }
+  }
+  const T5Spec spec{32, 128, true};
+  {
+    const int heads = 3;
+    const std::vector<float> table = RandomTable(32, heads);
+    std::vector<float> buffer(heads * head + 1, 123.f);
+    ASSERT_TRUE(BuildT5Bias(spec, g, table.data(), heads, buffer.data() + 1).ok());
+    ASSERT_EQ(buffer[0], 123.f);
+    for (int h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < g.query_length; ++i) {
+        for (int64_t j = 0; j < g.key_length; ++j) {
+          ASSERT_EQ(buffer[1 + h * head + i * g.key_length + j],
+                    table[T5BucketReference(spec, g, i, j) * heads + h])
+              << "h " << h << " i " << i << " j " << j;
+        }
+      }
+    }
+  }
+  {
+    const BiasGeometry big{1500, 1501, 0};
+    std::vector<int32_t> buffer(static_cast<size_t>(big.query_length * big.key_length) + 1, -7);
+    ASSERT_TRUE(BuildT5Buckets(spec, big, buffer.data() + 1).ok());
+    ASSERT_EQ(buffer[0], -7);
+    for (int64_t i = 0; i < big.query_length; ++i) {
+      for (int64_t j = 0; j < big.key_length; ++j) {
+        ASSERT_EQ(buffer[1 + i * big.key_length + j], T5BucketReference(spec, big, i, j))
+            << "i " << i << " j " << j;
+      }
+    }
+  }
+}
+
 TEST(T5Bias, AddInPlaceAllFloatDtypes) {
   const T5Spec spec{32, 128, true};
   const int heads = 3;

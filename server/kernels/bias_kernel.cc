@@ -2,6 +2,8 @@
 
 #include "server/kernels/threads.h"
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,11 +28,61 @@ int64_t RelativeOffsetAt(const BiasGeometry& g, int64_t t) {
   return t - (g.query_offset + g.query_length - 1);
 }
 
-// out[i, :] = rel[q-1-i : q-1-i+k] for every query i. out: [q, k].
-void CopyRelativeRows(const float* rel, const BiasGeometry& g, float* out) {
+// Outputs of at least this many bytes are written with non-temporal (streaming) stores: a
+// write-only output far larger than the caches gains nothing from being cached, and plain
+// stores would first read every destination line (read-for-ownership), doubling the DRAM
+// traffic. Smaller outputs stay cached for the caller to read back.
+constexpr size_t kStreamingStoreBytes = size_t{8} << 20;
+
+// Copies n 4-byte elements from src (any alignment) to dst with streaming stores: the
+// unaligned head (up to the first 16-byte boundary of dst) and the tail with plain stores,
+// the rest 16 bytes at a time (SSE2, part of x86-64). The caller fences (_mm_sfence) before
+// the data is read by another thread.
+void StreamCopy32(const void* src, void* dst, int64_t n) {
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  size_t bytes = static_cast<size_t>(n) * 4;
+  if ((reinterpret_cast<uintptr_t>(d) & 3) != 0) {  // not element aligned: no streaming
+    std::memcpy(d, s, bytes);
+    return;
+  }
+  const size_t head =
+      std::min(bytes, static_cast<size_t>((16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15));
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+}
+
+// out[i, :] = rel[q-1-i : q-1-i+k] for every query i. out: [q, k]; T is 4 bytes wide.
+// stream: write with streaming stores, then fence.
+template <typename T>
+void CopyRelativeRows(const T* rel, const BiasGeometry& g, T* out, bool stream) {
+  static_assert(sizeof(T) == 4);
   const int64_t q = g.query_length, k = g.key_length;
+  if (stream) {
+    for (int64_t i = 0; i < q; ++i) StreamCopy32(rel + (q - 1 - i), out + i * k, k);  // query
+    _mm_sfence();
+    return;
+  }
   for (int64_t i = 0; i < q; ++i) {  // query
-    std::memcpy(out + i * k, rel + (q - 1 - i), static_cast<size_t>(k) * sizeof(float));
+    std::memcpy(out + i * k, rel + (q - 1 - i), static_cast<size_t>(k) * sizeof(T));
   }
 }
 
@@ -266,7 +318,9 @@ absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, flo
   RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
   const int64_t head_size = geom.query_length * geom.key_length;
-  const KernelThreadLease lease(static_cast<size_t>(head_size * spec.num_heads) * 4);
+  const size_t out_bytes = static_cast<size_t>(head_size * spec.num_heads) * 4;
+  const bool stream = out_bytes >= kStreamingStoreBytes;
+  const KernelThreadLease lease(out_bytes);
   const int threads = lease.threads();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -274,7 +328,7 @@ absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, flo
 #pragma omp for schedule(static)
     for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
       FillAlibiRelativeRow(spec, geom, h, rel.data());
-      CopyRelativeRows(rel.data(), geom, out + h * head_size);
+      CopyRelativeRows(rel.data(), geom, out + h * head_size, stream);
     }
   }
   return absl::OkStatus();
@@ -313,10 +367,8 @@ absl::Status BuildT5Buckets(const T5Spec& spec, const BiasGeometry& geom, int32_
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
   std::vector<int32_t> rel(static_cast<size_t>(RelativeRowLength(geom)));
   FillT5RelativeBuckets(spec, geom, rel.data());
-  const int64_t q = geom.query_length, k = geom.key_length;
-  for (int64_t i = 0; i < q; ++i) {  // query
-    std::memcpy(out + i * k, rel.data() + (q - 1 - i), static_cast<size_t>(k) * sizeof(int32_t));
-  }
+  const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
+  CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
   return absl::OkStatus();
 }
 
@@ -328,7 +380,9 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
   std::vector<int32_t> buckets(n);
   FillT5RelativeBuckets(spec, geom, buckets.data());
   const int64_t head_size = geom.query_length * geom.key_length;
-  const KernelThreadLease lease(static_cast<size_t>(head_size * heads) * 4);
+  const size_t out_bytes = static_cast<size_t>(head_size * heads) * 4;
+  const bool stream = out_bytes >= kStreamingStoreBytes;
+  const KernelThreadLease lease(out_bytes);
   const int threads = lease.threads();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -336,7 +390,7 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
 #pragma omp for schedule(static)
     for (int32_t h = 0; h < heads; ++h) {  // head
       for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
-      CopyRelativeRows(rel.data(), geom, out + h * head_size);
+      CopyRelativeRows(rel.data(), geom, out + h * head_size, stream);
     }
   }
   return absl::OkStatus();

@@ -79,6 +79,41 @@ __attribute__((target("avx2,fma"))) void InterleavedAvx2(float* x, const float* 
   RotatePairsScalar(x, cos, sin, k, half, 2, 1);
 }
 
+// All heads of one float32 token, interleaved pairs, from the token's duplicated cos/sin
+// tables (RopeTokenTables: c[2k] = c[2k+1] = cos_k, zero-padded to a multiple of 16), so
+// the per-head loop needs no shuffles of cos/sin. Same arithmetic as InterleavedAvx2.
+__attribute__((target("avx2,fma"))) inline void PairStepF32(float* x, const float* c,
+                                                           const float* s) {
+  const __m256 v = _mm256_loadu_ps(x);
+  const __m256 swapped = _mm256_permute_ps(v, 0xB1);  // (x_b, x_a) in every pair
+  _mm256_storeu_ps(x, _mm256_fmaddsub_ps(v, _mm256_loadu_ps(c),
+                                         _mm256_mul_ps(swapped, _mm256_loadu_ps(s))));
+}
+
+__attribute__((target("avx2,fma"))) void InterleavedTokenF32Avx2(float* x, int64_t heads,
+                                                                 int64_t head_stride,
+                                                                 const float* c,
+                                                                 const float* s, int64_t half) {
+  const int64_t n = 2 * half;
+  const int64_t full = n & ~int64_t{7};
+  for (int64_t h = 0; h < heads; ++h, x += head_stride) {
+    int64_t i = 0;
+    for (; i + 32 <= full; i += 32) {  // four independent vectors per iteration
+      PairStepF32(x + i, c + i, s + i);
+      PairStepF32(x + i + 8, c + i + 8, s + i + 8);
+      PairStepF32(x + i + 16, c + i + 16, s + i + 16);
+      PairStepF32(x + i + 24, c + i + 24, s + i + 24);
+    }
+    for (; i < full; i += 8) PairStepF32(x + i, c + i, s + i);
+    for (int64_t j = full; j < n; j += 2) {  // the last < 4 pairs, as RotatePairsScalar
+      const float xa = x[j];
+      const float xb = x[j + 1];
+      x[j] = xa * c[j] - xb * s[j];
+      x[j + 1] = xb * c[j] + xa * s[j];
+    }
+  }
+}
+
 __attribute__((target("avx512f"))) void RotateHalfAvx512(float* x, const float* cos,
                                                          const float* sin, int64_t half) {
   float* x2 = x + half;
@@ -146,6 +181,8 @@ __attribute__((target("avx512f"))) void InterleavedAvx512(float* x, const float*
 // feature takes the same vector arithmetic.
 using RotateToken16Fn = void (*)(uint16_t* x, int64_t heads, int64_t head_stride,
                                  const float* c, const float* s, int64_t half);
+using RotateTokenF32Fn = void (*)(float* x, int64_t heads, int64_t head_stride,
+                                  const float* c, const float* s, int64_t half);
 
 template <bool kBf16>
 __attribute__((target("avx2,f16c"))) inline __m256 Load8(const uint16_t* p) {
@@ -441,10 +478,18 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
   auto* bytes = static_cast<unsigned char*>(x.data);
   const bool wide = x.dtype == DType::kFloat32;
   const bool simd_convert = isa != RopeIsa::kScalar && simd::HasAvx2F16c();
+  // float32 interleaved pairs with AVX2: whole tokens from duplicated tables, as the 16-bit
+  // kernels take them.
+  const RopeIsa resolved = isa == RopeIsa::kAuto ? RopeBestIsa() : isa;
   const RotateToken16Fn rotate16 =
       wide ? nullptr
            : Token16FnFor(isa == RopeIsa::kAuto ? RopeBestIsa16(x.dtype) : isa, x.dtype,
                           pairing);
+  const RotateTokenF32Fn rotate32 =
+      wide && pairing == RopePairing::kInterleaved && resolved == RopeIsa::kAvx2
+          ? InterleavedTokenF32Avx2
+          : nullptr;
+  const bool tabled = rotate16 != nullptr || rotate32 != nullptr;
   // Small tensors stay on the calling thread; large ones split the tokens across the kernel
   // threads when no other call holds them (KernelThreadLease).
   const KernelThreadLease lease(x.NumBytes());
@@ -455,9 +500,9 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
     // 16-bit heads are rotated in registers (rotate16, from per-token cos/sin tables), or
     // else widened into this buffer, rotated, and narrowed back.
     std::vector<float> widened(wide || rotate16 != nullptr ? 0 : rotary_dim);
-    std::vector<float> tables(rotate16 != nullptr ? 2 * PaddedTableSize(half) : 0);
+    std::vector<float> tables(tabled ? 2 * PaddedTableSize(half) : 0);
     float* table_c = tables.data();
-    float* table_s = table_c + (rotate16 != nullptr ? PaddedTableSize(half) : 0);
+    float* table_s = table_c + (tabled ? PaddedTableSize(half) : 0);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {  // batch * seq
       const int64_t b = t / g.seq, s = t % g.seq;
@@ -468,6 +513,13 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
         RopeTokenTables(pairing, cos, sin, half, table_c, table_s);
         const int64_t offset = b * g.batch_stride + s * g.seq_stride;
         rotate16(reinterpret_cast<uint16_t*>(bytes) + offset, g.heads, g.head_stride, table_c,
+                 table_s, half);
+        continue;
+      }
+      if (rotate32 != nullptr) {
+        RopeTokenTables(pairing, cos, sin, half, table_c, table_s);
+        const int64_t offset = b * g.batch_stride + s * g.seq_stride;
+        rotate32(reinterpret_cast<float*>(bytes) + offset, g.heads, g.head_stride, table_c,
                  table_s, half);
         continue;
       }

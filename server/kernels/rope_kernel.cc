@@ -509,18 +509,16 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
       const float* row = token_rows[t];
       const float* cos = row;
       const float* sin = row + half;
-      if (rotate16 != nullptr) {
+      if (rotate16 != nullptr || rotate32 != nullptr) {  // whole token from shared tables
         RopeTokenTables(pairing, cos, sin, half, table_c, table_s);
         const int64_t offset = b * g.batch_stride + s * g.seq_stride;
-        rotate16(reinterpret_cast<uint16_t*>(bytes) + offset, g.heads, g.head_stride, table_c,
-                 table_s, half);
-        continue;
-      }
-      if (rotate32 != nullptr) {
-        RopeTokenTables(pairing, cos, sin, half, table_c, table_s);
-        const int64_t offset = b * g.batch_stride + s * g.seq_stride;
-        rotate32(reinterpret_cast<float*>(bytes) + offset, g.heads, g.head_stride, table_c,
-                 table_s, half);
+        if (rotate16 != nullptr) {
+          rotate16(reinterpret_cast<uint16_t*>(bytes) + offset, g.heads, g.head_stride, table_c,
+                   table_s, half);
+        } else {
+          rotate32(reinterpret_cast<float*>(bytes) + offset, g.heads, g.head_stride, table_c,
+                   table_s, half);
+        }
         continue;
       }
       for (int64_t h = 0; h < g.heads; ++h) {  // head

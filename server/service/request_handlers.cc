@@ -43,6 +43,13 @@ void FillResponse(AbsoluteResult& result, const TensorView& input, v1::EncodeReq
 
 }  // namespace
 
+void RequestHandlers::CountBytes(uint64_t in_bytes, const v1::EncodeResponse& response) const {
+  if (state_.metrics) {
+    state_.metrics->AddBytes(in_bytes, response.output().data().size() +
+                                           response.key_output().data().size());
+  }
+}
+
 SchemeLabel LabelOf(const v1::EncodeRequest& request) {
   switch (request.scheme_case()) {
     case v1::EncodeRequest::kSinusoidal: return SchemeLabel::kSinusoidal;
@@ -89,10 +96,7 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
       MoveIntoTensor(request.mutable_key()->mutable_data(), key->shape, key->dtype,
                      response.mutable_key_output());
     }
-    if (state_.metrics) {
-      state_.metrics->AddBytes(in_bytes, response.output().data().size() +
-                                             response.key_output().data().size());
-    }
+    CountBytes(in_bytes, response);
     return absl::OkStatus();
   }
 
@@ -141,10 +145,7 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
   }
   if (!result.ok()) return result.status();
   FillResponse(*result, input, request, response);
-  if (state_.metrics) {
-    state_.metrics->AddBytes(in_bytes, response.output().data().size() +
-                                           response.key_output().data().size());
-  }
+  CountBytes(in_bytes, response);
   return absl::OkStatus();
 }
 

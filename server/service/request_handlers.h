@@ -46,6 +46,9 @@ class RequestHandlers {
   const ServiceState& state() const { return state_; }
 
  private:
+  // Adds an Encode's tensor bytes in and out to the metrics.
+  void CountBytes(uint64_t in_bytes, const v1::EncodeResponse& response) const;
+
   ServiceState state_;
 };
 

@@ -7,10 +7,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -108,16 +110,17 @@ TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
   for (int64_t i = 0; i < dim; i += 5) pe[i] = 0.0f;  // x * a alone: subnormals survive
   for (AddImplementation impl : {AddImplementation::kVectorAvx2, AddImplementation::kVectorAvx512}) {
     for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-      for (float a : {1.0f, 0.75f}) {
+      // Unit scales take their own rows (x + pe, no products): every pattern there too.
+      for (auto [a, b] : {std::pair{1.0f, 1.0f}, std::pair{1.0f, 0.5f}, std::pair{0.75f, 0.5f}}) {
         std::vector<uint16_t> fast(dim), slow(dim);
         for (int64_t i = 0; i < dim; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
         ASSERT_TRUE(AddEncodingInPlace(TensorView{dtype, {1, 1, dim}, fast.data()}, pe.data(),
-                                       a, 0.5f, impl)
+                                       a, b, impl)
                         .ok());
-        AddEncodingLoop(TensorView{dtype, {1, 1, dim}, slow.data()}, pe.data(), a, 0.5f);
+        AddEncodingLoop(TensorView{dtype, {1, 1, dim}, slow.data()}, pe.data(), a, b);
         for (int64_t i = 0; i < dim; ++i) {
           ASSERT_EQ(fast[i], slow[i]) << DTypeName(dtype) << " " << LastAddImplementation()
-                                      << " a=" << a << " element " << i << " input "
+                                      << " a=" << a << " b=" << b << " element " << i << " input "
                                       << static_cast<uint16_t>(i * 40503u);
         }
       }
@@ -134,6 +137,20 @@ TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
     EXPECT_STREQ(LastAddImplementation(), "avx2");
   }
   EXPECT_EQ(x[0], 1.5f);
+  // bfloat16 from 1 MiB up takes the AVX-512 rows where the CPU has them (F, BW, VL, DQ and
+  // BF16), smaller tensors oneDNN.
+  const int64_t dim = 1024, seq = 512;
+  std::vector<uint16_t> big(static_cast<size_t>(seq * dim), FloatToBFloat16(1.0f));
+  std::vector<float> big_pe(static_cast<size_t>(seq * dim), 0.5f);
+  ASSERT_TRUE(AddEncodingInPlace(TensorView{DType::kBFloat16, {1, seq, dim}, big.data()},
+                                 big_pe.data(), 1, 1)
+                  .ok());
+  if (std::getenv("POSENC_ADD_IMPL") == nullptr && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && simd::HasAvx512Bf16()) {
+    EXPECT_STREQ(LastAddImplementation(), "avx512");
+  }
+  EXPECT_EQ(BFloat16ToFloat(big[12345]), 1.5f);
 }
 
 TEST(SimdConvert, WidenAndNarrowAreBitIdenticalToTheScalarConversions) {
@@ -176,7 +193,7 @@ TEST(SimdConvert, WidenAndNarrowAreBitIdenticalToTheScalarConversions) {
 // The AVX-512 conversions (16 lanes): every 16-bit pattern widened, and probes around every
 // 16-bit value (halfway points, NaN payloads, float32 subnormals) narrowed, each bit-identical
 // to the scalar conversions.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) __m256i NativeBf16(__m512 f) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) __m256i NativeBf16(__m512 f) {
   return simd::NarrowBf16x16Native(f);
 }
 

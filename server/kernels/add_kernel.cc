@@ -109,19 +109,35 @@ void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, fl
 // FMA) as AddLoop, so results are bit-identical to it. 16-bit rows are widened, computed
 // and rounded once to nearest even, NaN kept as the canonical quiet NaN as in FloatToHalf
 // and FloatToBFloat16.
-using AddRowFn = void (*)(void* x, const float* pe, int64_t dim, float a, float b);
+// ahead: the bytes this loop will touch kPrefetchBytes later (the next rows in the blocked
+// order, which may lie in another batch row), fetched column for column as this row runs;
+// null when there is nothing left in the block.
+using AddRowFn = void (*)(void* x, const char* ahead, const float* pe, int64_t dim, float a,
+                          float b);
+
+// How far ahead of the loads the rows prefetch x. The blocked order jumps between batch
+// rows every few KiB, and the hardware prefetcher meets each jump cold: fetching 8 KiB
+// ahead took 16-bit rows on [8,2048,4096] from 49 to 78 GB/s (AMD EPYC, 2 threads).
+constexpr size_t kPrefetchBytes = 8 << 10;
 
 __attribute__((target("avx2"))) inline __m256 Combine8(__m256 x, const float* pe, __m256 va,
                                                        __m256 vb) {
   return _mm256_add_ps(_mm256_mul_ps(x, va), _mm256_mul_ps(_mm256_loadu_ps(pe), vb));
 }
 
-__attribute__((target("avx2"))) void AddRowF32Avx2(void* xv, const float* pe, int64_t dim,
-                                                   float a, float b) {
+inline void PrefetchLine(const char* p) { __builtin_prefetch(p, 1, 3); }
+
+__attribute__((target("avx2"))) void AddRowF32Avx2(void* xv, const char* ahead,
+                                                   const float* pe, int64_t dim, float a,
+                                                   float b) {
   auto* x = static_cast<float*>(xv);
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
   for (; c + 32 <= dim; c += 32) {  // four independent vectors per step keep loads in flight
+    if (ahead != nullptr) {
+      PrefetchLine(ahead + c * 4);
+      PrefetchLine(ahead + c * 4 + 64);
+    }
     const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
     const __m256 x2 = _mm256_loadu_ps(x + c + 16), x3 = _mm256_loadu_ps(x + c + 24);
     _mm256_storeu_ps(x + c, Combine8(x0, pe + c, va, vb));
@@ -135,51 +151,77 @@ __attribute__((target("avx2"))) void AddRowF32Avx2(void* xv, const float* pe, in
   for (; c < dim; ++c) x[c] = x[c] * a + pe[c] * b;
 }
 
-__attribute__((target("avx2"))) void AddRowBf16Avx2(void* xv, const float* pe, int64_t dim,
-                                                    float a, float b) {
+__attribute__((target("avx2"))) void AddRowBf16Avx2(void* xv, const char* ahead,
+                                                    const float* pe, int64_t dim, float a,
+                                                    float b) {
   auto* x = static_cast<uint16_t*>(xv);
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
-  for (; c + 16 <= dim; c += 16) {  // 16 per step: one pack and one 32-byte store
+  for (; c + 32 <= dim; c += 32) {  // 32 per step: two packs, one line
+    if (ahead != nullptr) PrefetchLine(ahead + c * 2);
+    simd::StoreBf16x16(x + c, Combine8(simd::LoadBf16x8(x + c), pe + c, va, vb),
+                       Combine8(simd::LoadBf16x8(x + c + 8), pe + c + 8, va, vb));
+    simd::StoreBf16x16(x + c + 16, Combine8(simd::LoadBf16x8(x + c + 16), pe + c + 16, va, vb),
+                       Combine8(simd::LoadBf16x8(x + c + 24), pe + c + 24, va, vb));
+  }
+  for (; c + 16 <= dim; c += 16) {
     simd::StoreBf16x16(x + c, Combine8(simd::LoadBf16x8(x + c), pe + c, va, vb),
                        Combine8(simd::LoadBf16x8(x + c + 8), pe + c + 8, va, vb));
   }
   for (; c < dim; ++c) x[c] = FloatToBFloat16(BFloat16ToFloat(x[c]) * a + pe[c] * b);
 }
 
-__attribute__((target("avx2,f16c"))) void AddRowF16Avx2(void* xv, const float* pe, int64_t dim,
-                                                        float a, float b) {
+__attribute__((target("avx2,f16c"))) void AddRowF16Avx2(void* xv, const char* ahead,
+                                                        const float* pe, int64_t dim, float a,
+                                                        float b) {
   auto* x = static_cast<uint16_t*>(xv);
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
   for (; c + 8 <= dim; c += 8) {
+    if (ahead != nullptr && c % 32 == 0) PrefetchLine(ahead + c * 2);
     simd::StoreF16x8(x + c, Combine8(simd::LoadF16x8(x + c), pe + c, va, vb));
   }
   for (; c < dim; ++c) x[c] = FloatToHalf(HalfToFloat(x[c]) * a + pe[c] * b);
 }
 
-// The 16-bit rows 16 lanes at a time with AVX-512 (F, BW and VL: masked 16-bit tails);
-// bfloat16 needs AVX512_BF16 too (VCVTNEPS2BF16, denormal lanes fixed up as FloatToBFloat16
-// rounds them). Same float32 operations as AddLoop, so bit-identical to it.
+// The 16-bit rows 16 lanes at a time with AVX-512 (F, BW, VL and DQ: masked 16-bit tails,
+// VFPCLASSPS); bfloat16 needs AVX512_BF16 too (VCVTNE2PS2BF16, denormal lanes fixed up as
+// FloatToBFloat16 rounds them). Same float32 operations as AddLoop, so bit-identical to it.
 bool HasAvx512Rows(DType dtype) {
   static const bool base = __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl");
+                           __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512dq");
   if (dtype == DType::kFloat16) return base;
   if (dtype == DType::kBFloat16) return base && simd::HasAvx512Bf16();
   return false;  // float32 rows are memory-bound already: AVX2 only
 }
 
-template <bool kBf16>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m512 Combine16(
-    __m256i h, __m512 pe, __m512 va, __m512 vb) {
+#define POSENC_AVX512_ROWS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+// x*a + pe*b, or x + pe when both scales are 1 (the same float32 result: a product by 1
+// is exact, and a NaN is canonicalised on narrowing either way).
+template <bool kBf16, bool kUnitScales>
+POSENC_AVX512_ROWS inline __m512 Combine16(__m256i h, __m512 pe, __m512 va, __m512 vb) {
   const __m512 x = kBf16 ? simd::WidenBf16x16(h) : simd::WidenF16x16(h);
+  if constexpr (kUnitScales) return _mm512_add_ps(x, pe);
   return _mm512_add_ps(_mm512_mul_ps(x, va), _mm512_mul_ps(pe, vb));
 }
 
+// Stores 32 results (lo: the first 16) as x's dtype, rounded as FloatToBFloat16 /
+// FloatToHalf.
 template <bool kBf16>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m256i Narrow16(
-    __m512 f) {
+POSENC_AVX512_ROWS inline void Store32(uint16_t* p, __m512 lo, __m512 hi) {
+  if constexpr (kBf16) {
+    simd::StoreBf16x32(p, lo, hi);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), simd::NarrowF16x16(lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), simd::NarrowF16x16(hi));
+  }
+}
+
+template <bool kBf16>
+POSENC_AVX512_ROWS inline __m256i Narrow16(__m512 f) {
   if constexpr (kBf16) {
     return simd::NarrowBf16x16Native(f);
   } else {
@@ -187,39 +229,40 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m256i N
   }
 }
 
-template <bool kBf16>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void AddRow16Avx512(
-    void* xv, const float* pe, int64_t dim, float a, float b) {
+template <bool kBf16, bool kUnitScales>
+POSENC_AVX512_ROWS void AddRow16Avx512(void* xv, const char* ahead, const float* pe,
+                                       int64_t dim, float a, float b) {
   auto* x = static_cast<uint16_t*>(xv);
   const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
   int64_t c = 0;
-  for (; c + 32 <= dim; c += 32) {  // two vectors per step: independent chains
+  for (; c + 32 <= dim; c += 32) {  // 32 lanes, one cache line, per step
+    if (ahead != nullptr) PrefetchLine(ahead + c * 2);
     const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
     const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c + 16));
-    const __m512 r0 = Combine16<kBf16>(h0, _mm512_loadu_ps(pe + c), va, vb);
-    const __m512 r1 = Combine16<kBf16>(h1, _mm512_loadu_ps(pe + c + 16), va, vb);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + c), Narrow16<kBf16>(r0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + c + 16), Narrow16<kBf16>(r1));
+    Store32<kBf16>(x + c, Combine16<kBf16, kUnitScales>(h0, _mm512_loadu_ps(pe + c), va, vb),
+                   Combine16<kBf16, kUnitScales>(h1, _mm512_loadu_ps(pe + c + 16), va, vb));
   }
   for (; c < dim; c += 16) {  // up to two more vectors, the last under a mask
     const int64_t left = dim - c;
     const __mmask16 m =
         left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
     const __m256i h = _mm256_maskz_loadu_epi16(m, x + c);
-    const __m512 r = Combine16<kBf16>(h, _mm512_maskz_loadu_ps(m, pe + c), va, vb);
+    const __m512 r =
+        Combine16<kBf16, kUnitScales>(h, _mm512_maskz_loadu_ps(m, pe + c), va, vb);
     _mm256_mask_storeu_epi16(x + c, m, Narrow16<kBf16>(r));
   }
 }
 
 // Which implementation AddEncodingInPlace uses by default, from posenc-bench on this
-// project's machines (README, "Performance"): float32 and float16 take the AVX2 rows (the
-// cache-blocked loop beats oneDNN's broadcast for float32; oneDNN has no float16 JIT
-// kernel here); bfloat16 takes oneDNN's JIT binary_add, whose conversions beat ours.
+// project's machines (README, "Performance"): float32 takes the AVX2 rows (the
+// cache-blocked loop beats oneDNN's broadcast); float16 the AVX-512 rows (oneDNN has no
+// float16 JIT kernel here); bfloat16 the AVX-512 rows from 1 MiB up, below that oneDNN's
+// JIT binary_add.
 // Without AVX2/F16C everything goes to oneDNN, or to the plain loop where oneDNN has only
 // a reference kernel. POSENC_ADD_IMPL=avx2|onednn|loop pins the choice for benchmarks.
 enum class AddImpl { kAvx2, kOneDnn, kLoop, kAvx512 };
 
-AddImpl ChosenAddImpl(DType dtype) {
+AddImpl ChosenAddImpl(DType dtype, size_t tensor_bytes) {
   static const int pinned = [] {
     const char* pin = std::getenv("POSENC_ADD_IMPL");
     if (pin == nullptr) return -1;
@@ -232,15 +275,19 @@ AddImpl ChosenAddImpl(DType dtype) {
     return -1;
   }();
   if (pinned >= 0) return static_cast<AddImpl>(pinned);
-  // float16 on AVX-512: [8,2048,4096] 7.4 ms against 8.6 ms with the AVX2 rows, [1,128,768]
-  // 0.008 against 0.015 ms. bfloat16 stays on oneDNN: its JIT kernel (5.4 / 0.005 ms) beats
-  // even the AVX-512 rows (7.2 / 0.008 ms) on an AMD EPYC.
+  // float16 on AVX-512: [8,2048,4096] 3.6 ms against 8.6 ms with the AVX2 rows, [1,128,768]
+  // 0.008 against 0.015 ms. bfloat16: the AVX-512 rows win on large tensors (3.6-4.0 ms
+  // against oneDNN's 4.7-5.6 ms on [8,2048,4096]), oneDNN's JIT kernel on small ones
+  // (0.005 against 0.007 ms on [1,128,768]); AMD EPYC, 2 threads.
   if (dtype == DType::kFloat16 && HasAvx512Rows(dtype)) return AddImpl::kAvx512;
+  if (dtype == DType::kBFloat16 && HasAvx512Rows(dtype) && tensor_bytes >= (size_t{1} << 20)) {
+    return AddImpl::kAvx512;
+  }
   if (!simd::HasAvx2F16c() || dtype == DType::kBFloat16) return AddImpl::kOneDnn;
   return AddImpl::kAvx2;
 }
 
-// Encoding rows per block: 256 KiB of pe, kept in L2 while every batch row adds it.
+// Encoding rows per block: 64 KiB of pe, kept in L2 while every batch row adds it.
 constexpr int64_t kPeBlockBytes = 64 << 10;
 
 // x [nb, seq, dim] in blocks of positions: for each block, each batch row's slice of it
@@ -255,32 +302,35 @@ void AddRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) 
                                                   : AddRowF16Avx2;
   last_impl = "avx2";
   if (wide && HasAvx512Rows(x.dtype)) {
-    row_fn = x.dtype == DType::kBFloat16 ? AddRow16Avx512<true> : AddRow16Avx512<false>;
+    const bool unit = a == 1.0f && b == 1.0f;
+    if (x.dtype == DType::kBFloat16) {
+      row_fn = unit ? AddRow16Avx512<true, true> : AddRow16Avx512<true, false>;
+    } else {
+      row_fn = unit ? AddRow16Avx512<false, true> : AddRow16Avx512<false, false>;
+    }
     last_impl = "avx512";
   }
   const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(x.dtype);
   auto* bytes = static_cast<char*>(x.data);
   const int64_t block = std::max<int64_t>(1, kPeBlockBytes / (dim * 4));
   const int64_t blocks = (seq + block - 1) / block;
-  // Each batch row's slice of a block is a short stream (32 KiB for 16-bit rows of 4096)
-  // that the hardware prefetcher meets cold; fetching the next batch row's slice one row
-  // ahead measured 15-20% faster for 16-bit rows on [8,2048,4096] (AMD EPYC), no clear gain
-  // for float32, whose slices are twice as long.
-  const bool prefetch = x.dtype != DType::kFloat32;
+  // The row kPrefetchBytes ahead in the order rows are visited (rounded up to whole rows).
+  const int64_t rows_ahead =
+      static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
   const KernelThreadLease lease(x.NumBytes());
   const int threads = lease.threads();
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t k = 0; k < blocks; ++k) {  // position block
-    const int64_t s0 = k * block, s1 = std::min(seq, s0 + block);
-    for (int64_t n = 0; n < nb; ++n) {     // batch
-      for (int64_t s = s0; s < s1; ++s) {  // seq
-        char* row = bytes + static_cast<size_t>(n * seq + s) * row_bytes;
-        if (prefetch && n + 1 < nb) {  // the next batch row's slice: fetch it ahead
-          const char* next = row + static_cast<size_t>(seq) * row_bytes;
-          for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(next + o, 1, 3);
-        }
-        row_fn(row, pe + s * dim, dim, a, b);
-      }
+    const int64_t s0 = k * block, len = std::min(seq, s0 + block) - s0;
+    const int64_t visits = nb * len;
+    auto row_at = [&](int64_t i) {  // the i-th row visited in this block
+      const int64_t n = i / len, s = s0 + i % len;
+      return bytes + static_cast<size_t>(n * seq + s) * row_bytes;
+    };
+    for (int64_t i = 0; i < visits; ++i) {  // batch-major, then seq
+      const int64_t s = s0 + i % len;
+      const char* ahead = i + rows_ahead < visits ? row_at(i + rows_ahead) : nullptr;
+      row_fn(row_at(i), ahead, pe + s * dim, dim, a, b);
     }
   }
 }
@@ -319,7 +369,7 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
                                 float pe_scale, AddImplementation implementation) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
-  AddImpl impl = ChosenAddImpl(x.dtype);
+  AddImpl impl = ChosenAddImpl(x.dtype, x.NumBytes());
   switch (implementation) {
     case AddImplementation::kVector:
     case AddImplementation::kVectorAvx512:

@@ -21,10 +21,11 @@ enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar, kVectorAvx2, kV
 // REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
 // float32 rows that stay alive for the call.
 // kAuto: float32/float16 on CPUs with AVX2 and F16C take vectorised rows in seq-major order
-// (each pe row read once for all batch rows; float16 with AVX-512 where the CPU has F, BW
-// and VL), bit-identical to AddEncodingLoop; bfloat16
-// (and every dtype elsewhere) takes a oneDNN binary_add (scales as attributes) when oneDNN
-// has a JIT kernel for it, else the vector rows or the loop below.
+// (each pe row read once for all batch rows; float16 with AVX-512 where the CPU has F, BW,
+// VL and DQ), bit-identical to AddEncodingLoop; bfloat16 takes the AVX-512 rows from 1 MiB
+// up where the CPU also has AVX512_BF16; smaller bfloat16 tensors (and every dtype
+// elsewhere) take a oneDNN binary_add (scales as attributes) when oneDNN has a JIT kernel
+// for it, else the vector rows or the loop below.
 // Tensors under 256 KiB run on the calling thread, larger ones on KernelThreads() threads.
 // POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins kAuto's choice. kVector on a CPU without AVX2/F16C,
 // or kOneDnn for a dtype oneDNN has no JIT kernel for, falls back to the scalar loop.

@@ -275,7 +275,7 @@ __attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* p) {
 }
 
 template <bool kBf16, bool kNative>
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16"))) inline void Store16(
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16"))) inline void Store16(
     uint16_t* p, __m512 v) {
   __m256i h;
   if constexpr (!kBf16) {
@@ -289,7 +289,7 @@ __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16"))) inline void Stor
 }
 
 #define POSENC_AVX512_16 \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16")))
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
 
 template <bool kBf16, bool kNative>
 POSENC_AVX512_16 inline void HalfStep16(uint16_t* xa, uint16_t* xb, const float* c,
@@ -365,11 +365,12 @@ RotateFns FnsFor(RopeIsa isa) {
   return FnsFor(RopeBestIsa());
 }
 
-// The 16-bit AVX-512 kernels use AVX512BW/VL encodings too.
+// The 16-bit AVX-512 kernels use AVX512BW/VL/DQ encodings too.
 bool HasAvx512ForSixteenBit() {
   static const bool has = __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq");
   return has;
 }
 

@@ -73,11 +73,13 @@ inline bool HasAvx512f() {
   return has;
 }
 
-// Whether this CPU has VCVTNEPS2BF16 (AVX512_BF16, with VL and BW), used by NarrowBf16x16Avx512.
+// Whether this CPU has VCVTNEPS2BF16 (AVX512_BF16, with VL, BW and DQ), used by
+// NarrowBf16x16Native and StoreBf16x32.
 inline bool HasAvx512Bf16() {
   static const bool has = __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512bf16");
   return has;
 }
@@ -103,34 +105,42 @@ __attribute__((target("avx512f"))) inline __m256i NarrowBf16x16(__m512 f) {
 }
 
 // The same with VCVTNEPS2BF16. That instruction flushes float32 denormals (exponent 0) to
-// signed zero where FloatToBFloat16 rounds them; lanes holding one take the integer route.
+// signed zero where FloatToBFloat16 rounds them; when a lane holds one (VFPCLASSPS, one
+// instruction: the common case pays one test), all take the integer route.
 // NaN: it gives bits>>16 | 0x40, as FloatToBFloat16 does.
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512bf16"))) inline __m256i NarrowBf16x16Native(
-    __m512 f) {
-  const __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f));
-  const __m512i bits = _mm512_castps_si512(f);
-  // Denormal lanes: |bits| - 1 < 0x7fffff, unsigned (zeros come out right already).
-  const __mmask16 tiny = _mm512_cmplt_epu32_mask(
-      _mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
-                       _mm512_set1_epi32(1)),
-      _mm512_set1_epi32(0x7fffff));
-  if (__builtin_expect(tiny == 0, 1)) return r;
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m256i fixed = _mm512_cvtepi32_epi16(rounded);
-  return _mm256_mask_blend_epi16(tiny, r, fixed);
+#define POSENC_AVX512_BF16_TARGET \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
+POSENC_AVX512_BF16_TARGET inline __m256i NarrowBf16x16Native(__m512 f) {
+  if (__builtin_expect(_mm512_fpclass_ps_mask(f, 0x20) == 0, 1)) {  // 0x20: denormal
+    return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f));
+  }
+  return NarrowBf16x16(f);
 }
 
+// 32 floats (lo: the first 16) as bfloat16 into p, as FloatToBFloat16: one VCVTNE2PS2BF16
+// unless a lane is a float32 denormal.
+POSENC_AVX512_BF16_TARGET inline void StoreBf16x32(uint16_t* p, __m512 lo, __m512 hi) {
+  if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) == 0,
+                       1)) {
+    _mm512_storeu_si512(p, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    return;
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), NarrowBf16x16(lo));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), NarrowBf16x16(hi));
+}
+#undef POSENC_AVX512_BF16_TARGET
+
 // IEEE half of 16 floats, as FloatToHalf (VCVTPS2PH keeps a NaN's payload; FloatToHalf
-// gives sign|0x7e00, so NaN lanes become sign|quiet NaN first).
+// gives sign|0x7e00, so NaN lanes become sign|quiet NaN first; checked once, as NaN is rare).
 __attribute__((target("avx512f"))) inline __m256i NarrowF16x16(__m512 f) {
   const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  // (f & sign) | 0x7fc00000 on the NaN lanes: ternary logic (A & B) | C, imm 0xEA.
-  const __m512i canonical = _mm512_ternarylogic_epi32(
-      _mm512_castps_si512(f), _mm512_set1_epi32(static_cast<int>(0x80000000u)),
-      _mm512_set1_epi32(0x7fc00000), 0xEA);
-  f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(canonical));
+  if (__builtin_expect(nan != 0, 0)) {
+    // (f & sign) | 0x7fc00000 on the NaN lanes: ternary logic (A & B) | C, imm 0xEA.
+    const __m512i canonical = _mm512_ternarylogic_epi32(
+        _mm512_castps_si512(f), _mm512_set1_epi32(static_cast<int>(0x80000000u)),
+        _mm512_set1_epi32(0x7fc00000), 0xEA);
+    f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(canonical));
+  }
   return _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 

@@ -7,7 +7,8 @@
 //                [--seconds=S] [--rounds=R] [--filter=TEXT] [--server=PATH] [--echo=PATH]
 //
 // --filter keeps the kernel cases whose "name dtype size" contains TEXT, e.g.
-// --filter="rope_neox bf16" or --filter=large.
+// --filter="rope_neox bf16" or --filter=large, and the end-to-end cells whose
+// "rpc payload xconcurrency" does, e.g. --filter="EncodeStream 1 MiB x1".
 //
 // Bytes are counted as the kernel's algorithmic traffic: the tensor read and written once
 // each, plus one read of the encoding rows it needs (pe rows, cos/sin rows). A roofline pass
@@ -69,7 +70,7 @@ struct Options {
   int threads = 0;           // kernel threads, here and in posenc-server; 0 = cores
   double cell_seconds = 1.0;  // per e2e cell and round; 48 MiB cells get 2.5x
   int rounds = 2;
-  std::string filter;  // kernel cases whose "name dtype size" contains this
+  std::string filter;  // kernel cases ("name dtype size") and e2e cells ("rpc payload xN")
   std::string server_binary;
   std::string echo_binary;
 };
@@ -723,6 +724,10 @@ void Verify(const std::string& name, grpc::GenericStub& stub, const grpc::ByteBu
   }
 }
 
+std::string PayloadLabel(size_t bytes) {
+  return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, " MiB") : absl::StrCat(bytes >> 10, " KiB");
+}
+
 json RunE2e(const Options& o) {
   std::vector<std::string> server_args = {o.server_binary, "--listen=127.0.0.1:0",
                                           "--metrics_listen="};
@@ -751,6 +756,9 @@ json RunE2e(const Options& o) {
     const double seconds = o.cell_seconds * (payload >= (size_t{16} << 20) ? 2.5 : 1.0);
     for (bool streaming : {false, true}) {
       for (int concurrency : concurrencies) {
+        const std::string cell = absl::StrCat(streaming ? "EncodeStream " : "Encode ",
+                                              PayloadLabel(payload), " x", concurrency);
+        if (!o.filter.empty() && cell.find(o.filter) == std::string::npos) continue;
         CellResult best_posenc, best_echo;
         for (int round = 0; round < o.rounds; ++round) {
           // Warm-up of each channel the cell uses, then the timed cell; echo first, then
@@ -794,9 +802,6 @@ json RunE2e(const Options& o) {
 
 // --- Report -------------------------------------------------------------------------------
 
-std::string PayloadLabel(size_t bytes) {
-  return bytes >= (1 << 20) ? absl::StrCat(bytes >> 20, " MiB") : absl::StrCat(bytes >> 10, " KiB");
-}
 
 // The targets, each with the measured value it was judged on.
 json Targets(const json& doc) {

@@ -319,20 +319,21 @@ void AddRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) 
       static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
   const KernelThreadLease lease(x.NumBytes());
   const int threads = lease.threads();
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int64_t k = 0; k < blocks; ++k) {  // position block
-    const int64_t s0 = k * block, len = std::min(seq, s0 + block) - s0;
-    const int64_t visits = nb * len;
-    auto row_at = [&](int64_t i) {  // the i-th row visited in this block
-      const int64_t n = i / len, s = s0 + i % len;
-      return bytes + static_cast<size_t>(n * seq + s) * row_bytes;
-    };
-    for (int64_t i = 0; i < visits; ++i) {  // batch-major, then seq
-      const int64_t s = s0 + i % len;
-      const char* ahead = i + rows_ahead < visits ? row_at(i + rows_ahead) : nullptr;
-      row_fn(row_at(i), ahead, pe + s * dim, dim, a, b);
+  ParallelFor(threads, blocks, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) {  // position block
+      const int64_t s0 = k * block, len = std::min(seq, s0 + block) - s0;
+      const int64_t visits = nb * len;
+      auto row_at = [&](int64_t i) {  // the i-th row visited in this block
+        const int64_t n = i / len, s = s0 + i % len;
+        return bytes + static_cast<size_t>(n * seq + s) * row_bytes;
+      };
+      for (int64_t i = 0; i < visits; ++i) {  // batch-major, then seq
+        const int64_t s = s0 + i % len;
+        const char* ahead = i + rows_ahead < visits ? row_at(i + rows_ahead) : nullptr;
+        row_fn(row_at(i), ahead, pe + s * dim, dim, a, b);
+      }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -322,15 +322,13 @@ absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, flo
   const bool stream = out_bytes >= kStreamingStoreBytes;
   const KernelThreadLease lease(out_bytes);
   const int threads = lease.threads();
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  ParallelFor(threads, spec.num_heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
-#pragma omp for schedule(static)
-    for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
+    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
       FillAlibiRelativeRow(spec, geom, h, rel.data());
       CopyRelativeRows(rel.data(), geom, out + h * head_size, stream);
     }
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -344,20 +342,18 @@ absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
   char* base = static_cast<char*>(scores.data);
   const KernelThreadLease lease(scores.NumBytes());
   const int threads = lease.threads();
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  ParallelFor(threads, spec.num_heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
     std::vector<float> row_buffer(
         scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
-#pragma omp for schedule(static)
-    for (int32_t h = 0; h < spec.num_heads; ++h) {  // head
+    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
       FillAlibiRelativeRow(spec, geom, h, rel.data());
       for (int64_t b = 0; b < batch; ++b) {  // batch
         void* block = base + static_cast<size_t>(b * spec.num_heads + h) * block_bytes;
         AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
       }
     }
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -384,15 +380,13 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
   const bool stream = out_bytes >= kStreamingStoreBytes;
   const KernelThreadLease lease(out_bytes);
   const int threads = lease.threads();
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  ParallelFor(threads, heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(n);
-#pragma omp for schedule(static)
-    for (int32_t h = 0; h < heads; ++h) {  // head
+    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
       for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
       CopyRelativeRows(rel.data(), geom, out + h * head_size, stream);
     }
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -409,20 +403,18 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
   char* base = static_cast<char*>(scores.data);
   const KernelThreadLease lease(scores.NumBytes());
   const int threads = lease.threads();
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  ParallelFor(threads, heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(n);
     std::vector<float> row_buffer(
         scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
-#pragma omp for schedule(static)
-    for (int32_t h = 0; h < heads; ++h) {  // head
+    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
       for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
       for (int64_t b = 0; b < batch; ++b) {  // batch
         void* block = base + static_cast<size_t>(b * heads + h) * block_bytes;
         AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
       }
     }
-  }
+  });
   return absl::OkStatus();
 }
 

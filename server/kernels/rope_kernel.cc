@@ -359,8 +359,9 @@ POSENC_AVX512_16 void InterleavedToken16Avx512(uint16_t* x, int64_t heads, int64
 // Per token the tables are, for interleaved pairs, c[k] = cos_k (each 32-lane vector is 16
 // pairs); for rotate-half, each block of 32 features split by parity:
 // c[32b + j] = cos_{32b + 2j}, c[32b + 16 + j] = cos_{32b + 2j + 1} (j < 16).
-// 32 bfloat16 as two 256-bit loads: on this project's AMD EPYC a 512-bit load of data not yet in cache
-// ran the whole kernel at half speed (a standalone loop: 24 against 53 GB/s, one thread).
+// 32 bfloat16 as two 256-bit loads: on this project's AMD EPYC a 512-bit load of data not
+// yet in cache ran the whole kernel at half speed (a standalone loop: 24 against 53 GB/s,
+// one thread).
 POSENC_AVX512_16 inline __m512i LoadBf16x32(const uint16_t* p) {
   return _mm512_inserti64x4(
       _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),

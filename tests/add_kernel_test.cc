@@ -6,6 +6,8 @@
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -280,6 +282,41 @@ TEST(KernelThreadLease, OneCallHoldsThePoolAndSmallCallsNeverTakeIt) {
   }
   const KernelThreadLease after(big);  // released with `first`
   EXPECT_EQ(after.threads(), 2);
+}
+
+}  // namespace
+}  // namespace posenc
+
+namespace posenc {
+namespace {
+
+// ParallelFor covers [0, n) exactly once, in contiguous chunks, for any thread count; with
+// one thread it runs on the caller's thread.
+TEST(ParallelFor, CoversTheRangeOnceInContiguousChunks) {
+  for (int threads : {1, 2, 3, 8}) {
+    for (int64_t n : {0, 1, 2, 5, 64, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> chunks{0};
+      ParallelFor(threads, n, [&](int64_t begin, int64_t end) {
+        ASSERT_LT(begin, end);
+        chunks++;
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1)
+            << "threads " << threads << " n " << n << " index " << i;
+      }
+      EXPECT_LE(chunks.load(), std::max(1, threads)) << "threads " << threads << " n " << n;
+      if (n == 0) EXPECT_EQ(chunks.load(), 0);
+    }
+  }
+}
+
+TEST(ParallelFor, OneThreadRunsOnTheCaller) {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran;
+  ParallelFor(1, 100, [&](int64_t, int64_t) { ran = std::this_thread::get_id(); });
+  EXPECT_EQ(ran, caller);
 }
 
 }  // namespace

@@ -215,8 +215,8 @@ __attribute__((target("avx2,fma"))) void RmwAvx2(float* x, size_t n, float a, fl
   RmwScalar(x + i, n - i, a, b);
 }
 
-// x = b over n floats with streaming stores, or plain ones: the write-only baseline for the bias builds, which only write (and stream
-// their stores from 1 MiB up).
+// x = b over n floats with streaming stores, or plain ones: the write-only baseline for the
+// bias builds, which only write (and stream their stores from 8 MiB up).
 __attribute__((target("avx2"))) void WriteAvx2(float* x, size_t n, float, float b) {
   const __m256 vb = _mm256_set1_ps(b);
   size_t i = 0;

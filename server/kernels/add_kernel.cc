@@ -231,7 +231,8 @@ bool HasAvx512Rows(DType dtype) {
   return false;  // float32 rows are memory-bound already: AVX2 only
 }
 
-#define POSENC_AVX512_ROWS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define POSENC_AVX512_ROWS \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 // x*a + pb (pb being pe*b), or x + pe when both scales are 1 (the same float32 result: a
 // product by 1 is exact, and a NaN is canonicalised on narrowing either way).
@@ -294,7 +295,8 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
       const __m256i h = _mm256_maskz_loadu_epi16(m, x + c);
-      _mm256_mask_storeu_epi16(x + c, m, Narrow16<kBf16>(Combine16<kBf16, kUnitScales>(h, p, va)));
+      const __m512 r = Combine16<kBf16, kUnitScales>(h, p, va);
+      _mm256_mask_storeu_epi16(x + c, m, Narrow16<kBf16>(r));
     }
   }
 }
@@ -305,14 +307,17 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
 // float16 JIT kernel here); bfloat16 the AVX-512 rows from 1 MiB up, below that oneDNN's
 // JIT binary_add.
 // Without AVX2/F16C everything goes to oneDNN, or to the plain loop where oneDNN has only
-// a reference kernel. POSENC_ADD_IMPL=avx2|onednn|loop pins the choice for benchmarks.
+// a reference kernel. POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins the choice for
+// benchmarks.
 enum class AddImpl { kAvx2, kOneDnn, kLoop, kAvx512 };
 
 AddImpl ChosenAddImpl(DType dtype, size_t tensor_bytes) {
   static const int pinned = [] {
     const char* pin = std::getenv("POSENC_ADD_IMPL");
     if (pin == nullptr) return -1;
-    if (std::strcmp(pin, "avx2") == 0 && simd::HasAvx2F16c()) return static_cast<int>(AddImpl::kAvx2);
+    if (std::strcmp(pin, "avx2") == 0 && simd::HasAvx2F16c()) {
+      return static_cast<int>(AddImpl::kAvx2);
+    }
     if (std::strcmp(pin, "avx512") == 0 && simd::HasAvx2F16c()) {
       return static_cast<int>(AddImpl::kAvx512);
     }
@@ -321,10 +326,11 @@ AddImpl ChosenAddImpl(DType dtype, size_t tensor_bytes) {
     return -1;
   }();
   if (pinned >= 0) return static_cast<AddImpl>(pinned);
-  // float16 on AVX-512: [8,2048,4096] 3.6 ms against 8.6 ms with the AVX2 rows, [1,128,768]
-  // 0.008 against 0.015 ms. bfloat16: the AVX-512 rows win on large tensors (3.6-4.0 ms
-  // against oneDNN's 4.7-5.6 ms on [8,2048,4096]), oneDNN's JIT kernel on small ones
-  // (0.005 against 0.007 ms on [1,128,768]); AMD EPYC, 2 threads.
+  // float16 on AVX-512: [8,2048,4096] 3.1-3.7 ms against 4.6-5.1 ms with the AVX2 rows,
+  // [1,128,768] 0.007 against 0.012 ms. bfloat16: the AVX-512 rows win on large tensors
+  // (2.9-3.2 ms against oneDNN's 4.7-6.0 ms and the AVX2 rows' 6.5 ms on [8,2048,4096]),
+  // oneDNN's JIT kernel on small ones (0.005 against 0.006 ms on [1,128,768]); AMD EPYC,
+  // 2 threads.
   if (dtype == DType::kFloat16 && HasAvx512Rows(dtype)) return AddImpl::kAvx512;
   if (dtype == DType::kBFloat16 && HasAvx512Rows(dtype) && tensor_bytes >= (size_t{1} << 20)) {
     return AddImpl::kAvx512;

@@ -372,15 +372,17 @@ POSENC_AVX512_16 inline __m512 EvenBf16(__m512i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 POSENC_AVX512_16 inline __m512 OddBf16(__m512i v) {
-  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  const __m512i high_halves = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  return _mm512_castsi512_ps(_mm512_and_si512(v, high_halves));
 }
 
 // Stores the even and odd results back in element order as bfloat16.
 POSENC_AVX512_16 inline void StoreEvenOddBf16(uint16_t* p, __m512 even, __m512 odd,
                                                __m512i order) {
   __m512i halves;  // words 0..15: even elements, 16..31: odd
-  if (__builtin_expect((_mm512_fpclass_ps_mask(even, 0x20) | _mm512_fpclass_ps_mask(odd, 0x20)) == 0,
-                       1)) {
+  const __mmask16 denormal =
+      _mm512_fpclass_ps_mask(even, 0x20) | _mm512_fpclass_ps_mask(odd, 0x20);
+  if (__builtin_expect(denormal == 0, 1)) {
     halves = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
   } else {
     halves = _mm512_inserti64x4(_mm512_castsi256_si512(simd::NarrowBf16x16(even)),

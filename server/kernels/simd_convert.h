@@ -1,8 +1,9 @@
-// AVX2/F16C conversions between float32 and the 16-bit float formats, bit-identical to
-// FloatToHalf / HalfToFloat / FloatToBFloat16 / BFloat16ToFloat (round to nearest even; a
-// NaN becomes the canonical quiet NaN those give), except that widening a signalling half
-// NaN gives it quiet (F16C does; any float arithmetic on it would too). Internal to server/kernels: each
-// function is compiled for AVX2+F16C, so call it only when HasAvx2F16c() says so.
+// AVX2/F16C (and AVX-512) conversions between float32 and the 16-bit float formats,
+// bit-identical to FloatToHalf / HalfToFloat / FloatToBFloat16 / BFloat16ToFloat (round to
+// nearest even; a NaN becomes the canonical quiet NaN those give), except that widening a
+// signalling half NaN gives it quiet (F16C does; any float arithmetic on it would too).
+// Internal to server/kernels: each function is compiled for the instruction set it names,
+// so call it only when HasAvx2F16c() / HasAvx512f() / HasAvx512Bf16() says so.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -120,8 +121,8 @@ POSENC_AVX512_BF16_TARGET inline __m256i NarrowBf16x16Native(__m512 f) {
 // 32 floats (lo: the first 16) as bfloat16 into p, as FloatToBFloat16: one VCVTNE2PS2BF16
 // unless a lane is a float32 denormal.
 POSENC_AVX512_BF16_TARGET inline void StoreBf16x32(uint16_t* p, __m512 lo, __m512 hi) {
-  if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) == 0,
-                       1)) {
+  const __mmask16 denormal = _mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20);
+  if (__builtin_expect(denormal == 0, 1)) {
     _mm512_storeu_si512(p, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     return;
   }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"

@@ -430,7 +430,18 @@ POSENC_AVX512_16 void InterleavedTokenBf16EvenOdd(uint16_t* x, int64_t heads,
                                                   const float* s, int64_t half) {
   const __m512i order = EvenOddOrder();
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
-    for (int64_t k = 0; k < half; k += 16) {  // pairs k..k+15: features 2k..2k+31
+    int64_t k = 0;
+    for (; k + 32 <= half; k += 32) {  // two groups of 16 pairs: independent chains
+      const __m512i v0 = LoadBf16x32(x + 2 * k), v1 = LoadBf16x32(x + 2 * k + 32);
+      const __m512 c0 = _mm512_loadu_ps(c + k), s0 = _mm512_loadu_ps(s + k);
+      const __m512 c1 = _mm512_loadu_ps(c + k + 16), s1 = _mm512_loadu_ps(s + k + 16);
+      const __m512 e0 = EvenBf16(v0), o0 = OddBf16(v0), e1 = EvenBf16(v1), o1 = OddBf16(v1);
+      StoreEvenOddBf16(x + 2 * k, _mm512_fmsub_ps(e0, c0, _mm512_mul_ps(o0, s0)),
+                       _mm512_fmadd_ps(o0, c0, _mm512_mul_ps(e0, s0)), order);
+      StoreEvenOddBf16(x + 2 * k + 32, _mm512_fmsub_ps(e1, c1, _mm512_mul_ps(o1, s1)),
+                       _mm512_fmadd_ps(o1, c1, _mm512_mul_ps(e1, s1)), order);
+    }
+    for (; k < half; k += 16) {  // pairs k..k+15: features 2k..2k+31
       const __m512i v = LoadBf16x32(x + 2 * k);
       const __m512 vc = _mm512_loadu_ps(c + k), vs = _mm512_loadu_ps(s + k);
       const __m512 e = EvenBf16(v), o = OddBf16(v);

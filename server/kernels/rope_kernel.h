@@ -35,11 +35,12 @@ struct RopeGeometry {
 
 // The instruction sets the kernel can use; kAuto resolves once per process: for float32 to
 // AVX-512 on Intel CPUs that have it, else AVX2+FMA, else scalar; for float16/bfloat16 to
-// AVX-512 (F+BW+VL) wherever present, AMD included, else the same (env POSENC_ROPE_ISA
+// AVX-512 (F+BW+VL+DQ) wherever present, AMD included, else the same (env POSENC_ROPE_ISA
 // pins both). 16-bit heads are converted and rotated in registers with AVX2+F16C or
-// AVX-512 (bfloat16 rounded by VCVTNEPS2BF16 where AVX512_BF16 is present), bit-identical
-// per element to widening, the vector formula (FMA) in float32, and FloatToHalf /
-// FloatToBFloat16.
+// AVX-512 (bfloat16 split by parity and rounded by VCVTNE2PS2BF16 where AVX512_BF16 is
+// present), bit-identical per element to widening, the vector formula (FMA) in float32,
+// and FloatToHalf / FloatToBFloat16, except that a NaN result is some NaN (AVX-512
+// float16 keeps VCVTPS2PH's quiet NaN rather than FloatToHalf's canonical bits).
 enum class RopeIsa { kAuto, kScalar, kAvx2, kAvx512 };
 
 // Whether this CPU can run `isa` (kAuto and kScalar: always).

@@ -394,6 +394,18 @@ POSENC_AVX512_16 inline void StoreEvenOddBf16(uint16_t* p, __m512 even, __m512 o
   _mm512_storeu_si512(p, _mm512_permutexvar_epi16(order, halves));
 }
 
+// src[0..n) split by parity in blocks of 32: dst[32b + j] = src[32b + 2j],
+// dst[32b + 16 + j] = src[32b + 2j + 1]. REQUIRES: n % 32 == 0.
+POSENC_AVX512_16 void SplitByParity(const float* src, float* dst, int64_t n) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t b = 0; b < n; b += 32) {
+    const __m512 lo = _mm512_loadu_ps(src + b), hi = _mm512_loadu_ps(src + b + 16);
+    _mm512_storeu_ps(dst + b, _mm512_permutex2var_ps(lo, even, hi));
+    _mm512_storeu_ps(dst + b + 16, _mm512_permutex2var_ps(lo, odd, hi));
+  }
+}
+
 // VPERMW indices that interleave [even 0..15 | odd 0..15] into element order.
 POSENC_AVX512_16 inline __m512i EvenOddOrder() {
   alignas(64) static const uint16_t kOrder[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
@@ -527,14 +539,9 @@ void RopeTokenTables(RopePairing pairing, TableLayout layout, const float* cos,
                      const float* sin, int64_t half, float* c, float* s) {
   const int64_t padded = PaddedTableSize(half);
   if (layout == TableLayout::kEvenOdd && pairing == RopePairing::kRotateHalf) {
-    for (int64_t b = 0; b < half; b += 32) {  // half % 32 == 0
-      for (int64_t j = 0; j < 16; ++j) {
-        c[b + j] = cos[b + 2 * j];
-        c[b + 16 + j] = cos[b + 2 * j + 1];
-        s[b + j] = sin[b + 2 * j];
-        s[b + 16 + j] = sin[b + 2 * j + 1];
-      }
-    }
+    // Only the AVX-512 parity kernels ask for this layout; half % 32 == 0 for them.
+    SplitByParity(cos, c, half);
+    SplitByParity(sin, s, half);
     return;
   }
   if (pairing == RopePairing::kRotateHalf || layout == TableLayout::kEvenOdd) {

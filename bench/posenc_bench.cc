@@ -19,8 +19,6 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,7 +33,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +48,7 @@
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/table_cache.h"
+#include "tests/support/server_child.h"
 
 namespace posenc::bench {
 namespace {
@@ -519,54 +517,26 @@ json RunKernels(const Options& o, Roofline& roofline) {
 
 // --- End to end ---------------------------------------------------------------------------
 
-// A server binary run as a child process on 127.0.0.1:0; its start line gives the port.
+// A server binary run as a child process on 127.0.0.1:0; exits the bench if it does not
+// start, and stops it with SIGTERM.
 class ChildServer {
  public:
-  ChildServer(const std::string& name, std::vector<std::string> args) : name_(name) {
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      close(out[0]);
-      close(out[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    std::string line;
-    char buf[512];
-    while (line.find('\n') == std::string::npos) {
-      const ssize_t n = read(out[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      line.append(buf, static_cast<size_t>(n));
-    }
-    close(out[0]);
-    std::smatch m;
-    if (std::regex_search(line, m, std::regex(R"(grpc=\S*:(\d+))"))) {
-      address_ = "127.0.0.1:" + m[1].str();
-    } else {
+  ChildServer(const std::string& name, std::vector<std::string> args)
+      : child_(args, std::chrono::seconds(30)) {
+    if (!child_.started()) {
       std::fprintf(stderr, "posenc-bench: %s (%s) did not start: '%s'\n", name.c_str(),
-                   args[0].c_str(), line.c_str());
+                   args[0].c_str(), child_.start_line().c_str());
       std::exit(1);
     }
   }
   ~ChildServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-    }
+    child_.Signal(SIGTERM);
+    child_.Wait();
   }
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return child_.grpc_address(); }
 
  private:
-  std::string name_;
-  pid_t pid_ = -1;
-  std::string address_;
+  testing::ServerChild child_;
 };
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {

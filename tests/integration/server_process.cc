@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -24,73 +22,36 @@ std::string BinaryPath(const std::string& relative) {
   return std::string(dir ? dir : ".") + "/" + relative;
 }
 
-ServerProcess::ServerProcess(const std::vector<std::string>& extra_flags) {
-  int out[2];
-  if (pipe(out) != 0) {
-    ADD_FAILURE() << "pipe failed";
-    return;
-  }
-  std::vector<std::string> args = {BinaryPath("server/posenc-server"),
-                                   "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-                                   "--threads=1"};
-  args.insert(args.end(), extra_flags.begin(), extra_flags.end());
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    close(out[0]);
-    close(out[1]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out[1]);
-  // Read the start line: "... grpc=HOST:PORT metrics=HOST:PORT ...".
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{out[0], POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
-    char buf[512];
-    const ssize_t n = read(out[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    line.append(buf, n);
-  }
-  close(out[0]);
-  std::smatch m;
-  if (std::regex_search(line, m, std::regex(R"(grpc=(\S+) metrics=\S*:(\d+))"))) {
-    grpc_address_ = m[1];
-    metrics_port_ = std::stoi(m[2]);
-    // A loopback TCP address is dialled as 127.0.0.1:PORT; a unix socket as printed.
-    std::smatch port;
-    const std::string address = grpc_address_;
-    if (std::regex_search(address, port, std::regex(R"(^[0-9.]+:(\d+)$)"))) {
-      grpc_address_ = "127.0.0.1:" + port[1].str();
-    }
-  } else {
-    ADD_FAILURE() << "posenc-server did not print its start line; got '" << line << "'";
+namespace {
+
+std::vector<std::string> ServerArgv(const std::vector<std::string>& extra_flags) {
+  std::vector<std::string> argv = {BinaryPath("server/posenc-server"), "--listen=127.0.0.1:0",
+                                   "--metrics_listen=127.0.0.1:0", "--threads=1"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  return argv;
+}
+
+}  // namespace
+
+ServerProcess::ServerProcess(const std::vector<std::string>& extra_flags)
+    : child_(ServerArgv(extra_flags), std::chrono::seconds(30)) {
+  if (!child_.started() || child_.metrics_port() == 0) {
+    ADD_FAILURE() << "posenc-server did not print its start line; got '" << child_.start_line()
+                  << "'";
   }
 }
 
 ServerProcess::~ServerProcess() {
-  if (pid_ <= 0 || waited_) return;
+  if (child_.pid() <= 0 || waited_) return;  // a test that waited checked the status itself
   // Every test ends with a graceful stop: exit status 0 (and, in a sanitizer build, no leak
   // reports, which would make it non-zero).
-  kill(pid_, SIGTERM);
-  for (int i = 0; i < 300; ++i) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      waited_ = true;
-      exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      EXPECT_EQ(exit_status_, 0) << "posenc-server did not stop cleanly on SIGTERM";
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  child_.Signal(SIGTERM);
+  const std::optional<int> status = child_.WaitFor(std::chrono::seconds(30));
+  if (!status.has_value()) {
+    ADD_FAILURE() << "posenc-server did not stop within 30 s of SIGTERM";
+    return;  // ServerChild kills and reaps it
   }
-  ADD_FAILURE() << "posenc-server did not stop within 30 s of SIGTERM";
-  kill(pid_, SIGKILL);
-  Wait();
+  EXPECT_EQ(*status, 0) << "posenc-server did not stop cleanly on SIGTERM";
 }
 
 std::shared_ptr<grpc::Channel> ServerProcess::Channel() const {
@@ -100,19 +61,15 @@ std::shared_ptr<grpc::Channel> ServerProcess::Channel() const {
   return grpc::CreateCustomChannel(grpc_address(), grpc::InsecureChannelCredentials(), args);
 }
 
-void ServerProcess::Signal(int signal) { kill(pid_, signal); }
+void ServerProcess::Signal(int signal) { child_.Signal(signal); }
 
 int ServerProcess::Wait() {
-  if (waited_) return exit_status_;
-  int status = 0;
-  waitpid(pid_, &status, 0);
   waited_ = true;
-  exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return exit_status_;
+  return child_.Wait();
 }
 
 long ServerProcess::RssKib() const {
-  std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+  std::ifstream in("/proc/" + std::to_string(child_.pid()) + "/status");
   std::string key;
   while (in >> key) {
     if (key == "VmRSS:") {

@@ -1,5 +1,6 @@
 // Starts the real posenc-server binary on port 0 for integration tests, reads the line it
-// prints on start, and stops it with a signal. Not thread-safe; one per test.
+// prints on start, and stops it with a signal (tests/support/server_child, with gtest
+// failures on top). Not thread-safe; one per test.
 #pragma once
 
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
+#include "tests/support/server_child.h"
 
 namespace posenc::testing {
 
@@ -20,11 +22,11 @@ class ServerProcess {
   explicit ServerProcess(const std::vector<std::string>& extra_flags = {});
   ~ServerProcess();
 
-  bool started() const { return !grpc_address_.empty(); }
+  bool started() const { return child_.started(); }
   // "127.0.0.1:PORT" or "unix:/path".
-  const std::string& grpc_address() const { return grpc_address_; }
-  int metrics_port() const { return metrics_port_; }
-  pid_t pid() const { return pid_; }
+  const std::string& grpc_address() const { return child_.grpc_address(); }
+  int metrics_port() const { return child_.metrics_port(); }
+  pid_t pid() const { return child_.pid(); }
   std::shared_ptr<grpc::Channel> Channel() const;
 
   // Sends `signal`; Wait() then returns the exit status (or -1 if killed by a signal).
@@ -35,11 +37,8 @@ class ServerProcess {
   long RssKib() const;
 
  private:
-  pid_t pid_ = -1;
-  std::string grpc_address_;
-  int metrics_port_ = 0;
+  ServerChild child_;
   bool waited_ = false;
-  int exit_status_ = -1;
 };
 
 // GET http://127.0.0.1:port/path over a plain socket; returns the body ("" on failure).

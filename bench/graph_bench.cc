@@ -5,47 +5,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "server/graph/laplacian.h"
+#include "tests/support/graphs.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<int64_t> RandomGraph(int64_t n, int per_node, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> pick(0, n - 1);
-  std::vector<int64_t> edges;
-  edges.reserve(static_cast<size_t>(n * per_node * 2));
-  for (int64_t u = 0; u < n; ++u) {
-    for (int e = 0; e < per_node; ++e) {
-      edges.push_back(u);
-      edges.push_back(pick(rng));
-    }
-  }
-  return edges;
-}
-
-std::vector<int64_t> Grid(int64_t rows, int64_t cols) {
-  std::vector<int64_t> edges;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t v = r * cols + c;
-      if (c + 1 < cols) edges.insert(edges.end(), {v, v + 1});
-      if (r + 1 < rows) edges.insert(edges.end(), {v, v + cols});
-    }
-  }
-  return edges;
-}
-
-std::vector<int64_t> Ring(int64_t n) {
-  std::vector<int64_t> edges;
-  for (int64_t v = 0; v < n; ++v) edges.insert(edges.end(), {v, (v + 1) % n});
-  return edges;
-}
+using posenc::testing::GridEdges;
+using posenc::testing::RandomEdges;
+using posenc::testing::RingEdges;
 
 double Run(const char* name, int64_t n, const std::vector<int64_t>& edges, int k,
            bool normalized, const posenc::GraphLimits& limits) {
@@ -75,7 +47,7 @@ int main(int argc, char** argv) {
   // Baseline: the dense path on the largest component it handles by default.
   const int64_t dense_n = limits.dense_max_nodes;
   const double baseline =
-      Run("baseline: dense random graph", dense_n, RandomGraph(dense_n, 5, 1), k, false, limits);
+      Run("baseline: dense random graph", dense_n, RandomEdges(dense_n, 5, 1), k, false, limits);
 
   const int64_t side = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
   struct Case {
@@ -85,11 +57,11 @@ int main(int argc, char** argv) {
     bool normalized;
   };
   const Case cases[] = {
-      {"random, 5 edges/node", n, RandomGraph(n, 5, 2), false},
-      {"random, 5 edges/node, normalized", n, RandomGraph(n, 5, 2), true},
-      {"square grid", side * side, Grid(side, side), false},
-      {"grid 2:1, normalized", (side / 2) * (side * 2), Grid(side / 2, side * 2), true},
-      {"ring", n, Ring(n), false},
+      {"random, 5 edges/node", n, RandomEdges(n, 5, 2), false},
+      {"random, 5 edges/node, normalized", n, RandomEdges(n, 5, 2), true},
+      {"square grid", side * side, GridEdges(side, side), false},
+      {"grid 2:1, normalized", (side / 2) * (side * 2), GridEdges(side / 2, side * 2), true},
+      {"ring", n, RingEdges(n), false},
   };
   for (const Case& c : cases) {
     const double seconds = Run(c.name, c.nodes, c.edges, k, c.normalized, limits);

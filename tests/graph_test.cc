@@ -8,13 +8,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/fixture_path.h"
+#include "tests/support/graphs.h"
 
 namespace posenc {
 namespace {
@@ -184,27 +184,8 @@ TEST(GraphEncoding, SignRuleOnPathFiedlerVector) {
   EXPECT_NEAR(enc->eigenvalues[0], 2 - 2 * std::cos(M_PI / 9), 1e-12);
 }
 
-std::vector<int64_t> RandomEdges(int64_t n, int per_node, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> pick(0, n - 1);
-  std::vector<int64_t> edges;
-  for (int64_t u = 0; u < n; ++u) {
-    for (int e = 0; e < per_node; ++e) edges.insert(edges.end(), {u, pick(rng)});
-  }
-  return edges;
-}
-
-std::vector<int64_t> GridEdges(int64_t rows, int64_t cols) {
-  std::vector<int64_t> edges;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t v = r * cols + c;
-      if (c + 1 < cols) edges.insert(edges.end(), {v, v + 1});
-      if (r + 1 < rows) edges.insert(edges.end(), {v, v + cols});
-    }
-  }
-  return edges;
-}
+using testing::GridEdges;
+using testing::RandomEdges;
 
 // The same graph through the dense solver, shift-invert Lanczos and shifted-operator Lanczos.
 void CheckPathsAgree(const std::string& name, int64_t n, const std::vector<int64_t>& edges,

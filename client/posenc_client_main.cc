@@ -470,41 +470,72 @@ absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const Flags& f) {
 // --------------------------------------------------------------------------------------
 // Commands.
 
-const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "levels", "level-scales", "level-bases",
-                                           "shape", "fill", "seed", "input", "dtype", "output", "key",
-                                           "key-shape", "key-output", "print", "count"};
+// Writes `tensor` as .npy to the path --<flag> gives, if it gives one.
+absl::Status WriteIfAsked(const Flags& f, const std::string& flag, const v1::Tensor& tensor) {
+  if (!f.Has(flag)) return absl::OkStatus();
+  return WriteTensorNpy(f.Str(flag), tensor);
+}
 
-int RunEncode(const Flags& f, bool stream) {
-  auto request = BuildEncodeRequest(f);
-  if (!request.ok()) return UsageError(request.status());
+// One unary call: connects, times call(client), and hands the response, --print and the
+// elapsed time to report(), whose return is the exit code. Bad flags and RPC errors
+// become their exit codes here.
+template <typename Call, typename Report>
+int TimedCall(const Flags& f, absl::string_view rpc, const Call& call, const Report& report) {
   auto client = MakeClient(f);
   if (!client.ok()) return UsageError(client.status());
   auto print = f.Int("print", 8);
   if (!print.ok()) return UsageError(print.status());
+  const absl::Time start = absl::Now();
+  auto response = call(**client);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!response.ok()) return RpcError(rpc, response.status());
+  return report(*response, *print, elapsed);
+}
 
-  if (!stream) {
-    const absl::Time start = absl::Now();
-    auto response = (*client)->Encode(*request);
-    const absl::Duration elapsed = absl::Now() - start;
-    if (!response.ok()) return RpcError("Encode", response.status());
-    PrintTensorSummary("output", response->output(), *print);
-    if (response->has_key_output()) PrintTensorSummary("key_output", response->key_output(), *print);
-    std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
-    if (f.Has("output")) {
-      if (absl::Status s = WriteTensorNpy(f.Str("output"), response->output()); !s.ok()) return RpcError("writing --output", s);
-    }
-    if (f.Has("key-output") && response->has_key_output()) {
-      if (absl::Status s = WriteTensorNpy(f.Str("key-output"), response->key_output()); !s.ok()) {
-        return RpcError("writing --key-output", s);
-      }
-    }
-    return kExitOk;
-  }
+void PrintElapsed(absl::Duration elapsed) {
+  std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
+}
 
+const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "levels", "level-scales", "level-bases",
+                                           "shape", "fill", "seed", "input", "dtype", "output", "key",
+                                           "key-shape", "key-output", "print", "count"};
+
+int RunEncodeStream(const Flags& f, v1::EncodeRequest& request);
+
+int RunEncode(const Flags& f, bool stream) {
+  auto request = BuildEncodeRequest(f);
+  if (!request.ok()) return UsageError(request.status());
+  if (stream) return RunEncodeStream(f, *request);
+  return TimedCall(
+      f, "Encode", [&](PosencClient& client) { return client.Encode(*request); },
+      [&](const v1::EncodeResponse& response, int64_t print, absl::Duration elapsed) {
+        PrintTensorSummary("output", response.output(), print);
+        if (response.has_key_output()) {
+          PrintTensorSummary("key_output", response.key_output(), print);
+        }
+        PrintElapsed(elapsed);
+        if (absl::Status s = WriteIfAsked(f, "output", response.output()); !s.ok()) {
+          return RpcError("writing --output", s);
+        }
+        if (response.has_key_output()) {
+          if (absl::Status s = WriteIfAsked(f, "key-output", response.key_output()); !s.ok()) {
+            return RpcError("writing --key-output", s);
+          }
+        }
+        return kExitOk;
+      });
+}
+
+// EncodeStream: --count requests down one stream, then the rates.
+int RunEncodeStream(const Flags& f, v1::EncodeRequest& request) {
+  auto client = MakeClient(f);
+  if (!client.ok()) return UsageError(client.status());
+  auto print = f.Int("print", 8);
+  if (!print.ok()) return UsageError(print.status());
   auto count = f.Int("count", 100);
   if (!count.ok()) return UsageError(count.status());
   if (*count < 1) return UsageError(absl::InvalidArgumentError("--count must be >= 1"));
-  const std::string id_prefix = request->request_id().empty() ? "stream" : request->request_id();
+  const std::string id_prefix = request.request_id().empty() ? "stream" : request.request_id();
   int64_t sent = 0;
   int64_t received = 0;
   size_t bytes_out = 0;
@@ -513,8 +544,8 @@ int RunEncode(const Flags& f, bool stream) {
   absl::Status status = (*client)->EncodeStream(
       [&]() -> const v1::EncodeRequest* {
         if (sent == *count) return nullptr;
-        request->set_request_id(absl::StrCat(id_prefix, "-", sent++));
-        return &*request;
+        request.set_request_id(absl::StrCat(id_prefix, "-", sent++));
+        return &request;
       },
       [&](v1::EncodeResponse&& response) {
         bytes_out += response.output().data().size() + response.key_output().data().size();
@@ -525,7 +556,7 @@ int RunEncode(const Flags& f, bool stream) {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!status.ok()) return RpcError("EncodeStream", status);
   const size_t bytes_in = static_cast<size_t>(*count) *
-                          (request->input().data().size() + request->key().data().size());
+                          (request.input().data().size() + request.key().data().size());
   PrintTensorSummary("last output", last.output(), *print);
   std::cout << absl::StrFormat(
       "%d responses in %.3f s: %.1f req/s, %.1f MiB/s sent, %.1f MiB/s received\n", received,
@@ -574,20 +605,16 @@ int RunBias(const Flags& f) {
     return absl::OkStatus();
   };
   if (absl::Status s = build(); !s.ok()) return UsageError(s);
-  auto client = MakeClient(f);
-  if (!client.ok()) return UsageError(client.status());
-  auto print = f.Int("print", 8);
-  if (!print.ok()) return UsageError(print.status());
-  const absl::Time start = absl::Now();
-  auto response = (*client)->AttentionBias(request);
-  const absl::Duration elapsed = absl::Now() - start;
-  if (!response.ok()) return RpcError("AttentionBias", response.status());
-  PrintTensorSummary("output", response->output(), *print);
-  std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
-  if (f.Has("output")) {
-    if (absl::Status s = WriteTensorNpy(f.Str("output"), response->output()); !s.ok()) return RpcError("writing --output", s);
-  }
-  return kExitOk;
+  return TimedCall(
+      f, "AttentionBias", [&](PosencClient& client) { return client.AttentionBias(request); },
+      [&](const v1::BiasResponse& response, int64_t print, absl::Duration elapsed) {
+        PrintTensorSummary("output", response.output(), print);
+        PrintElapsed(elapsed);
+        if (absl::Status s = WriteIfAsked(f, "output", response.output()); !s.ok()) {
+          return RpcError("writing --output", s);
+        }
+        return kExitOk;
+      });
 }
 
 int RunGraph(const Flags& f) {
@@ -616,21 +643,17 @@ int RunGraph(const Flags& f) {
     return absl::OkStatus();
   };
   if (absl::Status s = build(); !s.ok()) return UsageError(s);
-  auto client = MakeClient(f);
-  if (!client.ok()) return UsageError(client.status());
-  auto print = f.Int("print", 8);
-  if (!print.ok()) return UsageError(print.status());
-  const absl::Time start = absl::Now();
-  auto response = (*client)->GraphEncode(request);
-  const absl::Duration elapsed = absl::Now() - start;
-  if (!response.ok()) return RpcError("GraphEncode", response.status());
-  PrintTensorSummary("output", response->output(), *print);
-  std::cout << "eigenvalues: " << absl::StrJoin(response->eigenvalues(), " ") << "\n";
-  std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
-  if (f.Has("output")) {
-    if (absl::Status s = WriteTensorNpy(f.Str("output"), response->output()); !s.ok()) return RpcError("writing --output", s);
-  }
-  return kExitOk;
+  return TimedCall(
+      f, "GraphEncode", [&](PosencClient& client) { return client.GraphEncode(request); },
+      [&](const v1::GraphResponse& response, int64_t print, absl::Duration elapsed) {
+        PrintTensorSummary("output", response.output(), print);
+        std::cout << "eigenvalues: " << absl::StrJoin(response.eigenvalues(), " ") << "\n";
+        PrintElapsed(elapsed);
+        if (absl::Status s = WriteIfAsked(f, "output", response.output()); !s.ok()) {
+          return RpcError("writing --output", s);
+        }
+        return kExitOk;
+      });
 }
 
 int RunTable(const Flags& f) {
@@ -667,21 +690,17 @@ int RunTable(const Flags& f) {
     return absl::OkStatus();
   };
   if (absl::Status s = build(); !s.ok()) return UsageError(s);
-  auto client = MakeClient(f);
-  if (!client.ok()) return UsageError(client.status());
-  auto print = f.Int("print", 8);
-  if (!print.ok()) return UsageError(print.status());
-  const absl::Time start = absl::Now();
-  auto table = (*client)->GetTableTensor(request);
-  const absl::Duration elapsed = absl::Now() - start;
-  if (!table.ok()) return RpcError("GetTable", table.status());
-  PrintTensorSummary("table", *table, *print);
-  std::cout << absl::StrFormat("elapsed %.3f ms\n", Millis(elapsed));
-  if (f.Has("output")) {
-    if (absl::Status s = WriteTensorNpy(f.Str("output"), *table); !s.ok()) return RpcError("writing --output", s);
-    std::cout << "wrote " << f.Str("output") << "\n";
-  }
-  return kExitOk;
+  return TimedCall(
+      f, "GetTable", [&](PosencClient& client) { return client.GetTableTensor(request); },
+      [&](const v1::Tensor& table, int64_t print, absl::Duration elapsed) {
+        PrintTensorSummary("table", table, print);
+        PrintElapsed(elapsed);
+        if (absl::Status s = WriteIfAsked(f, "output", table); !s.ok()) {
+          return RpcError("writing --output", s);
+        }
+        if (f.Has("output")) std::cout << "wrote " << f.Str("output") << "\n";
+        return kExitOk;
+      });
 }
 
 int RunList(const Flags& f) {

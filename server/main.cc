@@ -24,42 +24,109 @@ constexpr char kUsage[] = R"(posenc-server: transformer positional encodings ove
 
 flags (--name=value or --name value):
   --listen ADDR            gRPC address, host:port or unix:/path (default 0.0.0.0:50051;
-                           port 0 picks a free port and prints it)
+                           port 0 picks a free port and prints it; a busy port is an error)
   --metrics_listen ADDR    Prometheus /metrics address (default 0.0.0.0:9464; empty = off)
   --table NAME=PATH.npy | NAME=PATH.safetensors:TENSOR   a named table (repeatable)
   --cache_bytes N          budget of the precomputed-table cache (default 268435456)
-  --max_message_bytes N    largest request or response message (default 67108864)
-  --threads N              kernel threads (default: the number of cores)
+  --max_message_bytes N    largest request or response message (default 67108864; at most
+                           2147418112)
+  --threads N              kernel threads, and workers per lane of the work pool (default:
+                           the number of cores)
+  --max_inflight_bytes N   admission budget: summed cost (output + scratch bytes) of the
+                           calls in progress (default: a quarter of the memory limit)
+  --max_concurrent_calls N calls in progress at once (default: 16 per core, at least 32)
+  --stall_threshold DUR    health turns NOT_SERVING while a cheap call waits this long for
+                           a worker (default 2s)
   --tls_cert PEM --tls_key PEM [--tls_client_ca PEM]   TLS; with a client CA, mutual TLS
-  --shutdown_grace DUR     on SIGTERM/SIGINT, time in-flight calls get (default 10s)
+  --shutdown_grace DUR     on SIGTERM/SIGINT: health NOT_SERVING, refuse new calls, finish
+                           accepted ones within this, then exit 0 (default 8s)
+  --version                print the version and exit
 )";
 
 struct Flags {
   posenc::ServerOptions server;
   std::string metrics_listen = "0.0.0.0:9464";
   int threads = 0;
-  absl::Duration shutdown_grace = absl::Seconds(10);
+  absl::Duration shutdown_grace = absl::Seconds(8);
 };
 
+// Configuration errors are one line naming the flag, and exit status 2.
 [[noreturn]] void UsageError(const std::string& message) {
-  std::cerr << "posenc-server: " << message << "\n\n" << kUsage;
+  std::cerr << "posenc-server: " << message << " (see --help)\n";
   std::exit(2);
 }
 
-size_t ParseBytes(const std::string& name, const std::string& value) {
+uint64_t ParseCount(const std::string& name, const std::string& value) {
   uint64_t n = 0;
   if (!absl::SimpleAtoi(value, &n) || n == 0) {
-    UsageError(absl::StrCat("--", name, "=", value, " is not a positive byte count"));
+    UsageError(absl::StrCat("--", name, "=", value, " is not a positive whole number"));
   }
-  return static_cast<size_t>(n);
+  return n;
+}
+
+// "10s", "500ms", or a bare number of seconds.
+absl::Duration ParseDurationFlag(const std::string& name, const std::string& value) {
+  absl::Duration d;
+  double seconds = 0;
+  if (absl::SimpleAtod(value, &seconds)) {
+    d = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(value, &d)) {
+    UsageError(absl::StrCat("--", name, "=", value, " is not a duration (10s, 500ms)"));
+  }
+  if (d < absl::ZeroDuration()) UsageError(absl::StrCat("--", name, "=", value, " is negative"));
+  return d;
+}
+
+// Applies one --name=value; false when the name is not a flag.
+bool SetFlag(Flags& flags, const std::string& name, const std::string& value) {
+  posenc::ServerOptions& s = flags.server;
+  if (name == "listen") {
+    s.listen = value;
+  } else if (name == "metrics_listen") {
+    flags.metrics_listen = value;
+  } else if (name == "table") {
+    s.tables.push_back(value);
+  } else if (name == "cache_bytes") {
+    s.cache_bytes = ParseCount(name, value);
+  } else if (name == "max_message_bytes") {
+    s.max_message_bytes = ParseCount(name, value);
+  } else if (name == "max_inflight_bytes") {
+    s.admission.max_inflight_bytes = ParseCount(name, value);
+  } else if (name == "max_concurrent_calls") {
+    s.admission.max_concurrent_calls = static_cast<int64_t>(
+        std::min<uint64_t>(ParseCount(name, value), uint64_t{1} << 30));
+  } else if (name == "threads") {
+    if (!absl::SimpleAtoi(value, &flags.threads) || flags.threads < 0 || flags.threads > 1024) {
+      UsageError(absl::StrCat("--threads=", value, " is not a thread count (0-1024)"));
+    }
+  } else if (name == "stall_threshold") {
+    s.stall_threshold = absl::ToChronoMilliseconds(ParseDurationFlag(name, value));
+  } else if (name == "tls_cert") {
+    s.tls_cert = value;
+  } else if (name == "tls_key") {
+    s.tls_key = value;
+  } else if (name == "tls_client_ca") {
+    s.tls_client_ca = value;
+  } else if (name == "shutdown_grace") {
+    flags.shutdown_grace = ParseDurationFlag(name, value);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 Flags ParseFlags(int argc, char** argv) {
   Flags flags;
+  flags.server.admission.max_inflight_bytes = posenc::DefaultMaxInflightBytes();
+  flags.server.admission.max_concurrent_calls = posenc::DefaultMaxConcurrentCalls();
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
+      std::exit(0);
+    }
+    if (arg == "--version") {
+      std::cout << "posenc-server " << posenc::kVersion << "\n";
       std::exit(0);
     }
     if (!absl::StartsWith(arg, "--")) UsageError(absl::StrCat("unexpected argument '", arg, "'"));
@@ -72,37 +139,7 @@ Flags ParseFlags(int argc, char** argv) {
     } else {
       UsageError(absl::StrCat("--", name, " needs a value"));
     }
-    if (name == "listen") {
-      flags.server.listen = value;
-    } else if (name == "metrics_listen") {
-      flags.metrics_listen = value;
-    } else if (name == "table") {
-      flags.server.tables.push_back(value);
-    } else if (name == "cache_bytes") {
-      flags.server.cache_bytes = ParseBytes(name, value);
-    } else if (name == "max_message_bytes") {
-      flags.server.max_message_bytes = ParseBytes(name, value);
-    } else if (name == "threads") {
-      if (!absl::SimpleAtoi(value, &flags.threads) || flags.threads < 0) {
-        UsageError(absl::StrCat("--threads=", value, " is not a thread count"));
-      }
-    } else if (name == "tls_cert") {
-      flags.server.tls_cert = value;
-    } else if (name == "tls_key") {
-      flags.server.tls_key = value;
-    } else if (name == "tls_client_ca") {
-      flags.server.tls_client_ca = value;
-    } else if (name == "shutdown_grace") {
-      double seconds = 0;
-      if (absl::SimpleAtod(value, &seconds)) {
-        flags.shutdown_grace = absl::Seconds(seconds);
-      } else if (!absl::ParseDuration(value, &flags.shutdown_grace)) {
-        UsageError(absl::StrCat("--shutdown_grace=", value, " is not a duration (10s, 500ms)"));
-      }
-      if (flags.shutdown_grace < absl::ZeroDuration()) UsageError("--shutdown_grace < 0");
-    } else {
-      UsageError(absl::StrCat("unknown flag --", name));
-    }
+    if (!SetFlag(flags, name, value)) UsageError(absl::StrCat("unknown flag --", name));
   }
   return flags;
 }
@@ -120,6 +157,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   posenc::SetKernelThreads(flags.threads);
+  posenc::ServerOptions options = flags.server;
+  options.threads = posenc::KernelThreads();
   auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion);
   std::string metrics_address = "off";
   if (!flags.metrics_listen.empty()) {
@@ -131,7 +170,7 @@ int main(int argc, char** argv) {
     metrics_address = absl::StrCat(
         flags.metrics_listen.substr(0, flags.metrics_listen.rfind(':')), ":", *port);
   }
-  auto server = posenc::PosencServer::Start(flags.server, metrics.get());
+  auto server = posenc::PosencServer::Start(options, metrics.get());
   if (!server.ok()) {
     std::cerr << "posenc-server: " << server.status().message() << "\n";
     return 1;

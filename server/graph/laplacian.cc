@@ -187,24 +187,33 @@ absl::Status DenseSmallest(const LocalLaplacian& lap, int32_t count, int32_t com
 
 // Operators for Spectra, all restricted to the complement of the null vector u so that the
 // Krylov space is not spent on the known eigenvalue 0.
+// Thrown from inside Spectra's iterations when the caller has gone; caught at the edge.
+struct SolveCancelled {};
+
+// Every operator product passes through Project, so it is where a cancelled solve stops.
 class ProjectedOp {
  public:
   using Scalar = double;
-  ProjectedOp(const Eigen::VectorXd& null_vector) : u_(null_vector) {}
+  ProjectedOp(const Eigen::VectorXd& null_vector, const CancelCheck& cancelled)
+      : u_(null_vector), cancelled_(cancelled) {}
   Eigen::Index rows() const { return u_.size(); }
   Eigen::Index cols() const { return u_.size(); }
 
  protected:
-  void Project(Eigen::Ref<Eigen::VectorXd> x) const { x -= u_.dot(x) * u_; }
+  void Project(Eigen::Ref<Eigen::VectorXd> x) const {
+    if (IsCancelled(cancelled_)) throw SolveCancelled{};
+    x -= u_.dot(x) * u_;
+  }
   const Eigen::VectorXd& u_;
+  const CancelCheck& cancelled_;
 };
 
 // y = P (L + sigma I)^-1 P x: the smallest eigenvalues of L become the largest.
 class ShiftInvertOp : public ProjectedOp {
  public:
   ShiftInvertOp(const Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>>& factor,
-                const Eigen::VectorXd& null_vector)
-      : ProjectedOp(null_vector), factor_(factor), tmp_(null_vector.size()) {}
+                const Eigen::VectorXd& null_vector, const CancelCheck& cancelled)
+      : ProjectedOp(null_vector, cancelled), factor_(factor), tmp_(null_vector.size()) {}
   void perform_op(const double* x_in, double* y_out) const {
     tmp_ = Eigen::Map<const Eigen::VectorXd>(x_in, rows());
     Project(tmp_);
@@ -221,8 +230,9 @@ class ShiftInvertOp : public ProjectedOp {
 // y = P (c I - L) P x with c >= lambda_max: the smallest eigenvalues of L become the largest.
 class ShiftedOp : public ProjectedOp {
  public:
-  ShiftedOp(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector)
-      : ProjectedOp(null_vector), lap_(lap), tmp_(null_vector.size()) {}
+  ShiftedOp(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector,
+            const CancelCheck& cancelled)
+      : ProjectedOp(null_vector, cancelled), lap_(lap), tmp_(null_vector.size()) {}
   void perform_op(const double* x_in, double* y_out) const {
     tmp_ = Eigen::Map<const Eigen::VectorXd>(x_in, rows());
     Project(tmp_);
@@ -245,8 +255,8 @@ class ShiftedOp : public ProjectedOp {
 class ChebyshevFilterOp : public ProjectedOp {
  public:
   ChebyshevFilterOp(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector, double a,
-                    double b, int degree)
-      : ProjectedOp(null_vector),
+                    double b, int degree, const CancelCheck& cancelled)
+      : ProjectedOp(null_vector, cancelled),
         lap_(lap),
         center_((a + b) / 2),
         half_width_((b - a) / 2),
@@ -388,7 +398,7 @@ absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_
 
 absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector,
                             int32_t count, int32_t component, const GraphLimits& limits,
-                            std::vector<EigenPair>& out) {
+                            const CancelCheck& cancelled, std::vector<EigenPair>& out) {
   const int32_t ncv_floor = count + 32;
   const int32_t ncv = std::min<int32_t>(lap.size - 1, std::max(2 * count + 1, ncv_floor));
   if (static_cast<double>(ncv) * lap.size * sizeof(double) >
@@ -407,14 +417,14 @@ absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& nu
   if (FactorFitsBudget(shifted, budget)) {
     Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>> factor(shifted);
     if (factor.info() == Eigen::Success) {
-      ShiftInvertOp op(factor, null_vector);
+      ShiftInvertOp op(factor, null_vector, cancelled);
       return RunLanczos(op, lap, count, ncv, 1000, component, out);
     }
   }
   // Expander-like graph: Chebyshev-filtered Lanczos, checked; plain cI - L if the check fails.
   const auto [a, b] = EstimateFilterInterval(lap, null_vector, count);
   if (a > 0 && b > a) {
-    ChebyshevFilterOp filter(lap, null_vector, a, b, kChebyshevDegree);
+    ChebyshevFilterOp filter(lap, null_vector, a, b, kChebyshevDegree, cancelled);
     std::vector<EigenPair> filtered;
     const int32_t filter_ncv = std::min<int32_t>(lap.size - 1, 2 * count + 8);
     absl::Status status = RunLanczos(filter, lap, count, filter_ncv, 1000, component, filtered);
@@ -427,7 +437,7 @@ absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& nu
       return absl::OkStatus();
     }
   }
-  ShiftedOp op(lap, null_vector);
+  ShiftedOp op(lap, null_vector, cancelled);
   return RunLanczos(op, lap, count, ncv, 20000, component, out);
 }
 
@@ -483,7 +493,8 @@ void FixSign(Eigen::VectorXd& v) {
   }
 }
 
-absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& limits) {
+absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& limits,
+                                     const CancelCheck& cancelled) {
   RETURN_IF_ERROR(ValidateGraph(spec, limits));
   const Adjacency adj = BuildAdjacency(spec.num_nodes, spec.edges);
   const std::vector<std::vector<int32_t>> components = Components(adj, spec.num_nodes);
@@ -500,6 +511,7 @@ absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& l
   const int64_t components_needed = nonzero_wanted > 0 ? num_components
                                                        : std::min(num_components, wanted);
   for (int32_t c = 0; c < components_needed; ++c) {
+    if (IsCancelled(cancelled)) throw SolveCancelled{};
     const std::vector<int32_t>& members = components[c];
     LocalLaplacian lap = BuildLocalLaplacian(adj, members, spec.normalized, local_id);
     Eigen::VectorXd null_vector = NullVector(lap, spec.normalized);
@@ -512,7 +524,7 @@ absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& l
     if (dense) {
       RETURN_IF_ERROR(DenseSmallest(lap, count, c, pairs));
     } else {
-      RETURN_IF_ERROR(SparseSmallest(lap, null_vector, count, c, limits, pairs));
+      RETURN_IF_ERROR(SparseSmallest(lap, null_vector, count, c, limits, cancelled, pairs));
     }
   }
   std::stable_sort(pairs.begin(), pairs.end(), [](const EigenPair& a, const EigenPair& b) {
@@ -541,11 +553,14 @@ absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& l
 }  // namespace
 
 absl::StatusOr<GraphEncoding> ComputeLaplacianEncoding(const GraphSpec& spec,
-                                                       const GraphLimits& limits) {
+                                                       const GraphLimits& limits,
+                                                       const CancelCheck& cancelled) {
   // Eigen, Spectra and the standard containers report failure by throwing; none of it may
   // cross into the service.
   try {
-    return Encode(spec, limits);
+    return Encode(spec, limits, cancelled);
+  } catch (const SolveCancelled&) {
+    return absl::CancelledError("the Laplacian solve stopped: the caller has gone");
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "out of memory computing the Laplacian encoding of ", spec.num_nodes, " nodes"));

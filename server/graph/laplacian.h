@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/common/cancel.h"
 
 namespace posenc {
 
@@ -60,8 +61,10 @@ struct GraphEncoding {
 // makes its entry of largest magnitude positive (the first within 1e-6 relative, on ties).
 // INVALID_ARGUMENT: num_nodes < 1, k < 1, an odd-length edge list, a node id outside
 // [0, num_nodes). RESOURCE_EXHAUSTED: a GraphLimits bound is exceeded, or the Lanczos solver
-// does not converge within its iteration budget.
+// does not converge within its iteration budget. CANCELLED: `cancelled` returned true (it
+// is asked between components and at every Lanczos operator product).
 absl::StatusOr<GraphEncoding> ComputeLaplacianEncoding(const GraphSpec& spec,
-                                                       const GraphLimits& limits);
+                                                       const GraphLimits& limits,
+                                                       const CancelCheck& cancelled = {});
 
 }  // namespace posenc

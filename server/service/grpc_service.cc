@@ -2,74 +2,95 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/service/ordered_stream.h"
 #include "server/service/proto_convert.h"
 
 namespace posenc {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Counts one call (or one stream message) in the metrics: in flight while alive, then its
-// status and duration.
-// A message of a stream passes count_inflight = false: the stream itself is the call in
-// flight. Done() leaves the in-flight gauge before the status is sent, so a client that
-// has its answer never sees its own call still counted.
-class CallRecord {
- public:
-  CallRecord(ServiceMetrics* metrics, Method method, bool count_inflight = true)
-      : metrics_(metrics), method_(method), start_(Clock::now()),
-        inflight_(metrics != nullptr && count_inflight) {
-    if (inflight_) metrics_->InflightAdd(1);
-  }
-  ~CallRecord() { LeaveInflight(); }
-  void LeaveInflight() {
-    if (inflight_) metrics_->InflightAdd(-1);
-    inflight_ = false;
-  }
-  void Done(SchemeLabel scheme, grpc::StatusCode code) {
-    LeaveInflight();
-    if (metrics_) {
-      metrics_->RecordRequest(method_, scheme, static_cast<int>(code),
-                              std::chrono::duration<double>(Clock::now() - start_).count());
-    }
-  }
-
- private:
-  ServiceMetrics* metrics_;
-  Method method_;
-  Clock::time_point start_;
-  bool inflight_;
-};
-
 const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE,
                                  "server is shutting down; retry on another replica");
 
-// GetTable: computes each chunk only when the previous one has been written, so a table
-// of any length streams in bounded memory.
+// Why the work for this call should not start (or go on): its deadline passed, the client
+// cancelled, or the server stopped it; OK while it is wanted.
+grpc::Status StoppedStatus(grpc::CallbackServerContext* context) {
+  if (std::chrono::system_clock::now() >= context->deadline()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed");
+  }
+  if (context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+  }
+  return grpc::Status::OK;
+}
+
+CancelCheck CancelCheckOf(grpc::CallbackServerContext* context) {
+  return [context] { return !StoppedStatus(context).ok(); };
+}
+
+// The message limit counts the response's framing too, not only its tensor bytes.
+template <typename Response>
+grpc::Status CheckResponseSize(Response& response, size_t max_message_bytes) {
+  const size_t size = response.ByteSizeLong();
+  if (size <= max_message_bytes) return grpc::Status::OK;
+  response.Clear();
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("the response would be ", size,
+                                   " bytes; --max_message_bytes allows ", max_message_bytes));
+}
+
+SchemeLabel LabelOf(const v1::BiasRequest& r) {
+  return r.has_alibi() ? SchemeLabel::kAlibi : r.has_t5() ? SchemeLabel::kT5 : SchemeLabel::kNone;
+}
+
+SchemeLabel LabelOf(const v1::TableRequest& r) {
+  return r.has_sinusoidal() ? SchemeLabel::kSinusoidal
+         : r.has_rope()     ? SchemeLabel::kRope
+                            : SchemeLabel::kNone;
+}
+
+// The tracked record of a call; a call the tracker does not know (it always does, in a
+// server) gets a record of its own so the code below has one shape.
+std::shared_ptr<TrackedCall> CallOf(const ServiceRuntime& runtime,
+                                    grpc::CallbackServerContext* context, SchemeLabel scheme) {
+  std::shared_ptr<TrackedCall> call = runtime.tracker->Find(context);
+  if (!call) call = std::make_shared<TrackedCall>();
+  call->scheme.store(scheme);
+  return call;
+}
+
+// GetTable: each chunk is computed on the pool only when the previous one has been written,
+// so a table of any length streams in bounded memory, and a client that goes away stops it.
 class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
  public:
-  TableReactor(const PositionalEncodingService* service, ServiceMetrics* metrics,
+  TableReactor(const PositionalEncodingService* service, grpc::CallbackServerContext* context,
                const v1::TableRequest* request)
-      : service_(service), request_(request), call_(metrics, Method::kGetTable) {
-    if (service_->refusing()) {
-      FinishWith(kShuttingDown);
+      : service_(service), context_(context), request_(request),
+        call_(CallOf(service->runtime(), context, LabelOf(*request))) {
+    if (call_->late) {
+      Finish(kShuttingDown);
       return;
     }
-    auto rows = service_->handlers().PlanTable(*request_, &scheme_);
-    if (!rows.ok()) {
-      FinishWith(ToGrpcStatus(rows.status()));
+    SchemeLabel scheme = SchemeLabel::kNone;
+    absl::StatusOr<int64_t> rows = service_->handlers().PlanTable(*request_, &scheme);
+    absl::StatusOr<CallCost> cost = rows.ok() ? CostOf(*request_, *rows) : rows.status();
+    absl::StatusOr<Admission::Ticket> ticket =
+        cost.ok() ? service_->runtime().admission->Admit(cost->bytes) : cost.status();
+    if (!ticket.ok()) {
+      Finish(ToGrpcStatus(ticket.status()));
       return;
     }
+    call_->ticket = std::move(*ticket);
     rows_per_chunk_ = *rows;
+    lane_ = cost->lane;
     WriteNext();
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      FinishWith(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
       return;
     }
     WriteNext();
@@ -80,45 +101,67 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
  private:
   void WriteNext() {
     if (next_ >= request_->length()) {
-      FinishWith(grpc::Status::OK);
+      Finish(grpc::Status::OK);
       return;
     }
-    const int64_t n = std::min(rows_per_chunk_, request_->length() - next_);
-    chunk_.Clear();
-    auto status = service_->handlers().TableChunk(*request_, next_, n, chunk_);
-    if (!status.ok()) {
-      FinishWith(ToGrpcStatus(status));
-      return;
-    }
-    next_ += n;
-    StartWrite(&chunk_);
-  }
-
-  void FinishWith(const grpc::Status& status) {
-    call_.Done(scheme_, status.error_code());
-    Finish(status);
+    service_->runtime().pool->Submit(lane_, [this] {
+      if (grpc::Status stopped = StoppedStatus(context_); !stopped.ok()) {
+        Finish(stopped);
+        return;
+      }
+      const int64_t n = std::min(rows_per_chunk_, request_->length() - next_);
+      chunk_.Clear();
+      absl::Status status = service_->handlers().TableChunk(*request_, next_, n, chunk_);
+      if (!status.ok()) {
+        Finish(ToGrpcStatus(status));
+        return;
+      }
+      next_ += n;
+      StartWrite(&chunk_);
+    });
   }
 
   const PositionalEncodingService* service_;
+  grpc::CallbackServerContext* const context_;
   const v1::TableRequest* request_;
-  CallRecord call_;
-  SchemeLabel scheme_ = SchemeLabel::kNone;
+  const std::shared_ptr<TrackedCall> call_;
   int64_t rows_per_chunk_ = 1;
   int64_t next_ = 0;
+  Lane lane_ = Lane::kCheap;
   v1::TableChunk chunk_;
 };
 
 }  // namespace
 
-template <typename Handle>
+template <typename Response, typename Handle>
 grpc::ServerUnaryReactor* PositionalEncodingService::ServeUnary(
-    grpc::CallbackServerContext* context, Method method, Handle handle) {
+    grpc::CallbackServerContext* context, SchemeLabel scheme,
+    const absl::StatusOr<CallCost>& cost, Response* response, Handle handle) {
   auto* reactor = context->DefaultReactor();
-  CallRecord call(handlers_.state().metrics, method);
-  SchemeLabel scheme = SchemeLabel::kNone;
-  const grpc::Status status = refusing() ? kShuttingDown : handle(&scheme);
-  call.Done(scheme, status.error_code());
-  reactor->Finish(status);
+  std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, scheme);
+  if (call->late) {
+    reactor->Finish(kShuttingDown);
+    return reactor;
+  }
+  absl::StatusOr<Admission::Ticket> ticket =
+      cost.ok() ? runtime_.admission->Admit(cost->bytes) : cost.status();
+  if (!ticket.ok()) {  // refused before anything was allocated for it
+    reactor->Finish(ToGrpcStatus(ticket.status()));
+    return reactor;
+  }
+  call->ticket = std::move(*ticket);
+  const size_t max_message = handlers_.state().max_message_bytes;
+  runtime_.pool->Submit(cost->lane, [context, reactor, response, max_message,
+                                     handle = std::move(handle)]() mutable {
+    grpc::Status status = StoppedStatus(context);
+    if (status.ok()) status = handle(CancelCheckOf(context));
+    if (status.ok()) status = CheckResponseSize(*response, max_message);
+    // Work cut short by the caller going away reports why, not how it was cut.
+    if (!status.ok()) {
+      if (grpc::Status stopped = StoppedStatus(context); !stopped.ok()) status = stopped;
+    }
+    reactor->Finish(status);
+  });
   return reactor;
 }
 
@@ -127,70 +170,95 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ServeUnary(
 grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
                                                             const v1::EncodeRequest* request,
                                                             v1::EncodeResponse* response) {
-  return ServeUnary(context, Method::kEncode, [&](SchemeLabel* scheme) {
-    return ToGrpcStatus(
-        handlers_.Encode(*const_cast<v1::EncodeRequest*>(request), *response, scheme),
-        request->request_id());
-  });
+  return ServeUnary(context, LabelOf(*request), CostOf(*request), response,
+                    [this, request, response](const CancelCheck&) {
+                      SchemeLabel scheme;
+                      return ToGrpcStatus(
+                          handlers_.Encode(*const_cast<v1::EncodeRequest*>(request), *response,
+                                           &scheme),
+                          request->request_id());
+                    });
 }
 
-// Each message is counted with its scheme; the stream itself only when it ends in an error
-// no message carried (refused, or broken by the client).
+// Each message is admitted, run on the pool and counted with its scheme; the stream itself
+// is counted (by the CallTracker) only when it ends in an error no message carried.
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
-  auto call = std::make_shared<CallRecord>(metrics, Method::kEncodeStream);
+  std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, SchemeLabel::kNone);
   auto handle = [this, metrics](v1::EncodeRequest& request, v1::EncodeResponse& response) {
-    CallRecord message(metrics, Method::kEncodeStream, /*count_inflight=*/false);
-    SchemeLabel scheme = SchemeLabel::kNone;
+    const auto start = std::chrono::steady_clock::now();
+    SchemeLabel scheme = LabelOf(request);
+    absl::StatusOr<CallCost> cost = CostOf(request);
+    absl::StatusOr<Admission::Ticket> ticket =
+        cost.ok() ? runtime_.admission->Admit(cost->bytes) : cost.status();
     grpc::Status status =
-        ToGrpcStatus(handlers_.Encode(request, response, &scheme), request.request_id());
-    message.Done(scheme, status.error_code());
+        ticket.ok() ? ToGrpcStatus(handlers_.Encode(request, response, &scheme),
+                                   request.request_id())
+                    : ToGrpcStatus(ticket.status(), request.request_id());
+    if (status.ok()) {
+      status = CheckResponseSize(response, handlers_.state().max_message_bytes);
+    }
+    if (metrics) {
+      metrics->RecordRequest(
+          Method::kEncodeStream, scheme, static_cast<int>(status.error_code()),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
     return status;
   };
+  auto schedule = [this](const v1::EncodeRequest& request, WorkPool::Job job) {
+    absl::StatusOr<CallCost> cost = CostOf(request);
+    runtime_.pool->Submit(cost.ok() ? cost->lane : Lane::kCheap, std::move(job));
+  };
   auto on_finish = [call](const grpc::Status& status, bool from_handler) {
-    if (!status.ok() && !from_handler) {
-      call->Done(SchemeLabel::kNone, status.error_code());
-    } else {
-      call->LeaveInflight();
-    }
+    if (status.ok() || from_handler) call->counted.store(true);
   };
   return new OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>(
-      kStreamWindow, handle, on_finish, refusing() ? kShuttingDown : grpc::Status::OK);
+      kStreamWindow, handle, schedule, on_finish, call->late ? kShuttingDown : grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const v1::BiasRequest* request,
     v1::BiasResponse* response) {
-  return ServeUnary(context, Method::kAttentionBias, [&](SchemeLabel* scheme) {
-    return ToGrpcStatus(
-        handlers_.AttentionBias(*const_cast<v1::BiasRequest*>(request), *response, scheme),
-        request->request_id());
-  });
+  return ServeUnary(context, LabelOf(*request), CostOf(*request), response,
+                    [this, request, response](const CancelCheck&) {
+                      SchemeLabel scheme;
+                      return ToGrpcStatus(
+                          handlers_.AttentionBias(*const_cast<v1::BiasRequest*>(request),
+                                                  *response, &scheme),
+                          request->request_id());
+                    });
 }
 
 grpc::ServerWriteReactor<v1::TableChunk>* PositionalEncodingService::GetTable(
     grpc::CallbackServerContext* context, const v1::TableRequest* request) {
-  return new TableReactor(this, handlers_.state().metrics, request);
+  return new TableReactor(this, context, request);
 }
 
+// Answered on gRPC's thread: it touches no tensor and allocates next to nothing.
 grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
     grpc::CallbackServerContext* context, const v1::ListSchemesRequest* request,
     v1::ListSchemesResponse* response) {
-  return ServeUnary(context, Method::kListSchemes, [&](SchemeLabel*) {
-    handlers_.ListSchemes(*response);
-    return grpc::Status::OK;
-  });
+  auto* reactor = context->DefaultReactor();
+  if (CallOf(runtime_, context, SchemeLabel::kNone)->late) {
+    reactor->Finish(kShuttingDown);
+    return reactor;
+  }
+  handlers_.ListSchemes(*response);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
     grpc::CallbackServerContext* context, const v1::GraphRequest* request,
     v1::GraphResponse* response) {
-  return ServeUnary(context, Method::kGraphEncode, [&](SchemeLabel* scheme) {
-    *scheme = SchemeLabel::kGraphLaplacian;
-    return ToGrpcStatus(handlers_.GraphEncode(*const_cast<v1::GraphRequest*>(request), *response),
-                        request->request_id());
-  });
+  return ServeUnary(context, SchemeLabel::kGraphLaplacian, CostOf(*request), response,
+                    [this, request, response](const CancelCheck& cancelled) {
+                      return ToGrpcStatus(
+                          handlers_.GraphEncode(*const_cast<v1::GraphRequest*>(request),
+                                                *response, cancelled),
+                          request->request_id());
+                    });
 }
 
 }  // namespace posenc

@@ -1,21 +1,30 @@
-// posenc.v1.PositionalEncoding on gRPC's callback API. Handlers stay thin: they time the
-// call, refuse new work while shutting down, and hand messages to RequestHandlers.
-// Thread-safe; owns nothing but its handlers.
+// posenc.v1.PositionalEncoding on gRPC's callback API. Handlers stay thin: on gRPC's thread
+// they refuse calls that arrived while draining, compute the call's cost from the request,
+// admit it (or refuse it at once), and hand the work to the WorkPool; the pool thread runs
+// RequestHandlers and finishes the call. Thread-safe; owns nothing but its handlers.
 #pragma once
 
-#include <atomic>
-
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "server/service/admission.h"
+#include "server/service/call_tracker.h"
+#include "server/service/request_cost.h"
 #include "server/service/request_handlers.h"
+#include "server/service/work_pool.h"
 
 namespace posenc {
 
+// What runs the calls; not owned, each outlives the service.
+struct ServiceRuntime {
+  WorkPool* pool = nullptr;
+  Admission* admission = nullptr;
+  CallTracker* tracker = nullptr;
+};
+
 class PositionalEncodingService final : public v1::PositionalEncoding::CallbackService {
  public:
-  explicit PositionalEncodingService(const ServiceState& state) : handlers_(state) {}
-
-  // After this, new calls get UNAVAILABLE; calls already running finish.
-  void RefuseNewCalls() { refusing_.store(true); }
+  // REQUIRES: every runtime member is non-null.
+  PositionalEncodingService(const ServiceState& state, const ServiceRuntime& runtime)
+      : handlers_(state), runtime_(runtime) {}
 
   // Requests an EncodeStream keeps read ahead of its writes; a client that does not read
   // makes the server stop reading, so memory per stream stays bounded.
@@ -39,17 +48,18 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
                                         v1::GraphResponse* response) override;
 
   const RequestHandlers& handlers() const { return handlers_; }
-  bool refusing() const { return refusing_.load(); }
+  const ServiceRuntime& runtime() const { return runtime_; }
 
  private:
-  // Times and counts one unary call, refuses it while shutting down, else runs
-  // handle(SchemeLabel*) -> grpc::Status.
-  template <typename Handle>
-  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, Method method,
+  // Admits a unary call of `cost` and runs handle(const CancelCheck&) -> grpc::Status on
+  // the pool, then checks the response fits the message limit and finishes the call.
+  template <typename Response, typename Handle>
+  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, SchemeLabel scheme,
+                                       const absl::StatusOr<CallCost>& cost, Response* response,
                                        Handle handle);
 
   RequestHandlers handlers_;
-  std::atomic<bool> refusing_{false};
+  const ServiceRuntime runtime_;
 };
 
 }  // namespace posenc

@@ -4,6 +4,9 @@
 // The reactor owns itself and is deleted when gRPC is done with it. Thread-safe: reads and
 // writes may complete on different threads; all state changes happen under one mutex.
 //
+// The handler runs where `schedule` puts it (a worker pool), never on gRPC's thread when a
+// scheduler is given; one request of a stream is handled at a time, so order is kept.
+//
 //   return new OrderedStreamReactor<Req, Resp>(2, [](Req& in, Resp& out) { ...; return OK; });
 #pragma once
 
@@ -14,6 +17,7 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/functional/any_invocable.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 
@@ -27,11 +31,15 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   using Handler = std::function<grpc::Status(Request&, Response&)>;
   // Runs once, just before Finish, with the final status and whether a Handler returned it.
   using OnFinish = std::function<void(const grpc::Status&, bool from_handler)>;
+  // Runs `job` (which calls the Handler on the request) now or on another thread.
+  using Schedule = std::function<void(const Request&, absl::AnyInvocable<void() &&>)>;
 
-  // With a non-OK `refuse`, the stream finishes at once with it and reads nothing.
-  OrderedStreamReactor(size_t window, Handler handler, OnFinish on_finish = nullptr,
-                       grpc::Status refuse = grpc::Status::OK)
-      : window_(window), handler_(std::move(handler)), on_finish_(std::move(on_finish)) {
+  // With a non-OK `refuse`, the stream finishes at once with it and reads nothing. A null
+  // `schedule` runs the handler inline.
+  OrderedStreamReactor(size_t window, Handler handler, Schedule schedule = nullptr,
+                       OnFinish on_finish = nullptr, grpc::Status refuse = grpc::Status::OK)
+      : window_(window), handler_(std::move(handler)), schedule_(std::move(schedule)),
+        on_finish_(std::move(on_finish)) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!refuse.ok()) {
       final_status_ = refuse;
@@ -44,29 +52,21 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   }
 
   void OnReadDone(bool ok) override {
-    std::unique_ptr<Response> response;
-    grpc::Status status;
-    if (ok) {  // handled outside the lock: only this thread touches request_ until StartRead
-      response = std::make_unique<Response>();
-      status = handler_(request_, *response);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    reading_ = false;
     if (!ok) {
-      reads_done_ = true;
-    } else if (!status.ok()) {
-      final_status_ = status;  // stop reading; finish once the queued answers are out
-      from_handler_ = true;
-      reads_done_ = true;
-    } else {
-      queue_.push_back(std::move(response));
-      if (!writing_) {
-        writing_ = true;
-        this->StartWrite(queue_.front().get());
-      }
-      MaybeReadLocked();
+      Handled(ok, nullptr, grpc::Status::OK);
+      return;
     }
-    MaybeFinishLocked();
+    // Handled outside the lock: nothing touches request_ until the job calls Handled.
+    auto job = [this] {
+      auto response = std::make_unique<Response>();
+      grpc::Status status = handler_(request_, *response);
+      Handled(true, std::move(response), status);
+    };
+    if (schedule_) {
+      schedule_(request_, std::move(job));
+    } else {
+      job();
+    }
   }
 
   void OnWriteDone(bool ok) override {
@@ -90,6 +90,27 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   void OnDone() override { delete this; }
 
  private:
+  // A read has completed (ok) and been handled, or the reads are over (!ok).
+  void Handled(bool ok, std::unique_ptr<Response> response, const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reading_ = false;
+    if (!ok || broken_) {  // a broken stream drops the answer
+      reads_done_ = true;
+    } else if (!status.ok()) {
+      final_status_ = status;  // stop reading; finish once the queued answers are out
+      from_handler_ = true;
+      reads_done_ = true;
+    } else {
+      queue_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        this->StartWrite(queue_.front().get());
+      }
+      MaybeReadLocked();
+    }
+    MaybeFinishLocked();
+  }
+
   // REQUIRES: mu_ held.
   void MaybeReadLocked() {
     if (!reading_ && !reads_done_ && !broken_ && queue_.size() < window_) {
@@ -109,6 +130,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
 
   const size_t window_;
   const Handler handler_;
+  const Schedule schedule_;
   const OnFinish on_finish_;
   Request request_;
   std::mutex mu_;

@@ -238,7 +238,8 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
 }
 
 absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
-                                          v1::GraphResponse& response) const {
+                                          v1::GraphResponse& response,
+                                          const CancelCheck& cancelled) const {
   response.set_request_id(request.request_id());
   GraphSpec spec;
   spec.num_nodes = request.num_nodes();
@@ -270,7 +271,7 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
   GraphEncoding encoding;
   {
     KernelTimer timer(state_.metrics, SchemeLabel::kGraphLaplacian);
-    ASSIGN_OR_RETURN(encoding, ComputeLaplacianEncoding(spec, limits));
+    ASSIGN_OR_RETURN(encoding, ComputeLaplacianEncoding(spec, limits, cancelled));
   }
   const int64_t n = encoding.num_nodes, k = encoding.k;
   for (double e : encoding.eigenvalues) response.add_eigenvalues(e);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "server/common/cancel.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/metrics/metrics.h"
 #include "server/schemes/absolute_scheme.h"
@@ -22,6 +23,7 @@ struct ServiceState {
   const NamedTables* tables = nullptr;  // not owned; read-only while serving
   ServiceMetrics* metrics = nullptr;    // not owned; may be null in tests
   SchemeLimits limits;
+  size_t max_message_bytes = size_t{64} << 20;  // a whole response, framing included
   std::string version;
 };
 
@@ -34,7 +36,9 @@ class RequestHandlers {
                       SchemeLabel* scheme) const;
   absl::Status AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
                              SchemeLabel* scheme) const;
-  absl::Status GraphEncode(v1::GraphRequest& request, v1::GraphResponse& response) const;
+  // Stops with CANCELLED when `cancelled` says so (polled inside the eigen-solve).
+  absl::Status GraphEncode(v1::GraphRequest& request, v1::GraphResponse& response,
+                           const CancelCheck& cancelled = {}) const;
   void ListSchemes(v1::ListSchemesResponse& response) const;
 
   // GetTable: checks the request and says how many rows each chunk carries.

@@ -1,12 +1,16 @@
 #include "server/service/server.h"
 
+#include <malloc.h>
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/common/status_macros.h"
@@ -23,6 +27,28 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   return ss.str();
 }
 
+// gRPC only finds a bad certificate or key when the server starts, and then says nothing
+// useful; OpenSSL can tell which flag is at fault first.
+absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem) {
+  BIO* cert_bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  BIO_free(cert_bio);
+  BIO* key_bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  BIO_free(key_bio);
+  absl::Status status;
+  if (cert == nullptr) {
+    status = absl::InvalidArgumentError("--tls_cert: not a PEM certificate");
+  } else if (key == nullptr) {
+    status = absl::InvalidArgumentError("--tls_key: not a PEM private key");
+  } else if (X509_check_private_key(cert, key) != 1) {
+    status = absl::InvalidArgumentError("--tls_key does not match the --tls_cert certificate");
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return status;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const ServerOptions& options) {
   if (options.tls_cert.empty() && options.tls_key.empty()) {
@@ -32,11 +58,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     return grpc::InsecureServerCredentials();
   }
   if (options.tls_cert.empty() || options.tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+    return absl::InvalidArgumentError(options.tls_cert.empty()
+                                          ? "--tls_key needs --tls_cert"
+                                          : "--tls_cert needs --tls_key");
   }
   grpc::SslServerCredentialsOptions ssl;
   ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert, "--tls_cert"));
   ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key, "--tls_key"));
+  RETURN_IF_ERROR(CheckKeyPair(cert, key));
   ssl.pem_key_cert_pairs.push_back({key, cert});
   if (!options.tls_client_ca.empty()) {  // mutual TLS
     ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_client_ca, "--tls_client_ca"));
@@ -46,45 +75,87 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+absl::Status LoadTables(const std::vector<std::string>& specs, NamedTables& tables) {
+  for (const std::string& spec : specs) {
+    absl::StatusOr<NamedTableData> loaded = LoadTableSpec(spec);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("--table=", spec, ": ", loaded.status().message()));
+    }
+    auto table = std::make_shared<Table>();
+    table->rows = loaded->shape[0];
+    table->cols = loaded->shape[1];
+    table->data = std::move(loaded->data);
+    absl::Status added = tables.Add(NamedTable{loaded->name, std::move(table), loaded->source_dtype});
+    if (!added.ok()) {
+      return absl::Status(added.code(), absl::StrCat("--table=", spec, ": ", added.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptions(const ServerOptions& options) {
+  if (options.max_message_bytes > kMaxMessageBytesLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes=", options.max_message_bytes, " is over ", kMaxMessageBytesLimit,
+        " (protobuf's 2 GiB message limit, less framing)"));
+  }
+  if (options.max_message_bytes < 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes=", options.max_message_bytes, " is under 4096"));
+  }
+  return absl::OkStatus();
+}
+
+// Room left for a response's own fields (shape, dtype, request id) beside its tensor.
+constexpr size_t kFramingBytes = 4096;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOptions& options,
                                                                   ServiceMetrics* metrics) {
+  RETURN_IF_ERROR(CheckOptions(options));
   std::unique_ptr<PosencServer> server(new PosencServer());
-  for (const std::string& spec : options.tables) {
-    ASSIGN_OR_RETURN(NamedTableData loaded, LoadTableSpec(spec));
-    auto table = std::make_shared<Table>();
-    table->rows = loaded.shape[0];
-    table->cols = loaded.shape[1];
-    table->data = std::move(loaded.data);
-    RETURN_IF_ERROR(server->tables_.Add(
-        NamedTable{loaded.name, std::move(table), loaded.source_dtype}));
-  }
+  RETURN_IF_ERROR(LoadTables(options.tables, server->tables_));
+  ASSIGN_OR_RETURN(auto credentials, Credentials(options));
   server->cache_ = std::make_unique<TableCache>(options.cache_bytes, metrics);
+  server->tracker_ = std::make_unique<CallTracker>(metrics);
+  server->admission_ = std::make_unique<Admission>(options.admission);
+  const int workers = std::max(1, options.threads);
+  server->pool_ = std::make_unique<WorkPool>(/*cheap_threads=*/std::max(2, workers), workers);
+  server->health_ = std::make_unique<HealthService>();
 
   ServiceState state;
   state.cache = server->cache_.get();
   state.tables = &server->tables_;
   state.metrics = metrics;
-  state.limits.max_output_bytes = options.max_message_bytes;
+  state.limits.max_output_bytes = options.max_message_bytes - kFramingBytes;
+  state.max_message_bytes = options.max_message_bytes;
   state.version = kVersion;
-  server->service_ = std::make_unique<PositionalEncodingService>(state);
+  server->service_ = std::make_unique<PositionalEncodingService>(
+      state, ServiceRuntime{server->pool_.get(), server->admission_.get(),
+                            server->tracker_.get()});
 
-  ASSIGN_OR_RETURN(auto credentials, Credentials(options));
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const int max_message = static_cast<int>(
-      std::min<size_t>(options.max_message_bytes, std::numeric_limits<int>::max()));
+  const int max_message = static_cast<int>(options.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  // A second server on a busy port must fail, not silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(server->tracker_->NewInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(creators));
   int bound_port = 0;
   builder.AddListeningPort(options.listen, credentials, &bound_port);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->health_.get());
   server->server_ = builder.BuildAndStart();
-  if (!server->server_) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on --listen=", options.listen));
+  if (!server->server_ || (!absl::StartsWith(options.listen, "unix:") && bound_port == 0)) {
+    server->server_.reset();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on --listen=", options.listen,
+        " (the port is in use, or the address is not one of this host's)"));
   }
   server->port_ = bound_port;
   if (absl::StartsWith(options.listen, "unix:")) {
@@ -93,10 +164,8 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
     const size_t colon = options.listen.rfind(':');
     server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);
   }
-  // "" is the whole server (Kubernetes' gRPC probe asks for it); the service is named too.
-  auto* health = server->server_->GetHealthCheckService();
-  health->SetServingStatus(v1::PositionalEncoding::service_full_name(), true);
-  health->SetServingStatus(true);
+  server->health_->Set(v1::PositionalEncoding::service_full_name(), true);
+  server->monitor_ = std::thread(&PosencServer::Monitor, server.get(), options.stall_threshold);
   return server;
 }
 
@@ -105,15 +174,44 @@ PosencServer::~PosencServer() {
   Wait();
 }
 
+void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
+  bool busy_since_trim = false;
+  std::unique_lock<std::mutex> lock(monitor_mu_);
+  while (!monitor_wake_.wait_for(lock, std::chrono::milliseconds(100),
+                                 [&] { return monitor_stop_; })) {
+    const bool progressing = pool_->OldestWait(Lane::kCheap) < stall_threshold;
+    health_->Set("", progressing);
+    health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
+    // glibc keeps freed large buffers in its arenas; hand them back when idle.
+    if (admission_->inflight_calls() > 0) {
+      busy_since_trim = true;
+    } else if (busy_since_trim) {
+      malloc_trim(0);
+      busy_since_trim = false;
+    }
+  }
+}
+
 void PosencServer::Shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once_, [&] {
-    server_->GetHealthCheckService()->SetServingStatus(false);
-    service_->RefuseNewCalls();
-    // Stops accepting, waits for in-flight calls until the deadline, then cancels them.
-    server_->Shutdown(std::chrono::system_clock::now() + grace);
+    if (!server_) return;  // Start failed before the server existed
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    health_->Shutdown();
+    tracker_->StartDrain();
+    tracker_->WaitIdle(deadline);
+    // Cancels whatever is still running; long work polls for it and stops.
+    server_->Shutdown(std::chrono::system_clock::now());
+    {
+      std::lock_guard<std::mutex> lock(monitor_mu_);
+      monitor_stop_ = true;
+    }
+    monitor_wake_.notify_all();
+    if (monitor_.joinable()) monitor_.join();
   });
 }
 
-void PosencServer::Wait() { server_->Wait(); }
+void PosencServer::Wait() {
+  if (server_) server_->Wait();
+}
 
 }  // namespace posenc

@@ -1,23 +1,36 @@
 // A running posenc server: gRPC service + health + reflection on one port, tables loaded,
-// cache and metrics wired. Start() returns once the port is bound; Shutdown() drains.
-// Thread-safe: Shutdown may be called from any thread (e.g. a signal watcher).
+// cache and metrics wired, the work pool and admission control behind the handlers.
+// Start() returns once the port is bound; Shutdown() drains. Thread-safe: Shutdown may be
+// called from any thread (e.g. a signal watcher).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "server/metrics/metrics.h"
+#include "server/service/admission.h"
+#include "server/service/call_tracker.h"
 #include "server/service/grpc_service.h"
+#include "server/service/health_service.h"
+#include "server/service/work_pool.h"
 #include "server/tables/named_tables.h"
 #include "server/tables/table_cache.h"
 
 namespace posenc {
 
-inline constexpr char kVersion[] = "0.1.0";
+inline constexpr char kVersion[] = "0.2.0";
+
+// The largest --max_message_bytes: protobuf refuses messages of 2 GiB, and a response's
+// framing needs room beside its tensor bytes.
+inline constexpr size_t kMaxMessageBytesLimit = (size_t{2} << 30) - (size_t{64} << 10);
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:50051";  // host:port or unix:/path; port 0 picks one
@@ -25,11 +38,16 @@ struct ServerOptions {
   size_t cache_bytes = size_t{256} << 20;
   size_t max_message_bytes = size_t{64} << 20;
   std::string tls_cert, tls_key, tls_client_ca;  // PEM file paths
+  int threads = 1;                        // workers per lane of the work pool
+  AdmissionLimits admission;
+  // Health turns NOT_SERVING while a cheap call has waited this long for a worker.
+  std::chrono::milliseconds stall_threshold{2000};
 };
 
 class PosencServer {
  public:
   // Loads the tables and binds the port. `metrics` may be null; it must outlive the server.
+  // Errors name the flag at fault (--table, --listen, --tls_*, --max_message_bytes).
   static absl::StatusOr<std::unique_ptr<PosencServer>> Start(const ServerOptions& options,
                                                              ServiceMetrics* metrics);
   ~PosencServer();
@@ -38,22 +56,37 @@ class PosencServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
 
-  // Health turns NOT_SERVING, new calls are refused, in-flight calls get until `grace` to
-  // finish and are cancelled after it. Idempotent.
+  // The drain, in this order: health NOT_SERVING (Check answers it; open Watches end),
+  // calls arriving from now get UNAVAILABLE, calls already accepted -- even ones still
+  // uploading -- run to completion until `grace`, and whatever is left then is cancelled.
+  // Returns when the server has stopped. Idempotent.
   void Shutdown(std::chrono::milliseconds grace);
   // Blocks until the server has shut down.
   void Wait();
 
  private:
   PosencServer() = default;
+  // Every 100 ms: readiness follows whether cheap calls make progress; memory freed by large
+  // calls goes back to the system once nothing runs.
+  void Monitor(std::chrono::milliseconds stall_threshold);
 
+  // Declared in the order they must outlive each other: the server goes first.
   NamedTables tables_;
   std::unique_ptr<TableCache> cache_;
+  std::unique_ptr<CallTracker> tracker_;
+  std::unique_ptr<Admission> admission_;
+  std::unique_ptr<WorkPool> pool_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<PositionalEncodingService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;
   std::once_flag shutdown_once_;
+
+  std::mutex monitor_mu_;
+  std::condition_variable monitor_wake_;
+  bool monitor_stop_ = false;
+  std::thread monitor_;
 };
 
 }  // namespace posenc

@@ -1,0 +1,82 @@
+#include "server/service/admission.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace posenc {
+
+Admission::Ticket& Admission::Ticket::operator=(Ticket&& other) noexcept {
+  if (this != &other) {
+    Release();
+    owner_ = other.owner_;
+    bytes_ = other.bytes_;
+    other.owner_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Admission::Ticket::Release() {
+  if (owner_ == nullptr) return;
+  owner_->bytes_.fetch_sub(bytes_, std::memory_order_relaxed);
+  owner_->calls_.fetch_sub(1, std::memory_order_relaxed);
+  owner_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::StatusOr<Admission::Ticket> Admission::Admit(uint64_t bytes) {
+  if (bytes > limits_.max_inflight_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this call needs ", bytes, " bytes of working memory, more than --max_inflight_bytes (",
+        limits_.max_inflight_bytes, "); send it in smaller parts"));
+  }
+  if (calls_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_concurrent_calls) {
+    calls_.fetch_sub(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server busy: ", limits_.max_concurrent_calls,
+        " calls in progress (--max_concurrent_calls); retry after 50 ms or on another replica"));
+  }
+  uint64_t used = bytes_.load(std::memory_order_relaxed);
+  do {
+    if (used + bytes > limits_.max_inflight_bytes) {
+      calls_.fetch_sub(1, std::memory_order_relaxed);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "server busy: this call needs ", bytes, " bytes and ", limits_.max_inflight_bytes - used,
+          " of --max_inflight_bytes are free; retry after 100 ms or on another replica"));
+    }
+  } while (!bytes_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  return Ticket(this, bytes);
+}
+
+namespace {
+
+// memory.max of this process's cgroup (v2), if it sets one.
+uint64_t CgroupMemoryLimit() {
+  std::ifstream in("/sys/fs/cgroup/memory.max");
+  std::string text;
+  uint64_t limit = 0;
+  if (in >> text && absl::SimpleAtoi(text, &limit)) return limit;
+  return 0;  // "max" or no cgroup v2
+}
+
+}  // namespace
+
+uint64_t DefaultMaxInflightBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  uint64_t memory = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size)
+                                               : uint64_t{4} << 30;
+  if (const uint64_t cgroup = CgroupMemoryLimit(); cgroup > 0) memory = std::min(memory, cgroup);
+  return std::max<uint64_t>(memory / 4, uint64_t{64} << 20);
+}
+
+int64_t DefaultMaxConcurrentCalls() {
+  return std::max<int64_t>(32, 16 * int64_t(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+}  // namespace posenc

@@ -1,0 +1,134 @@
+#include "server/service/call_tracker.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace posenc {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+// "/posenc.v1.PositionalEncoding/Encode" -> Method::kEncode; nullopt for other services.
+std::optional<Method> TrackedMethod(const char* full_name) {
+  static const std::string prefix = "/posenc.v1.PositionalEncoding/";
+  if (full_name == nullptr || std::strncmp(full_name, prefix.data(), prefix.size()) != 0) {
+    return std::nullopt;
+  }
+  const char* name = full_name + prefix.size();
+  for (int m = 0; m < static_cast<int>(Method::kCount); ++m) {
+    if (std::strcmp(name, MethodName(static_cast<Method>(m))) == 0) return Method(m);
+  }
+  return std::nullopt;
+}
+
+class TrackingInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  TrackingInterceptor(CallTracker* tracker, grpc::experimental::ServerRpcInfo* info,
+                      Method method)
+      : tracker_(tracker), context_(info->server_context()),
+        call_(tracker->Arrive(context_, method)) {
+    if (ServiceMetrics* m = tracker_->metrics()) m->InflightAdd(1);
+  }
+
+  ~TrackingInterceptor() override {
+    if (!status_sent_) Count(grpc::StatusCode::CANCELLED);  // ended without a status
+    tracker_->End(context_);
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      grpc::Status status = methods->GetSendStatus();
+      // gRPC answers a request it cannot parse with a bare UNIMPLEMENTED before any
+      // handler runs; the client deserves to know what was wrong.
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+          status.error_message().empty()) {
+        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              absl::StrCat("the request is not a valid message for ",
+                                           MethodName(call_->method)));
+        methods->ModifySendStatus(status);
+      }
+      status_sent_ = true;
+      Count(status.error_code());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  // Counted before the status leaves, so a client that has its answer sees its call counted
+  // and no longer in flight.
+  void Count(grpc::StatusCode code) {
+    ServiceMetrics* metrics = tracker_->metrics();
+    if (metrics == nullptr || counted_) return;
+    counted_ = true;
+    metrics->InflightAdd(-1);
+    if (call_->counted.load()) return;
+    const double seconds =
+        std::chrono::duration<double>(CallTracker::Clock::now() - call_->arrival).count();
+    metrics->RecordRequest(call_->method, call_->scheme.load(), static_cast<int>(code), seconds);
+  }
+
+  CallTracker* const tracker_;
+  const grpc::ServerContextBase* const context_;
+  const std::shared_ptr<TrackedCall> call_;
+  bool status_sent_ = false;
+  bool counted_ = false;
+};
+
+class TrackingFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit TrackingFactory(CallTracker* tracker) : tracker_(tracker) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    const std::optional<Method> method = TrackedMethod(info->method());
+    if (!method) return nullptr;
+    return new TrackingInterceptor(tracker_, info, *method);
+  }
+
+ private:
+  CallTracker* const tracker_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+CallTracker::NewInterceptorFactory() {
+  return std::make_unique<TrackingFactory>(this);
+}
+
+std::shared_ptr<TrackedCall> CallTracker::Arrive(const grpc::ServerContextBase* context,
+                                                 Method method) {
+  auto call = std::make_shared<TrackedCall>();
+  call->method = method;
+  call->arrival = Clock::now();
+  call->late = draining();
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_[context] = call;
+  return call;
+}
+
+void CallTracker::End(const grpc::ServerContextBase* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.erase(context);
+  if (calls_.empty()) idle_.notify_all();
+}
+
+std::shared_ptr<TrackedCall> CallTracker::Find(const grpc::ServerContextBase* context) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = calls_.find(context);
+  return it == calls_.end() ? nullptr : it->second;
+}
+
+bool CallTracker::WaitIdle(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_until(lock, deadline, [&] { return calls_.empty(); });
+}
+
+size_t CallTracker::inflight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return calls_.size();
+}
+
+}  // namespace posenc

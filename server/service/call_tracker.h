@@ -1,0 +1,75 @@
+// Every posenc call from its arrival (headers received, before its message is read) to its
+// end, seen through a gRPC server interceptor. It is the one place that:
+//   - counts calls in flight (posenc_inflight_requests) and every call's final code in
+//     posenc_requests_total, including calls no handler saw (an unparseable message, which
+//     it answers INVALID_ARGUMENT instead of gRPC's bare UNIMPLEMENTED);
+//   - tells a handler whether its call arrived after the drain began (refused) or before
+//     (accepted: it runs to completion, even if it was still uploading at SIGTERM);
+//   - lets the drain wait until every accepted call has ended.
+// Health and reflection calls are not tracked. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "grpcpp/support/server_interceptor.h"
+#include "server/metrics/metrics.h"
+#include "server/service/admission.h"
+
+namespace posenc {
+
+struct TrackedCall {
+  using Clock = std::chrono::steady_clock;
+  Method method = Method::kEncode;
+  Clock::time_point arrival;
+  bool late = false;  // arrived after StartDrain: to be refused with UNAVAILABLE
+  // Set by the handler once it knows the scheme; labels the call's final count.
+  std::atomic<SchemeLabel> scheme{SchemeLabel::kNone};
+  // Set by a stream whose messages were counted one by one: the end is not counted again.
+  std::atomic<bool> counted{false};
+  // The call's admission, held until the call has fully ended (its response serialized and
+  // sent), since the cost it was admitted for includes that.
+  Admission::Ticket ticket;
+};
+
+class CallTracker {
+ public:
+  using Clock = TrackedCall::Clock;
+
+  explicit CallTracker(ServiceMetrics* metrics) : metrics_(metrics) {}
+  CallTracker(const CallTracker&) = delete;
+  CallTracker& operator=(const CallTracker&) = delete;
+
+  // For grpc::ServerBuilder::experimental().SetInterceptorCreators. The tracker must
+  // outlive the server.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewInterceptorFactory();
+
+  // The record of the call `context` serves; null when the call is not tracked.
+  std::shared_ptr<TrackedCall> Find(const grpc::ServerContextBase* context) const;
+
+  // Calls arriving from now on are marked late.
+  void StartDrain() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+  // Blocks until no tracked call is in progress, or until `deadline`. True when idle.
+  bool WaitIdle(Clock::time_point deadline);
+  size_t inflight() const;
+
+  // Interceptor side.
+  std::shared_ptr<TrackedCall> Arrive(const grpc::ServerContextBase* context, Method method);
+  void End(const grpc::ServerContextBase* context);
+  ServiceMetrics* metrics() const { return metrics_; }
+
+ private:
+  ServiceMetrics* const metrics_;
+  std::atomic<bool> draining_{false};
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  std::unordered_map<const grpc::ServerContextBase*, std::shared_ptr<TrackedCall>> calls_;
+};
+
+}  // namespace posenc

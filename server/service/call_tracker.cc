@@ -5,6 +5,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/server_context.h"
+#include "server/service/open_streams.h"
 
 namespace posenc {
 namespace {
@@ -77,13 +79,31 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
   bool counted_ = false;
 };
 
+// Other services' calls (health, reflection) are not posenc's to count or wait for, but
+// their streams are open too: the drain must not take them for uploads.
+class PeerInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  PeerInterceptor(CallTracker* tracker, grpc::experimental::ServerRpcInfo* info)
+      : tracker_(tracker), context_(info->server_context()) {
+    tracker_->ArriveOther(context_);
+  }
+  ~PeerInterceptor() override { tracker_->EndOther(context_); }
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+
+ private:
+  CallTracker* const tracker_;
+  const grpc::ServerContextBase* const context_;
+};
+
 class TrackingFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit TrackingFactory(CallTracker* tracker) : tracker_(tracker) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     const std::optional<Method> method = TrackedMethod(info->method());
-    if (!method) return nullptr;
+    if (!method) return new PeerInterceptor(tracker_, info);
     return new TrackingInterceptor(tracker_, info, *method);
   }
 
@@ -103,10 +123,39 @@ std::shared_ptr<TrackedCall> CallTracker::Arrive(const grpc::ServerContextBase* 
   auto call = std::make_shared<TrackedCall>();
   call->method = method;
   call->arrival = Clock::now();
-  call->late = draining();
+  call->peer = context->peer();
   std::lock_guard<std::mutex> lock(mu_);
+  if (draining()) {
+    auto it = uploading_at_drain_.find(call->peer);
+    call->late = it == uploading_at_drain_.end() || it->second == 0;
+    if (!call->late) --it->second;
+  }
   calls_[context] = call;
   return call;
+}
+
+void CallTracker::ArriveOther(const grpc::ServerContextBase* context) {
+  std::string peer = context->peer();
+  std::lock_guard<std::mutex> lock(mu_);
+  others_[context] = std::move(peer);
+}
+
+void CallTracker::EndOther(const grpc::ServerContextBase* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  others_.erase(context);
+}
+
+void CallTracker::StartDrain() {
+  std::map<std::string, int64_t> open = OpenStreamsByPeer();
+  std::lock_guard<std::mutex> lock(mu_);
+  // Streams the service already sees, and other services' (a health Watch), are not uploads.
+  auto not_an_upload = [&](const std::string& peer) {
+    if (auto it = open.find(peer); it != open.end() && it->second > 0) --it->second;
+  };
+  for (const auto& [context, call] : calls_) not_an_upload(call->peer);
+  for (const auto& [context, peer] : others_) not_an_upload(peer);
+  uploading_at_drain_ = std::move(open);
+  draining_.store(true);
 }
 
 void CallTracker::End(const grpc::ServerContextBase* context) {

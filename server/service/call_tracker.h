@@ -14,6 +14,8 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <map>
+#include <string>
 #include <unordered_map>
 
 #include "grpcpp/support/server_interceptor.h"
@@ -26,7 +28,8 @@ struct TrackedCall {
   using Clock = std::chrono::steady_clock;
   Method method = Method::kEncode;
   Clock::time_point arrival;
-  bool late = false;  // arrived after StartDrain: to be refused with UNAVAILABLE
+  std::string peer;
+  bool late = false;  // arrived after StartDrain and was not uploading then: UNAVAILABLE
   // Set by the handler once it knows the scheme; labels the call's final count.
   std::atomic<SchemeLabel> scheme{SchemeLabel::kNone};
   // Set by a stream whose messages were counted one by one: the end is not counted again.
@@ -51,8 +54,9 @@ class CallTracker {
   // The record of the call `context` serves; null when the call is not tracked.
   std::shared_ptr<TrackedCall> Find(const grpc::ServerContextBase* context) const;
 
-  // Calls arriving from now on are marked late.
-  void StartDrain() { draining_.store(true); }
+  // Calls arriving from now on are marked late, except as many per client connection as
+  // it had streams open (uploading) at this moment beyond the calls already tracked.
+  void StartDrain();
   bool draining() const { return draining_.load(); }
 
   // Blocks until no tracked call is in progress, or until `deadline`. True when idle.
@@ -62,6 +66,8 @@ class CallTracker {
   // Interceptor side.
   std::shared_ptr<TrackedCall> Arrive(const grpc::ServerContextBase* context, Method method);
   void End(const grpc::ServerContextBase* context);
+  void ArriveOther(const grpc::ServerContextBase* context);
+  void EndOther(const grpc::ServerContextBase* context);
   ServiceMetrics* metrics() const { return metrics_; }
 
  private:
@@ -70,6 +76,9 @@ class CallTracker {
   mutable std::mutex mu_;
   std::condition_variable idle_;
   std::unordered_map<const grpc::ServerContextBase*, std::shared_ptr<TrackedCall>> calls_;
+  std::unordered_map<const grpc::ServerContextBase*, std::string> others_;  // peer of each
+  // Per peer: calls still uploading when the drain began, which are accepted when they land.
+  std::map<std::string, int64_t> uploading_at_drain_;
 };
 
 }  // namespace posenc

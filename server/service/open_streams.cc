@@ -1,0 +1,66 @@
+#include "server/service/open_streams.h"
+
+#include <grpc/grpc.h>
+#include <grpc/support/alloc.h>
+
+#include "nlohmann/json.hpp"
+
+namespace posenc {
+namespace {
+
+// Parses one channelz answer (a malloc'd JSON string, freed here); null JSON on failure.
+nlohmann::json Channelz(char* text) {
+  if (text == nullptr) return nullptr;
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  gpr_free(text);
+  return json.is_discarded() ? nlohmann::json() : json;
+}
+
+// channelz writes int64 counters as strings and leaves out the zero ones.
+int64_t Counter(const nlohmann::json& data, const char* name) {
+  auto it = data.find(name);
+  if (it == data.end()) return 0;
+  if (it->is_string()) return std::stoll(it->get<std::string>());
+  return it->is_number() ? it->get<int64_t>() : 0;
+}
+
+void AddServerSockets(intptr_t server_id, std::map<std::string, int64_t>& open) {
+  for (intptr_t start = 0;;) {
+    nlohmann::json page = Channelz(grpc_channelz_get_server_sockets(server_id, start, 100));
+    if (!page.is_object()) return;
+    for (const auto& ref : page.value("socketRef", nlohmann::json::array())) {
+      const intptr_t id = std::stoll(ref.value("socketId", "0"));
+      start = std::max(start, id + 1);
+      nlohmann::json socket = Channelz(grpc_channelz_get_socket(id));
+      if (!socket.is_object() || !socket.contains("socket")) continue;
+      const nlohmann::json& s = socket["socket"];
+      const nlohmann::json data = s.value("data", nlohmann::json::object());
+      const int64_t streams = Counter(data, "streamsStarted") -
+                              Counter(data, "streamsSucceeded") - Counter(data, "streamsFailed");
+      // The socket's name is "chttp2 " and then the peer.
+      std::string peer = s.value("ref", nlohmann::json::object()).value("name", "");
+      if (const size_t space = peer.find(' '); space != std::string::npos) peer.erase(0, space + 1);
+      if (streams > 0) open[peer] += streams;
+    }
+    if (page.value("end", true)) return;
+  }
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> OpenStreamsByPeer() {
+  std::map<std::string, int64_t> open;
+  try {
+    nlohmann::json servers = Channelz(grpc_channelz_get_servers(0));
+    if (!servers.is_object()) return open;
+    for (const auto& server : servers.value("server", nlohmann::json::array())) {
+      const auto& ref = server.value("ref", nlohmann::json::object());
+      AddServerSockets(std::stoll(ref.value("serverId", "0")), open);
+    }
+  } catch (const std::exception&) {
+    // An unexpected channelz shape costs only the drain's view of uploads, never the server.
+  }
+  return open;
+}
+
+}  // namespace posenc

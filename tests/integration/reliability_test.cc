@@ -1,0 +1,368 @@
+// Reliability against a real posenc-server: cheap calls are not queued behind long ones,
+// deadlines stop work inside it, admission refuses what does not fit before allocating,
+// the drain loses no accepted call, start-up errors exit cleanly naming their flag, and
+// every refused or unparseable call is answered and counted with its code.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+#include "tests/integration/server_process.h"
+
+namespace posenc::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using grpc::health::v1::HealthCheckResponse;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+v1::EncodeRequest ZerosRequest(int64_t batch, int64_t seq, int64_t d) {
+  v1::EncodeRequest req;
+  v1::Tensor* t = req.mutable_input();
+  for (int64_t s : {batch, seq, d}) t->add_shape(s);
+  t->set_dtype(v1::FLOAT32);
+  t->mutable_data()->assign(static_cast<size_t>(batch * seq * d) * 4, '\0');
+  req.mutable_sinusoidal();
+  return req;
+}
+
+// `components` path graphs of 500 nodes with k 64: each needs a dense 500-node solve, about
+// 0.13 s apiece on this machine.
+v1::GraphRequest SlowGraph(int components) {
+  v1::GraphRequest req;
+  req.set_num_nodes(500 * components);
+  for (int c = 0; c < components; ++c) {
+    for (int i = 0; i + 1 < 500; ++i) {
+      req.add_edges(c * 500 + i);
+      req.add_edges(c * 500 + i + 1);
+    }
+  }
+  req.set_k(64);
+  return req;
+}
+
+grpc::Status CallGraph(v1::PositionalEncoding::Stub& stub, const v1::GraphRequest& req,
+                       std::chrono::milliseconds deadline) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  v1::GraphResponse resp;
+  return stub.GraphEncode(&ctx, req, &resp);
+}
+
+grpc::Status CallEncode(v1::PositionalEncoding::Stub& stub, const v1::EncodeRequest& req,
+                        v1::EncodeResponse* resp = nullptr) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::EncodeResponse local;
+  return stub.Encode(&ctx, req, resp ? resp : &local);
+}
+
+// Sum of the samples of `name` whose label set contains every fragment.
+double Metric(const ServerProcess& server, const std::string& name,
+              const std::vector<std::string>& fragments) {
+  const std::string text = HttpGet(server.metrics_port(), "/metrics");
+  double sum = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.rfind(name, 0) != 0 || (line.size() > name.size() && line[name.size()] != '{' &&
+                                     line[name.size()] != ' ')) {
+      continue;
+    }
+    bool all = true;
+    for (const std::string& f : fragments) all = all && line.find(f) != std::string::npos;
+    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+HealthCheckResponse::ServingStatus Health(const ServerProcess& server) {
+  auto stub = grpc::health::v1::Health::NewStub(server.Channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::health::v1::HealthCheckRequest req;
+  HealthCheckResponse resp;
+  const grpc::Status status = stub->Check(&ctx, req, &resp);
+  return status.ok() ? resp.status() : HealthCheckResponse::UNKNOWN;
+}
+
+TEST(Reliability, SmallCallIsNotQueuedBehindTwoLongGraphSolves) {
+  ServerProcess server({"--threads=1"});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());  // warm the channel
+  const v1::GraphRequest graph = SlowGraph(20);
+  auto first = std::async(std::launch::async, [&] {
+    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
+  auto second = std::async(std::launch::async, [&] {
+    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both solves under way
+  double worst = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto start = Clock::now();
+    ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+    worst = std::max(worst, Seconds(Clock::now() - start));
+  }
+  // Before the work pool, this waited for both solves (several seconds).
+  EXPECT_LT(worst, 0.25) << "a [1,8,16] Encode waited behind the graph solves";
+  EXPECT_EQ(first.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the solves were too short to test anything";
+  EXPECT_TRUE(first.get().ok());
+  EXPECT_TRUE(second.get().ok());
+}
+
+TEST(Reliability, DeadlineStopsAGraphSolveAndIsCountedAsDeadlineExceeded) {
+  ServerProcess server({"--threads=1"});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  const auto start = Clock::now();
+  const grpc::Status status = CallGraph(*stub, SlowGraph(40), std::chrono::milliseconds(500));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The single bulk worker is free again soon: had the solve run on (~5 s), this small
+  // graph would wait for it.
+  v1::GraphRequest small = SlowGraph(1);
+  const grpc::Status next = CallGraph(*stub, small, std::chrono::seconds(30));
+  EXPECT_TRUE(next.ok()) << next.error_message();
+  EXPECT_LT(Seconds(Clock::now() - start), 2.5);
+  EXPECT_EQ(Metric(server, "posenc_requests_total",
+                   {"method=\"GraphEncode\"", "code=\"DEADLINE_EXCEEDED\""}), 1);
+  EXPECT_EQ(Metric(server, "posenc_requests_total", {"method=\"GraphEncode\"", "code=\"OK\""}),
+            1);
+}
+
+TEST(Reliability, OverTheByteBudgetIsRefusedAtOnceAndCounted) {
+  ServerProcess server({"--max_inflight_bytes=67108864"});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  // 52 bytes that ask for a 64 MB CONCAT output.
+  v1::EncodeRequest req = ZerosRequest(1, 1, 8);
+  req.mutable_sinusoidal()->set_fusion(v1::CONCAT);
+  req.mutable_sinusoidal()->set_pe_dim(16000000);
+  const long rss_before = server.RssKib();
+  const auto start = Clock::now();
+  const grpc::Status status = CallEncode(*stub, req);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("--max_inflight_bytes"), std::string::npos)
+      << status.error_message();
+  EXPECT_LT(Seconds(Clock::now() - start), 0.5);
+  EXPECT_LT(server.RssKib() - rss_before, 16 * 1024) << "the refusal allocated the output";
+  EXPECT_EQ(Metric(server, "posenc_requests_total",
+                   {"method=\"Encode\"", "scheme=\"sinusoidal\"", "code=\"RESOURCE_EXHAUSTED\""}),
+            1);
+  // What fits still runs.
+  req.mutable_sinusoidal()->set_pe_dim(1000);
+  EXPECT_TRUE(CallEncode(*stub, req).ok());
+}
+
+TEST(Reliability, ConcurrentCallLimitRefusesTheExtraCall) {
+  ServerProcess server({"--threads=1", "--max_concurrent_calls=2"});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  const v1::GraphRequest graph = SlowGraph(10);
+  auto a = std::async(std::launch::async, [&] {
+    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
+  auto b = std::async(std::launch::async, [&] {
+    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const grpc::Status third = CallEncode(*stub, ZerosRequest(1, 8, 16));
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(third.error_message().find("--max_concurrent_calls"), std::string::npos);
+  EXPECT_TRUE(a.get().ok());
+  EXPECT_TRUE(b.get().ok());
+  EXPECT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());  // slots came back
+}
+
+TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
+  ServerProcess server({"--threads=1", "--shutdown_grace=20s"});
+  ASSERT_TRUE(server.started());
+  auto channel = server.Channel();
+  auto stub = v1::PositionalEncoding::NewStub(channel);
+  ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+  // An open Watch must not hold the drain.
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext watch_ctx;
+  auto watch = health->Watch(&watch_ctx, grpc::health::v1::HealthCheckRequest());
+  HealthCheckResponse watched;
+  ASSERT_TRUE(watch->Read(&watched));
+  // A slow solve keeps the drain open long enough to ask health during it.
+  auto graph = std::async(std::launch::async, [&] {
+    return CallGraph(*stub, SlowGraph(15), std::chrono::seconds(60)); });
+  // 20 calls of 32 MiB, all started (their messages serialized and handed to the
+  // transport) before SIGTERM; most are still uploading when it comes.
+  constexpr int kCalls = 20;
+  const v1::EncodeRequest big = ZerosRequest(1, 2048, 4096);
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::EncodeResponse resp;
+    std::promise<grpc::Status> done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::future<grpc::Status>> results;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call* c = calls.back().get();
+    results.push_back(c->done.get_future());
+    stub->async()->Encode(&c->ctx, &big, &c->resp,
+                          [c](grpc::Status s) { c->done.set_value(std::move(s)); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // their headers are out
+  server.Signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Health(server), HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(watch->Read(&watched));
+  EXPECT_EQ(watched.status(), HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(watch->Read(&watched)) << "the Watch stayed open during the drain";
+  EXPECT_TRUE(watch->Finish().ok());
+  {  // a call that arrives now is turned away, retryably
+    auto late_stub = v1::PositionalEncoding::NewStub(server.Channel());
+    const grpc::Status late = CallEncode(*late_stub, ZerosRequest(1, 8, 16));
+    EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE) << late.error_message();
+  }
+  int ok = 0;
+  for (auto& r : results) {
+    const grpc::Status s = r.get();
+    ok += s.ok();
+    EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+  }
+  EXPECT_EQ(ok, kCalls);
+  EXPECT_TRUE(graph.get().ok());
+  EXPECT_EQ(server.Wait(), 0);
+}
+
+TEST(Reliability, BiasOfExactlyTheMessageLimitIsRefusedBeforeItIsBuilt) {
+  ServerProcess server({"--max_message_bytes=1048576"});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  v1::BiasRequest req;
+  req.set_query_length(512);
+  req.set_key_length(512);
+  req.mutable_alibi()->set_num_heads(1);  // 512 * 512 * 4 bytes = the limit, before framing
+  grpc::ClientContext ctx;
+  v1::BiasResponse resp;
+  const grpc::Status status = stub->AttentionBias(&ctx, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Metric(server, "posenc_requests_total",
+                   {"method=\"AttentionBias\"", "code=\"RESOURCE_EXHAUSTED\""}), 1);
+  EXPECT_EQ(Metric(server, "posenc_requests_total", {"method=\"AttentionBias\"", "code=\"OK\""}),
+            0);
+}
+
+TEST(Reliability, UnparseableRequestIsInvalidArgumentAndCounted) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  grpc::GenericStub generic(server.Channel());
+  const char garbage[] = "\xff\xff\xff\xff\x0f";
+  grpc::Slice slice(garbage, sizeof(garbage) - 1);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(&ctx, "/posenc.v1.PositionalEncoding/Encode", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) { done.set_value(s); });
+  const grpc::Status status = done.get_future().get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("Encode"), std::string::npos) << status.error_message();
+  EXPECT_EQ(Metric(server, "posenc_requests_total",
+                   {"method=\"Encode\"", "code=\"INVALID_ARGUMENT\""}), 1);
+  EXPECT_EQ(Metric(server, "posenc_inflight_requests", {}), 0);
+}
+
+TEST(Reliability, InflightGaugeCountsAnOpenStream) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  grpc::ClientContext ctx;
+  auto stream = stub->EncodeStream(&ctx);
+  ASSERT_TRUE(stream->Write(ZerosRequest(1, 2, 4)));
+  v1::EncodeResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(Metric(server, "posenc_inflight_requests", {}), 1);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Runs posenc-server with `flags`; returns its exit status (-1 for a signal) and stderr.
+std::pair<int, std::string> RunServer(const std::vector<std::string>& flags) {
+  int err[2];
+  EXPECT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err[1], 2);
+    close(err[0]);
+    std::vector<std::string> args = {BinaryPath("server/posenc-server"), "--metrics_listen="};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(err[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(err[0], buf, sizeof(buf))) > 0;) text.append(buf, n);
+  close(err[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+
+// The last line posenc itself printed (gRPC may log a line of its own before it).
+std::string LastLine(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return t.substr(t.rfind('\n') == std::string::npos ? 0 : t.rfind('\n') + 1);
+}
+
+TEST(Reliability, StartupErrorsPrintOneLineNamingTheFlagAndExitNonZero) {
+  const std::string file = ::testing::TempDir() + "/not_a_pem";
+  FILE* f = fopen(file.c_str(), "w");
+  fputs("not a certificate\n", f);
+  fclose(f);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--listen=127.0.0.1:0", "--table=x=/missing.npy"}, "--table"},
+      {{"--listen=127.0.0.1:0", "--tls_key=" + file}, "--tls_cert"},
+      {{"--listen=127.0.0.1:0", "--tls_cert=" + file}, "--tls_key"},
+      {{"--listen=127.0.0.1:0", "--tls_client_ca=" + file}, "--tls_client_ca"},
+      {{"--listen=127.0.0.1:0", "--tls_cert=" + file, "--tls_key=" + file}, "--tls_cert"},
+      {{"--listen=192.0.2.1:0"}, "--listen"},
+      {{"--listen=127.0.0.1:0", "--max_message_bytes=3000000000"}, "--max_message_bytes"},
+      {{"--listen=127.0.0.1:0", "--max_inflight_bytes=lots"}, "--max_inflight_bytes"},
+      {{"--listen=127.0.0.1:0", "--shutdown_grace=soon"}, "--shutdown_grace"},
+      {{"--listen=127.0.0.1:0", "--no_such_flag=1"}, "--no_such_flag"},
+  };
+  for (const auto& [flags, named] : cases) {
+    const auto [status, err] = RunServer(flags);
+    EXPECT_GT(status, 0) << flags.back() << ": " << err;  // an exit code, not a signal
+    EXPECT_NE(LastLine(err).find(named), std::string::npos) << flags.back() << ": " << err;
+    EXPECT_EQ(LastLine(err).rfind("posenc-server: ", 0), 0u) << err;
+  }
+}
+
+TEST(Reliability, ABusyPortIsAnErrorNotASharedPort) {
+  ServerProcess first;
+  ASSERT_TRUE(first.started());
+  const std::string address = first.grpc_address();
+  const auto [status, err] = RunServer({"--listen=" + address});
+  EXPECT_GT(status, 0) << err;
+  EXPECT_NE(LastLine(err).find("--listen"), std::string::npos) << err;
+}
+
+TEST(Reliability, VersionFlagPrintsTheVersion) {
+  const auto [status, err] = RunServer({"--version"});
+  EXPECT_EQ(status, 0);
+}
+
+}  // namespace
+}  // namespace posenc::testing

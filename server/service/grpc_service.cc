@@ -261,4 +261,31 @@ grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
                     });
 }
 
+namespace {
+grpc::ServerUnaryReactor* FinishShmOff(grpc::CallbackServerContext* context) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                               "shared memory is off; start posenc-server with --shm"));
+  return reactor;
+}
+}  // namespace
+
+grpc::ServerUnaryReactor* PositionalEncodingService::RegisterSharedMemory(
+    grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest*,
+    v1::RegisterSharedMemoryResponse*) {
+  return FinishShmOff(context);
+}
+
+grpc::ServerUnaryReactor* PositionalEncodingService::UnregisterSharedMemory(
+    grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest*,
+    v1::UnregisterSharedMemoryResponse*) {
+  return FinishShmOff(context);
+}
+
+grpc::ServerUnaryReactor* PositionalEncodingService::SharedMemoryStatus(
+    grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest*,
+    v1::SharedMemoryStatusResponse*) {
+  return FinishShmOff(context);
+}
+
 }  // namespace posenc

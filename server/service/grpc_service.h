@@ -46,6 +46,17 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
   grpc::ServerUnaryReactor* GraphEncode(grpc::CallbackServerContext* context,
                                         const v1::GraphRequest* request,
                                         v1::GraphResponse* response) override;
+  // Shared memory: placeholders until the registry (server/shm) is wired in; they answer
+  // FAILED_PRECONDITION.
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
+      v1::RegisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
+      v1::UnregisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* SharedMemoryStatus(
+      grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
+      v1::SharedMemoryStatusResponse* response) override;
 
   const RequestHandlers& handlers() const { return handlers_; }
   const ServiceRuntime& runtime() const { return runtime_; }

@@ -40,6 +40,10 @@ flags (--name=value or --name value):
   --tls_cert PEM --tls_key PEM [--tls_client_ca PEM]   TLS; with a client CA, mutual TLS
   --shutdown_grace DUR     on SIGTERM/SIGINT: health NOT_SERVING, refuse new calls, finish
                            accepted ones within this, then exit 0 (default 8s)
+  --shm[=true|false]       serve tensors by shared-memory reference (default off)
+  --shm_key_prefix P       shm_open keys must start with this (default posenc_)
+  --shm_max_bytes N        bytes all regions may map (default 17179869184)
+  --shm_max_regions N      regions at once (default 256)
   --version                print the version and exit
 )";
 
@@ -62,6 +66,12 @@ uint64_t ParseCount(const std::string& name, const std::string& value) {
     UsageError(absl::StrCat("--", name, "=", value, " is not a positive whole number"));
   }
   return n;
+}
+
+bool ParseBool(const std::string& name, const std::string& value) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  UsageError(absl::StrCat("--", name, "=", value, " is not true or false"));
 }
 
 // "10s", "500ms", or a bare number of seconds.
@@ -107,6 +117,14 @@ bool SetFlag(Flags& flags, const std::string& name, const std::string& value) {
     s.tls_key = value;
   } else if (name == "tls_client_ca") {
     s.tls_client_ca = value;
+  } else if (name == "shm") {
+    s.shm.enabled = ParseBool(name, value);
+  } else if (name == "shm_key_prefix") {
+    s.shm.key_prefix = value;
+  } else if (name == "shm_max_bytes") {
+    s.shm.max_bytes = ParseCount(name, value);
+  } else if (name == "shm_max_regions") {
+    s.shm.max_regions = static_cast<int>(std::min<uint64_t>(ParseCount(name, value), 1 << 20));
   } else if (name == "shutdown_grace") {
     flags.shutdown_grace = ParseDurationFlag(name, value);
   } else {
@@ -131,6 +149,9 @@ Flags ParseFlags(int argc, char** argv) {
     }
     if (!absl::StartsWith(arg, "--")) UsageError(absl::StrCat("unexpected argument '", arg, "'"));
     std::string name = arg.substr(2), value;
+    if (name == "shm") {  // the one boolean flag: --shm alone turns it on
+      name += "=true";
+    }
     if (const size_t eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);

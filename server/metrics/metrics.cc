@@ -44,6 +44,9 @@ bool Serves(Method m, SchemeLabel s) {
       return s == SchemeLabel::kNone || s == SchemeLabel::kSinusoidal ||
              s == SchemeLabel::kRope;
     case Method::kListSchemes:
+    case Method::kRegisterSharedMemory:
+    case Method::kUnregisterSharedMemory:
+    case Method::kSharedMemoryStatus:
       return s == SchemeLabel::kNone;
     case Method::kGraphEncode:
       return s == SchemeLabel::kNone || s == SchemeLabel::kGraphLaplacian;
@@ -55,8 +58,11 @@ bool Serves(Method m, SchemeLabel s) {
 }  // namespace
 
 const char* MethodName(Method m) {
-  static const char* const names[] = {"Encode",      "EncodeStream", "AttentionBias",
-                                      "GetTable",    "ListSchemes",  "GraphEncode"};
+  static const char* const names[] = {
+      "Encode",      "EncodeStream", "AttentionBias",        "GetTable",
+      "ListSchemes", "GraphEncode",  "RegisterSharedMemory", "UnregisterSharedMemory",
+      "SharedMemoryStatus"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Method::kCount));
   return names[static_cast<int>(m)];
 }
 
@@ -75,8 +81,10 @@ struct ServiceMetrics::Impl {
       requests{};
   std::array<std::array<prometheus::Histogram*, kNumSchemes>, kNumMethods> durations{};
   std::array<prometheus::Histogram*, kNumSchemes> kernels{};
-  prometheus::Counter* bytes_in = nullptr;
-  prometheus::Counter* bytes_out = nullptr;
+  // [transport][direction: 0 in, 1 out]
+  std::array<std::array<prometheus::Counter*, 2>, 2> bytes{};
+  prometheus::Gauge* shm_regions = nullptr;
+  prometheus::Gauge* shm_mapped_bytes = nullptr;
   prometheus::Gauge* inflight = nullptr;
   prometheus::Counter* cache_hits = nullptr;
   prometheus::Counter* cache_misses = nullptr;
@@ -120,10 +128,26 @@ std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& versio
   }
   auto& bytes = prometheus::BuildCounter()
                     .Name("posenc_processed_bytes_total")
-                    .Help("Tensor bytes received (in) and sent (out).")
+                    .Help("Tensor bytes received (in) and sent (out), inline in the messages "
+                          "or by shared-memory reference.")
                     .Register(reg);
-  impl->bytes_in = &bytes.Add({{"direction", "in"}});
-  impl->bytes_out = &bytes.Add({{"direction", "out"}});
+  for (int t = 0; t < 2; ++t) {
+    for (int d = 0; d < 2; ++d) {
+      impl->bytes[t][d] = &bytes.Add({{"direction", d == 0 ? "in" : "out"},
+                                      {"transport", t == 0 ? "inline" : "shm"}});
+    }
+  }
+  impl->shm_regions = &prometheus::BuildGauge()
+                           .Name("posenc_shm_regions")
+                           .Help("Shared-memory regions registered (--shm).")
+                           .Register(reg)
+                           .Add({});
+  impl->shm_mapped_bytes = &prometheus::BuildGauge()
+                                .Name("posenc_shm_mapped_bytes")
+                                .Help("Bytes of shared memory mapped, including unregistered "
+                                      "regions that requests still use.")
+                                .Register(reg)
+                                .Add({});
   impl->inflight = &prometheus::BuildGauge()
                         .Name("posenc_inflight_requests")
                         .Help("RPCs in progress.")
@@ -175,9 +199,15 @@ void ServiceMetrics::RecordKernel(SchemeLabel scheme, double seconds) {
   if (auto* h = impl_->kernels[static_cast<int>(scheme)]) h->Observe(seconds);
 }
 
-void ServiceMetrics::AddBytes(uint64_t in, uint64_t out) {
-  if (in) impl_->bytes_in->Increment(static_cast<double>(in));
-  if (out) impl_->bytes_out->Increment(static_cast<double>(out));
+void ServiceMetrics::AddBytes(Transport transport, uint64_t in, uint64_t out) {
+  const auto& counters = impl_->bytes[transport == Transport::kInline ? 0 : 1];
+  if (in) counters[0]->Increment(static_cast<double>(in));
+  if (out) counters[1]->Increment(static_cast<double>(out));
+}
+
+void ServiceMetrics::SetSharedMemory(int64_t regions, uint64_t mapped_bytes) {
+  impl_->shm_regions->Set(static_cast<double>(regions));
+  impl_->shm_mapped_bytes->Set(static_cast<double>(mapped_bytes));
 }
 
 void ServiceMetrics::InflightAdd(int delta) { impl_->inflight->Increment(delta); }

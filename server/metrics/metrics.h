@@ -13,7 +13,10 @@
 namespace posenc {
 
 enum class Method { kEncode, kEncodeStream, kAttentionBias, kGetTable, kListSchemes,
-                    kGraphEncode, kCount };
+                    kGraphEncode, kRegisterSharedMemory, kUnregisterSharedMemory,
+                    kSharedMemoryStatus, kCount };
+// How a call's tensor bytes travelled: inside the messages, or by shared-memory reference.
+enum class Transport { kInline, kShm };
 enum class SchemeLabel { kNone, kSinusoidal, kLearned, kRope, kHierarchical, kContinuous,
                          kAlibi, kT5, kGraphLaplacian, kCount };
 
@@ -29,7 +32,9 @@ class ServiceMetrics : public TableCacheObserver {
   // `code` is a grpc::StatusCode value (0..16).
   void RecordRequest(Method method, SchemeLabel scheme, int code, double seconds);
   void RecordKernel(SchemeLabel scheme, double seconds);
-  void AddBytes(uint64_t in, uint64_t out);
+  void AddBytes(Transport transport, uint64_t in, uint64_t out);
+  // The registered shared-memory regions and the bytes they map.
+  void SetSharedMemory(int64_t regions, uint64_t mapped_bytes);
   void InflightAdd(int delta);
 
   // TableCacheObserver

@@ -261,31 +261,46 @@ grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
                     });
 }
 
-namespace {
-grpc::ServerUnaryReactor* FinishShmOff(grpc::CallbackServerContext* context) {
+// Region bookkeeping is answered on gRPC's thread: an mmap or a map lookup, no tensor work.
+template <typename Answer>
+grpc::ServerUnaryReactor* ServeInline(const ServiceRuntime& runtime,
+                                      grpc::CallbackServerContext* context, Answer answer) {
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                               "shared memory is off; start posenc-server with --shm"));
+  reactor->Finish(CallOf(runtime, context, SchemeLabel::kNone)->late ? kShuttingDown
+                                                                     : ToGrpcStatus(answer()));
   return reactor;
 }
-}  // namespace
 
 grpc::ServerUnaryReactor* PositionalEncodingService::RegisterSharedMemory(
-    grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest*,
+    grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse*) {
-  return FinishShmOff(context);
+  return ServeInline(runtime_, context, [&] {
+    return runtime_.shm->Register(request->name(), request->key(), request->offset(),
+                                  request->byte_size());
+  });
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::UnregisterSharedMemory(
-    grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest*,
+    grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse*) {
-  return FinishShmOff(context);
+  return ServeInline(runtime_, context, [&] { return runtime_.shm->Unregister(request->name()); });
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::SharedMemoryStatus(
-    grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest*,
-    v1::SharedMemoryStatusResponse*) {
-  return FinishShmOff(context);
+    grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
+    v1::SharedMemoryStatusResponse* response) {
+  return ServeInline(runtime_, context, [&]() -> absl::Status {
+    absl::StatusOr<std::vector<ShmRegionStatus>> regions = runtime_.shm->Status(request->name());
+    if (!regions.ok()) return regions.status();
+    for (const ShmRegionStatus& r : *regions) {
+      v1::SharedMemoryRegion* out = response->add_regions();
+      out->set_name(r.name);
+      out->set_offset(r.offset);
+      out->set_byte_size(r.byte_size);
+      out->set_in_use(r.in_use);
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace posenc

@@ -18,6 +18,7 @@ struct ServiceRuntime {
   WorkPool* pool = nullptr;
   Admission* admission = nullptr;
   CallTracker* tracker = nullptr;
+  SharedMemoryRegistry* shm = nullptr;
 };
 
 class PositionalEncodingService final : public v1::PositionalEncoding::CallbackService {

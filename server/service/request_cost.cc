@@ -43,6 +43,8 @@ class Bytes {
   bool overflow_ = false;
 };
 
+bool IsSetRef(const v1::SharedMemoryRef& ref) { return !ref.region().empty(); }
+
 int64_t ElementSize(v1::DType dtype) {
   switch (dtype) {
     case v1::FLOAT16:
@@ -85,9 +87,24 @@ Fusing FusingOf(const v1::EncodeRequest& r, int64_t d_model) {
   return f;
 }
 
+// Tensors by shared-memory reference cost the server no memory, but their size is work:
+// a large one goes to the bulk lane.
+absl::StatusOr<CallCost> WithShmWork(absl::StatusOr<CallCost> cost, uint64_t shm_bytes) {
+  if (cost.ok() && shm_bytes > kCheapCallBytes) cost->lane = Lane::kBulk;
+  return cost;
+}
+
+absl::StatusOr<CallCost> InMemoryCost(const v1::EncodeRequest& r);
+
 }  // namespace
 
 absl::StatusOr<CallCost> CostOf(const v1::EncodeRequest& r) {
+  return WithShmWork(InMemoryCost(r), r.input().shm().byte_size() + r.key().shm().byte_size());
+}
+
+namespace {
+
+absl::StatusOr<CallCost> InMemoryCost(const v1::EncodeRequest& r) {
   // The tensors arrived with the request; in-place schemes hand the same buffers to the
   // response, whose serialization makes one more copy.
   const Bytes in(r.input().data().size() + r.key().data().size());
@@ -106,16 +123,21 @@ absl::StatusOr<CallCost> CostOf(const v1::EncodeRequest& r) {
   return (in + out + out + scratch).Cost(Lane::kCheap);
 }
 
+}  // namespace
+
 absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& r) {
   if (r.has_scores()) {
     const Bytes in(r.scores().data().size());
-    return (in + in).Cost(Lane::kCheap);
+    return WithShmWork((in + in).Cost(Lane::kCheap), r.scores().shm().byte_size());
   }
   const int64_t heads = r.has_alibi() ? r.alibi().num_heads() : 0;
   // A T5 bias takes its head count from the table; 1024 heads bounds any sane table.
   const int64_t t5_heads = r.has_t5() && !r.t5().table().empty() ? 1024 : 1;
   const Bytes out = Bytes::Product(
       {r.has_alibi() ? heads : t5_heads, r.query_length(), r.key_length(), 4});
+  if (IsSetRef(r.output_shm())) {  // built straight into the client's slice
+    return WithShmWork(Bytes().Cost(Lane::kCheap), r.output_shm().byte_size());
+  }
   return (out + out).Cost(Lane::kCheap);
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
 #include "server/service/proto_convert.h"
+#include "server/service/request_tensors.h"
 #include "server/graph/laplacian.h"
 #include "server/kernels/bias_kernel.h"
 #include "server/schemes/rope_scheme.h"
@@ -33,21 +34,72 @@ class KernelTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Puts an absolute scheme's result into the response: the input's own buffer (changed in
-// place) for ADD, the new buffer for CONCAT.
-void FillResponse(AbsoluteResult& result, const TensorView& input, v1::EncodeRequest& request,
-                  v1::EncodeResponse& response) {
-  std::string* data = result.concat ? &*result.concat : request.mutable_input()->mutable_data();
-  MoveIntoTensor(data, result.shape, input.dtype, response.mutable_output());
+// Where a scheme that works in place writes: over its tensor's own bytes (inline, or its
+// shared-memory slice), or over the slice `out_ref` names after copying the tensor there.
+struct Placement {
+  TensorView view;
+  const v1::SharedMemoryRef* ref = nullptr;  // null: the result goes back inline
+};
+
+absl::StatusOr<Placement> PlaceInPlace(RequestTensors& tensors, const v1::Tensor& in_msg,
+                                       const TensorView& in, const v1::SharedMemoryRef& out_ref,
+                                       absl::string_view field) {
+  if (!IsSet(out_ref)) {
+    if (!in_msg.has_shm()) return Placement{in, nullptr};
+    tensors.CountInPlaceOutput(in.NumBytes());
+    return Placement{in, &in_msg.shm()};
+  }
+  ASSIGN_OR_RETURN(TensorView out, tensors.Output(out_ref, in.shape, in.dtype, in.data, field));
+  if (out.data != in.data) std::memcpy(out.data, in.data, in.NumBytes());
+  return Placement{out, &out_ref};
+}
+
+// The response tensor for a placed result: the reference, or the inline bytes (moved from
+// `inline_data`, no copy).
+void Answer(const Placement& placed, std::string* inline_data, v1::Tensor* out) {
+  if (placed.ref == nullptr) {
+    MoveIntoTensor(inline_data, placed.view.shape, placed.view.dtype, out);
+    return;
+  }
+  out->mutable_shape()->Assign(placed.view.shape.begin(), placed.view.shape.end());
+  out->set_dtype(DTypeToProto(placed.view.dtype));
+  *out->mutable_shm() = *placed.ref;
+}
+
+// Puts an absolute scheme's result into the response: where the input was changed in place
+// for ADD; for CONCAT the new buffer, inline or copied into output_shm.
+absl::Status FillResponse(AbsoluteResult& result, const Placement& placed,
+                          RequestTensors& tensors, v1::EncodeRequest& request,
+                          v1::EncodeResponse& response) {
+  if (!result.concat) {
+    Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
+    return absl::OkStatus();
+  }
+  Placement out{TensorView{placed.view.dtype, result.shape, result.concat->data()}, nullptr};
+  if (IsSet(request.output_shm())) {
+    ASSIGN_OR_RETURN(out.view, tensors.Output(request.output_shm(), result.shape,
+                                              placed.view.dtype, nullptr, "output_shm"));
+    std::memcpy(out.view.data, result.concat->data(), result.concat->size());
+    out.ref = &request.output_shm();
+  }
+  Answer(out, &*result.concat, response.mutable_output());
+  return absl::OkStatus();
+}
+
+// CONCAT writes a new, wider buffer; every other absolute scheme and RoPE work in place.
+bool WorksInPlace(const v1::EncodeRequest& r) {
+  if (r.has_sinusoidal()) return r.sinusoidal().fusion() != v1::CONCAT;
+  if (r.has_learned()) return r.learned().fusion() != v1::CONCAT;
+  return true;
 }
 
 }  // namespace
 
-void RequestHandlers::CountBytes(uint64_t in_bytes, const v1::EncodeResponse& response) const {
-  if (state_.metrics) {
-    state_.metrics->AddBytes(in_bytes, response.output().data().size() +
-                                           response.key_output().data().size());
-  }
+void RequestHandlers::CountBytes(uint64_t in_bytes, uint64_t out_bytes,
+                                 const RequestTensors& tensors) const {
+  if (!state_.metrics) return;
+  state_.metrics->AddBytes(Transport::kInline, in_bytes, out_bytes);
+  state_.metrics->AddBytes(Transport::kShm, tensors.shm_in_bytes(), tensors.shm_out_bytes());
 }
 
 SchemeLabel LabelOf(const v1::EncodeRequest& request) {
@@ -71,7 +123,8 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
   }
   if (!request.has_input()) return absl::InvalidArgumentError("input is not set");
   const uint64_t in_bytes = request.input().data().size() + request.key().data().size();
-  ASSIGN_OR_RETURN(TensorView input, ViewOfTensor(request.mutable_input(), "input"));
+  RequestTensors tensors(state_.shm);
+  ASSIGN_OR_RETURN(TensorView input, tensors.View(request.mutable_input(), "input"));
   if (request.has_key() && request.scheme_case() != v1::EncodeRequest::kRope) {
     return absl::InvalidArgumentError("key is set; only rope takes keys");
   }
@@ -81,25 +134,39 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
   }
   if (request.scheme_case() == v1::EncodeRequest::kRope) {
     std::optional<TensorView> key;
+    std::optional<Placement> key_placed;
     if (request.has_key()) {
-      ASSIGN_OR_RETURN(key, ViewOfTensor(request.mutable_key(), "key"));
+      ASSIGN_OR_RETURN(key, tensors.View(request.mutable_key(), "key"));
+    }
+    ASSIGN_OR_RETURN(const Placement placed, PlaceInPlace(tensors, request.input(), input,
+                                                          request.output_shm(), "output_shm"));
+    if (key) {
+      ASSIGN_OR_RETURN(key_placed, PlaceInPlace(tensors, request.key(), *key,
+                                                request.key_output_shm(), "key_output_shm"));
     }
     {
       KernelTimer timer(state_.metrics, *scheme);
-      RETURN_IF_ERROR(ApplyRope(RopeFromProto(request.rope()), input, key ? &*key : nullptr,
-                                positions, *state_.cache));
+      RETURN_IF_ERROR(ApplyRope(RopeFromProto(request.rope()), placed.view,
+                                key_placed ? &key_placed->view : nullptr, positions,
+                                *state_.cache));
     }
-    // Rotated in place: the request's own buffers become the response's.
-    MoveIntoTensor(request.mutable_input()->mutable_data(), input.shape, input.dtype,
-                   response.mutable_output());
-    if (key) {
-      MoveIntoTensor(request.mutable_key()->mutable_data(), key->shape, key->dtype,
-                     response.mutable_key_output());
+    RETURN_IF_ERROR(tensors.CheckIntact());
+    // Rotated in place: the request's own buffers (or slices) become the response's.
+    Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
+    if (key_placed) {
+      Answer(*key_placed, request.mutable_key()->mutable_data(), response.mutable_key_output());
     }
-    CountBytes(in_bytes, response);
+    CountBytes(in_bytes, response.output().data().size() + response.key_output().data().size(),
+               tensors);
     return absl::OkStatus();
   }
 
+  Placement placed{input, request.input().has_shm() ? &request.input().shm() : nullptr};
+  if (WorksInPlace(request)) {
+    ASSIGN_OR_RETURN(placed, PlaceInPlace(tensors, request.input(), input, request.output_shm(),
+                                          "output_shm"));
+  }
+  input = placed.view;
   absl::StatusOr<AbsoluteResult> result;
   {
     KernelTimer timer(state_.metrics, *scheme);
@@ -144,8 +211,9 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
     }
   }
   if (!result.ok()) return result.status();
-  FillResponse(*result, input, request, response);
-  CountBytes(in_bytes, response);
+  RETURN_IF_ERROR(FillResponse(*result, placed, tensors, request, response));
+  RETURN_IF_ERROR(tensors.CheckIntact());
+  CountBytes(in_bytes, response.output().data().size(), tensors);
   return absl::OkStatus();
 }
 
@@ -192,6 +260,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
   }
 
   const uint64_t in_bytes = request.scores().data().size();
+  RequestTensors tensors(state_.shm);
   KernelTimer timer(state_.metrics, *scheme);
   if (request.has_scores()) {
     if (request.has_t5() && !t5_table) {
@@ -199,41 +268,55 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
           "scores is set but t5.table is empty; adding T5 biases needs a [num_buckets, heads] "
           "table");
     }
-    ASSIGN_OR_RETURN(TensorView scores, ViewOfTensor(request.mutable_scores(), "scores"));
+    ASSIGN_OR_RETURN(const TensorView in, tensors.View(request.mutable_scores(), "scores"));
+    ASSIGN_OR_RETURN(const Placement placed, PlaceInPlace(tensors, request.scores(), in,
+                                                          request.output_shm(), "output_shm"));
+    const TensorView& scores = placed.view;
     RETURN_IF_ERROR(ValidateScores(geom, heads,
                                    request.has_alibi() ? "alibi.num_heads" : "t5.table", scores));
     RETURN_IF_ERROR(request.has_alibi()
                         ? AddAlibiBias(alibi, geom, scores)
                         : AddT5Bias(t5, geom, t5_table->data.data(),
                                     static_cast<int32_t>(heads), scores));
-    // Added in place: the scores' own buffer becomes the output.
-    MoveIntoTensor(request.mutable_scores()->mutable_data(), scores.shape, scores.dtype,
-                   response.mutable_output());
+    RETURN_IF_ERROR(tensors.CheckIntact());
+    // Added in place: the scores' own buffer (or slice) becomes the output.
+    Answer(placed, request.mutable_scores()->mutable_data(), response.mutable_output());
   } else {
     const bool bucket_ids = request.has_t5() && !t5_table;
     const Shape shape = bucket_ids ? Shape{geom.query_length, geom.key_length}
                                    : Shape{heads, geom.query_length, geom.key_length};
-    // Checked before anything proportional to the output is allocated.
-    const double bytes = 4.0 * static_cast<double>(shape[0]) * static_cast<double>(shape[1]) *
-                         (shape.size() == 3 ? static_cast<double>(shape[2]) : 1.0);
-    if (bytes > static_cast<double>(state_.limits.max_output_bytes)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the bias ", ShapeString(shape), " would be ", bytes,
-          " bytes; --max_message_bytes allows ", state_.limits.max_output_bytes));
+    const DType dtype = bucket_ids ? DType::kInt32 : DType::kFloat32;
+    std::string out;
+    Placement placed{TensorView{dtype, shape, nullptr}, nullptr};
+    if (IsSet(request.output_shm())) {  // built straight into the client's slice
+      ASSIGN_OR_RETURN(placed.view,
+                       tensors.Output(request.output_shm(), shape, dtype, nullptr, "output_shm"));
+      placed.ref = &request.output_shm();
+    } else {
+      // Checked before anything proportional to the output is allocated.
+      const double bytes = 4.0 * static_cast<double>(shape[0]) * static_cast<double>(shape[1]) *
+                           (shape.size() == 3 ? static_cast<double>(shape[2]) : 1.0);
+      if (bytes > static_cast<double>(state_.limits.max_output_bytes)) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the bias ", ShapeString(shape), " would be ", bytes,
+            " bytes; --max_message_bytes allows ", state_.limits.max_output_bytes,
+            " (or pass output_shm)"));
+      }
+      out.assign(static_cast<size_t>(bytes), '\0');
+      placed.view.data = out.data();
     }
-    std::string out(static_cast<size_t>(bytes), '\0');
     if (bucket_ids) {
-      RETURN_IF_ERROR(BuildT5Buckets(t5, geom, reinterpret_cast<int32_t*>(out.data())));
+      RETURN_IF_ERROR(BuildT5Buckets(t5, geom, placed.view.As<int32_t>()));
     } else if (request.has_alibi()) {
-      RETURN_IF_ERROR(BuildAlibiBias(alibi, geom, reinterpret_cast<float*>(out.data())));
+      RETURN_IF_ERROR(BuildAlibiBias(alibi, geom, placed.view.As<float>()));
     } else {
       RETURN_IF_ERROR(BuildT5Bias(t5, geom, t5_table->data.data(), static_cast<int32_t>(heads),
-                                  reinterpret_cast<float*>(out.data())));
+                                  placed.view.As<float>()));
     }
-    MoveIntoTensor(&out, shape, bucket_ids ? DType::kInt32 : DType::kFloat32,
-                   response.mutable_output());
+    RETURN_IF_ERROR(tensors.CheckIntact());
+    Answer(placed, &out, response.mutable_output());
   }
-  if (state_.metrics) state_.metrics->AddBytes(in_bytes, response.output().data().size());
+  CountBytes(in_bytes, response.output().data().size(), tensors);
   return absl::OkStatus();
 }
 

@@ -12,6 +12,8 @@
 #include "server/common/cancel.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/metrics/metrics.h"
+#include "server/service/request_tensors.h"
+#include "server/shm/shared_memory_registry.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/tables/named_tables.h"
 #include "server/tables/table_cache.h"
@@ -22,6 +24,7 @@ struct ServiceState {
   TableCache* cache = nullptr;          // not owned
   const NamedTables* tables = nullptr;  // not owned; read-only while serving
   ServiceMetrics* metrics = nullptr;    // not owned; may be null in tests
+  const SharedMemoryRegistry* shm = nullptr;  // not owned; null: no shared memory
   SchemeLimits limits;
   size_t max_message_bytes = size_t{64} << 20;  // a whole response, framing included
   std::string version;
@@ -50,8 +53,8 @@ class RequestHandlers {
   const ServiceState& state() const { return state_; }
 
  private:
-  // Adds an Encode's tensor bytes in and out to the metrics.
-  void CountBytes(uint64_t in_bytes, const v1::EncodeResponse& response) const;
+  // Adds a call's tensor bytes in and out to the metrics, inline and by reference.
+  void CountBytes(uint64_t in_bytes, uint64_t out_bytes, const RequestTensors& tensors) const;
 
   ServiceState state_;
 };

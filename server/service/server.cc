@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   server->cache_ = std::make_unique<TableCache>(options.cache_bytes, metrics);
   server->tracker_ = std::make_unique<CallTracker>(metrics);
   server->admission_ = std::make_unique<Admission>(options.admission);
+  server->shm_ = std::make_unique<SharedMemoryRegistry>(options.shm);
   const int workers = std::max(1, options.threads);
   server->pool_ = std::make_unique<WorkPool>(/*cheap_threads=*/std::max(2, workers), workers);
   server->health_ = std::make_unique<HealthService>();
@@ -129,12 +130,13 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   state.cache = server->cache_.get();
   state.tables = &server->tables_;
   state.metrics = metrics;
+  state.shm = server->shm_.get();
   state.limits.max_output_bytes = options.max_message_bytes - kFramingBytes;
   state.max_message_bytes = options.max_message_bytes;
   state.version = kVersion;
   server->service_ = std::make_unique<PositionalEncodingService>(
       state, ServiceRuntime{server->pool_.get(), server->admission_.get(),
-                            server->tracker_.get()});
+                            server->tracker_.get(), server->shm_.get()});
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -165,6 +167,7 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
     server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);
   }
   server->health_->Set(v1::PositionalEncoding::service_full_name(), true);
+  server->metrics_ = metrics;
   server->monitor_ = std::thread(&PosencServer::Monitor, server.get(), options.stall_threshold);
   return server;
 }
@@ -182,6 +185,7 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     const bool progressing = pool_->OldestWait(Lane::kCheap) < stall_threshold;
     health_->Set("", progressing);
     health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
+    if (metrics_) metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
     // glibc keeps freed large buffers in its arenas; hand them back when idle.
     if (admission_->inflight_calls() > 0) {
       busy_since_trim = true;

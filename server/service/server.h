@@ -21,6 +21,7 @@
 #include "server/service/grpc_service.h"
 #include "server/service/health_service.h"
 #include "server/service/work_pool.h"
+#include "server/shm/shared_memory_registry.h"
 #include "server/tables/named_tables.h"
 #include "server/tables/table_cache.h"
 
@@ -42,6 +43,7 @@ struct ServerOptions {
   AdmissionLimits admission;
   // Health turns NOT_SERVING while a cheap call has waited this long for a worker.
   std::chrono::milliseconds stall_threshold{2000};
+  SharedMemoryRegistry::Options shm;     // --shm, --shm_key_prefix, --shm_max_bytes, ...
 };
 
 class PosencServer {
@@ -75,10 +77,12 @@ class PosencServer {
   std::unique_ptr<TableCache> cache_;
   std::unique_ptr<CallTracker> tracker_;
   std::unique_ptr<Admission> admission_;
+  std::unique_ptr<SharedMemoryRegistry> shm_;
   std::unique_ptr<WorkPool> pool_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<PositionalEncodingService> service_;
   std::unique_ptr<grpc::Server> server_;
+  ServiceMetrics* metrics_ = nullptr;
   std::string address_;
   int port_ = 0;
   std::once_flag shutdown_once_;

@@ -17,6 +17,7 @@
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/tensor/dtype.h"
 #include "tests/integration/server_process.h"
+#include "tests/support/npy_writer.h"
 
 namespace posenc::testing {
 namespace {
@@ -44,21 +45,9 @@ double PaperPe(int64_t pos, int64_t col, int64_t d) {
   return col % 2 == 0 ? std::sin(angle) : std::cos(angle);
 }
 
-// A float32 .npy written byte by byte (independent of posenc's reader).
 std::string WriteNpyF32(const std::string& name, int64_t rows, int64_t cols,
                         const std::vector<float>& values) {
-  const std::string path = ::testing::TempDir() + "/" + name;
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
-                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
-  header.append(128 - 10 - header.size() - 1, ' ');
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  f.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t len = header.size();
-  f.write(reinterpret_cast<const char*>(&len), 2);
-  f << header;
-  f.write(reinterpret_cast<const char*>(values.data()), values.size() * 4);
-  return path;
+  return posenc::testing::WriteNpyF32(::testing::TempDir(), name, rows, cols, values);
 }
 
 std::unique_ptr<v1::PositionalEncoding::Stub> Stub(const ServerProcess& server) {

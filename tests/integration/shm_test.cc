@@ -1,0 +1,452 @@
+// Shared-memory tensors against a real posenc-server --shm: every scheme family by
+// reference equals the inline answer bit for bit; slices are bounds-checked; regions are
+// refused when their key is not the client's to give; unregister and truncation while
+// requests run leave the server serving; register/unregister cycles leak nothing.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "client/shm_region.h"
+#include "gtest/gtest.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+#include "tests/integration/server_process.h"
+#include "tests/support/npy_writer.h"
+
+namespace posenc::testing {
+namespace {
+
+using client::ShmRegion;
+
+std::string Key(const std::string& what) {
+  static std::atomic<int> n{0};
+  return "/posenc_test_" + std::to_string(getpid()) + "_" + what + "_" + std::to_string(n++);
+}
+
+class ShmTest : public ::testing::Test {
+ protected:
+  ShmTest() : server_({"--shm"}), stub_(v1::PositionalEncoding::NewStub(server_.Channel())) {}
+
+  grpc::Status Register(const std::string& name, const std::string& key, uint64_t offset,
+                        uint64_t size) {
+    v1::RegisterSharedMemoryRequest req;
+    req.set_name(name);
+    req.set_key(key);
+    req.set_offset(offset);
+    req.set_byte_size(size);
+    grpc::ClientContext ctx;
+    v1::RegisterSharedMemoryResponse resp;
+    return stub_->RegisterSharedMemory(&ctx, req, &resp);
+  }
+  grpc::Status Unregister(const std::string& name) {
+    v1::UnregisterSharedMemoryRequest req;
+    req.set_name(name);
+    grpc::ClientContext ctx;
+    v1::UnregisterSharedMemoryResponse resp;
+    return stub_->UnregisterSharedMemory(&ctx, req, &resp);
+  }
+  grpc::Status Encode(const v1::EncodeRequest& req, v1::EncodeResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->Encode(&ctx, req, resp);
+  }
+  grpc::Status Bias(const v1::BiasRequest& req, v1::BiasResponse* resp) {
+    grpc::ClientContext ctx;
+    return stub_->AttentionBias(&ctx, req, resp);
+  }
+
+  ServerProcess server_;
+  std::unique_ptr<v1::PositionalEncoding::Stub> stub_;
+};
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::string out(n, '\0');
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    const float f = u(rng);
+    std::memcpy(&out[i], &f, 4);
+  }
+  return out;
+}
+
+v1::Tensor Inline(const std::vector<int64_t>& shape, v1::DType dtype, std::string data) {
+  v1::Tensor t;
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_dtype(dtype);
+  t.set_data(std::move(data));
+  return t;
+}
+
+// The same tensor by reference: its bytes copied into `region` at `offset`.
+v1::Tensor ByRef(const v1::Tensor& inline_tensor, ShmRegion& region, const std::string& name,
+                 uint64_t offset) {
+  v1::Tensor t = inline_tensor;
+  std::memcpy(region.bytes().data() + offset, t.data().data(), t.data().size());
+  *t.mutable_shm() = ShmRegion::Ref(name, offset, t.data().size());
+  t.clear_data();
+  return t;
+}
+
+std::string SliceBytes(const ShmRegion& region, const v1::SharedMemoryRef& ref) {
+  return std::string(reinterpret_cast<const char*>(region.bytes().data()) + ref.offset(),
+                     ref.byte_size());
+}
+
+// Every Encode family: by reference, in place, equal bit for bit to the inline answer.
+TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("enc"), 8 << 20);
+  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
+  std::vector<v1::EncodeRequest> requests(5);
+  requests[0].mutable_sinusoidal();
+  requests[1].mutable_sinusoidal()->set_layout(v1::CONCATENATED);
+  requests[2].mutable_continuous();
+  for (int i = 0; i < 16; ++i) requests[2].mutable_positions()->add_values(0.25 * i);
+  auto* level = requests[3].mutable_hierarchical()->add_levels();
+  for (int i = 0; i < 16; ++i) level->add_ids(i / 4);
+  requests[4].mutable_rope();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (v1::DType dtype : {v1::FLOAT32, v1::BFLOAT16}) {
+      v1::EncodeRequest inline_req = requests[i];
+      const bool rope = inline_req.has_rope();
+      const std::vector<int64_t> shape = rope ? std::vector<int64_t>{2, 16, 4, 32}
+                                              : std::vector<int64_t>{2, 16, 64};
+      const size_t elem = dtype == v1::FLOAT32 ? 4 : 2;
+      const size_t bytes = (rope ? 2 * 16 * 4 * 32 : 2 * 16 * 64) * elem;
+      *inline_req.mutable_input() = Inline(shape, dtype, RandomBytes(bytes, i));
+      if (rope) {
+        *inline_req.mutable_key() = Inline({2, 16, 2, 32}, dtype, RandomBytes(bytes / 2, 99));
+      }
+      v1::EncodeResponse inline_resp, ref_resp;
+      ASSERT_TRUE(Encode(inline_req, &inline_resp).ok()) << i;
+      v1::EncodeRequest ref_req = inline_req;
+      *ref_req.mutable_input() = ByRef(inline_req.input(), *region, "r", 0);
+      if (rope) *ref_req.mutable_key() = ByRef(inline_req.key(), *region, "r", 1 << 20);
+      const grpc::Status st = Encode(ref_req, &ref_resp);
+      ASSERT_TRUE(st.ok()) << i << " " << st.error_message();
+      EXPECT_TRUE(ref_resp.output().data().empty());
+      ASSERT_EQ(ref_resp.output().shm().region(), "r");
+      EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data()) << i;
+      if (rope) {
+        EXPECT_EQ(SliceBytes(*region, ref_resp.key_output().shm()),
+                  inline_resp.key_output().data());
+      }
+    }
+  }
+}
+
+TEST_F(ShmTest, MetricsCountRegionsAndBytesByTransport) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("metrics"), 1 << 20);
+  ASSERT_TRUE(region.ok());
+  ASSERT_TRUE(Register("m", region->key(), 0, region->byte_size()).ok());
+  v1::EncodeRequest req;
+  req.mutable_sinusoidal();
+  *req.mutable_input() = ByRef(Inline({1, 16, 64}, v1::FLOAT32, RandomBytes(4096, 3)), *region,
+                               "m", 0);
+  v1::EncodeResponse resp;
+  ASSERT_TRUE(Encode(req, &resp).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the gauges' next update
+  const std::string text = HttpGet(server_.metrics_port(), "/metrics");
+  EXPECT_NE(text.find("posenc_shm_regions 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("posenc_shm_mapped_bytes 1048576"), std::string::npos);
+  EXPECT_NE(text.find("posenc_processed_bytes_total{direction=\"in\",transport=\"shm\"} 4096"),
+            std::string::npos);
+  EXPECT_NE(text.find("posenc_processed_bytes_total{direction=\"out\",transport=\"shm\"} 4096"),
+            std::string::npos);
+}
+
+TEST_F(ShmTest, ConcatAndOutputSlices) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("cat"), 1 << 20);
+  ASSERT_TRUE(region.ok());
+  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
+  v1::EncodeRequest req;
+  req.mutable_sinusoidal()->set_fusion(v1::CONCAT);
+  req.mutable_sinusoidal()->set_pe_dim(16);
+  *req.mutable_input() = Inline({1, 8, 32}, v1::FLOAT32, RandomBytes(8 * 32 * 4, 5));
+  v1::EncodeResponse inline_resp, ref_resp;
+  ASSERT_TRUE(Encode(req, &inline_resp).ok());
+  v1::EncodeRequest ref_req = req;
+  *ref_req.mutable_input() = ByRef(req.input(), *region, "r", 0);
+  *ref_req.mutable_output_shm() = ShmRegion::Ref("r", 65536, 8 * 48 * 4);
+  ASSERT_TRUE(Encode(ref_req, &ref_resp).ok());
+  EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
+  // The input slice is untouched when the output goes elsewhere.
+  EXPECT_EQ(SliceBytes(*region, ref_req.input().shm()), req.input().data());
+  // CONCAT by reference without output_shm answers inline.
+  ref_req.clear_output_shm();
+  ASSERT_TRUE(Encode(ref_req, &ref_resp).ok());
+  EXPECT_EQ(ref_resp.output().data(), inline_resp.output().data());
+  // An inline input with output_shm: the answer is written to the slice.
+  v1::EncodeRequest add = req;
+  add.mutable_sinusoidal()->clear_fusion();
+  add.mutable_sinusoidal()->clear_pe_dim();
+  ASSERT_TRUE(Encode(add, &inline_resp).ok());
+  *add.mutable_output_shm() = ShmRegion::Ref("r", 131072, 8 * 32 * 4);
+  ASSERT_TRUE(Encode(add, &ref_resp).ok());
+  EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
+}
+
+TEST_F(ShmTest, BiasesByReferenceEqualInline) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("bias"), 1 << 20);
+  ASSERT_TRUE(region.ok());
+  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
+  v1::BiasRequest req;
+  req.set_query_length(16);
+  req.set_key_length(32);
+  req.mutable_alibi()->set_num_heads(4);
+  *req.mutable_scores() = Inline({2, 4, 16, 32}, v1::FLOAT32, RandomBytes(2 * 4 * 16 * 32 * 4, 7));
+  v1::BiasResponse inline_resp, ref_resp;
+  ASSERT_TRUE(Bias(req, &inline_resp).ok());
+  v1::BiasRequest ref_req = req;
+  *ref_req.mutable_scores() = ByRef(req.scores(), *region, "r", 0);
+  ASSERT_TRUE(Bias(ref_req, &ref_resp).ok());
+  EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
+  // A bias built without scores into output_shm.
+  v1::BiasRequest build = req;
+  build.clear_scores();
+  ASSERT_TRUE(Bias(build, &inline_resp).ok());
+  *build.mutable_output_shm() = ShmRegion::Ref("r", 262144, 4 * 16 * 32 * 4);
+  ASSERT_TRUE(Bias(build, &ref_resp).ok());
+  EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
+  // T5 bucket ids (INT32) too.
+  v1::BiasRequest t5 = build;
+  t5.mutable_t5()->set_bidirectional(true);
+  t5.clear_output_shm();
+  ASSERT_TRUE(Bias(t5, &inline_resp).ok());
+  *t5.mutable_output_shm() = ShmRegion::Ref("r", 524288, 16 * 32 * 4);
+  ASSERT_TRUE(Bias(t5, &ref_resp).ok());
+  EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
+}
+
+TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("bad"), 65536);
+  ASSERT_TRUE(region.ok());
+  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
+  EXPECT_EQ(Register("r", region->key(), 0, 4096).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  v1::EncodeRequest req;
+  req.mutable_sinusoidal();
+  *req.mutable_input() = Inline({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 1));
+  auto with_ref = [&](uint64_t offset, uint64_t size, const std::string& name = "r") {
+    v1::EncodeRequest r = req;
+    r.mutable_input()->clear_data();
+    *r.mutable_input()->mutable_shm() = ShmRegion::Ref(name, offset, size);
+    v1::EncodeResponse resp;
+    return Encode(r, &resp);
+  };
+  const std::vector<std::pair<grpc::Status, grpc::StatusCode>> cases = {
+      {with_ref(65536, 256), grpc::StatusCode::INVALID_ARGUMENT},             // past the end
+      {with_ref(~uint64_t{0} - 31, 256), grpc::StatusCode::INVALID_ARGUMENT},  // 2^64-32
+      {with_ref(0, 255), grpc::StatusCode::INVALID_ARGUMENT},                 // size mismatch
+      {with_ref(0, 256, "nope"), grpc::StatusCode::NOT_FOUND},
+  };
+  for (const auto& [status, code] : cases) {
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_EQ(status.error_message().find(region->key()), std::string::npos);
+  }
+  {  // both data and shm
+    v1::EncodeRequest r = req;
+    *r.mutable_input()->mutable_shm() = ShmRegion::Ref("r", 0, 256);
+    v1::EncodeResponse resp;
+    EXPECT_EQ(Encode(r, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {  // an output slice overlapping a different input (the key)
+    v1::EncodeRequest r;
+    r.mutable_rope();
+    *r.mutable_input() = Inline({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 2));
+    *r.mutable_key() = ByRef(Inline({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 3)), *region,
+                             "r", 0);
+    *r.mutable_output_shm() = ShmRegion::Ref("r", 128, 256);
+    v1::EncodeResponse resp;
+    const grpc::Status st = Encode(r, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("overlaps"), std::string::npos) << st.error_message();
+  }
+  // Keys the server must refuse.
+  EXPECT_EQ(Register("a", "/other_prefix", 0, 4096).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register("a", "/posenc_a/b", 0, 4096).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  const std::string link = Key("link");
+  ASSERT_EQ(symlink(("/dev/shm" + region->key()).c_str(), ("/dev/shm" + link).c_str()), 0);
+  const grpc::Status symlinked = Register("a", link, 0, 4096);
+  unlink(("/dev/shm" + link).c_str());
+  EXPECT_EQ(symlinked.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  if (geteuid() == 0) {  // an object owned by another uid
+    auto other = ShmRegion::Create(Key("other"), 4096);
+    ASSERT_TRUE(other.ok());
+    ASSERT_EQ(chown(("/dev/shm" + other->key()).c_str(), 65534, 65534), 0);
+    EXPECT_EQ(Register("a", other->key(), 0, 4096).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+}
+
+// Learned tables and T5 table biases need --table: their own server.
+TEST(ShmTables, LearnedAndT5TableByReferenceEqualInline) {
+  std::vector<float> wpe(64 * 32), t5(32 * 4);
+  for (size_t i = 0; i < wpe.size(); ++i) wpe[i] = 0.01f * static_cast<float>(i % 97);
+  for (size_t i = 0; i < t5.size(); ++i) t5[i] = 0.1f * static_cast<float>(i % 13) - 0.5f;
+  const std::string dir = ::testing::TempDir();
+  ServerProcess server({"--shm", "--table=wpe=" + WriteNpyF32(dir, "shm_wpe.npy", 64, 32, wpe),
+                        "--table=rel=" + WriteNpyF32(dir, "shm_t5.npy", 32, 4, t5)});
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  auto region = ShmRegion::Create(Key("tables"), 1 << 20);
+  ASSERT_TRUE(region.ok());
+  {
+    v1::RegisterSharedMemoryRequest reg = region->RegisterRequest("r");
+    grpc::ClientContext ctx;
+    v1::RegisterSharedMemoryResponse resp;
+    ASSERT_TRUE(stub->RegisterSharedMemory(&ctx, reg, &resp).ok());
+  }
+  v1::EncodeRequest enc;
+  enc.mutable_learned()->set_table("wpe");
+  *enc.mutable_input() = Inline({2, 16, 32}, v1::FLOAT32, RandomBytes(2 * 16 * 32 * 4, 11));
+  v1::EncodeResponse inline_enc, ref_enc;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Encode(&ctx, enc, &inline_enc).ok());
+  }
+  *enc.mutable_input() = ByRef(enc.input(), *region, "r", 0);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Encode(&ctx, enc, &ref_enc).ok());
+  }
+  EXPECT_EQ(SliceBytes(*region, ref_enc.output().shm()), inline_enc.output().data());
+  v1::BiasRequest bias;
+  bias.set_query_length(8);
+  bias.set_key_length(8);
+  bias.mutable_t5()->set_table("rel");
+  *bias.mutable_scores() = Inline({1, 4, 8, 8}, v1::FLOAT32, RandomBytes(4 * 64 * 4, 12));
+  v1::BiasResponse inline_bias, ref_bias;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->AttentionBias(&ctx, bias, &inline_bias).ok());
+  }
+  *bias.mutable_scores() = ByRef(bias.scores(), *region, "r", 65536);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->AttentionBias(&ctx, bias, &ref_bias).ok());
+  }
+  EXPECT_EQ(SliceBytes(*region, ref_bias.output().shm()), inline_bias.output().data());
+}
+
+TEST(ShmOff, FlagOffIsFailedPreconditionNamingTheFlag) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  v1::RegisterSharedMemoryRequest req;
+  req.set_name("r");
+  req.set_key("/posenc_x");
+  req.set_byte_size(4096);
+  grpc::ClientContext ctx;
+  v1::RegisterSharedMemoryResponse resp;
+  const grpc::Status st = stub->RegisterSharedMemory(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("--shm"), std::string::npos);
+}
+
+// Lines of a /proc maps file, all of them or those containing `fragment`.
+int CountLines(const std::string& path, const std::string& fragment = "") {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(fragment) != std::string::npos;
+  return n;
+}
+
+int CountFds(pid_t pid) {
+  int n = 0;
+  DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (dir == nullptr) return -1;
+  while (readdir(dir) != nullptr) ++n;
+  closedir(dir);
+  return n;
+}
+
+TEST_F(ShmTest, TenThousandRegisterCyclesLeakNoMappingOrDescriptor) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("cycle"), 65536);
+  ASSERT_TRUE(region.ok());
+  const std::string maps = "/proc/" + std::to_string(server_.pid()) + "/maps";
+  ASSERT_TRUE(Register("warm", region->key(), 0, 4096).ok());
+  ASSERT_TRUE(Unregister("warm").ok());
+  const int maps_before = CountLines(maps), fds_before = CountFds(server_.pid());
+  const int shm_maps_before = CountLines(maps, "/dev/shm/");
+  for (int i = 0; i < 10000; ++i) {
+    ASSERT_TRUE(Register("c", region->key(), 0, 65536).ok()) << i;
+    ASSERT_TRUE(Unregister("c").ok()) << i;
+  }
+  EXPECT_EQ(CountLines(maps, "/dev/shm/"), shm_maps_before);
+  // gRPC may start a thread or two over 20,000 calls; 10,000 leaked mappings would show.
+  EXPECT_LE(CountLines(maps), maps_before + 16);
+  EXPECT_EQ(CountFds(server_.pid()), fds_before);
+}
+
+TEST_F(ShmTest, UnregisterAndTruncateWhileRequestsRunKeepTheServerServing) {
+  ASSERT_TRUE(server_.started());
+  constexpr size_t kBytes = 1 << 24;  // [1, 4096, 1024] float32
+  auto region = ShmRegion::Create(Key("trunc"), kBytes);
+  ASSERT_TRUE(region.ok());
+  ASSERT_TRUE(Register("t", region->key(), 0, kBytes).ok());
+  v1::EncodeRequest req;
+  req.mutable_sinusoidal();
+  for (int64_t d : {1, 4096, 1024}) req.mutable_input()->add_shape(d);
+  req.mutable_input()->set_dtype(v1::FLOAT32);
+  *req.mutable_input()->mutable_shm() = ShmRegion::Ref("t", 0, kBytes);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed_cleanly{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&] {
+      auto stub = v1::PositionalEncoding::NewStub(server_.Channel());
+      while (!stop.load()) {
+        grpc::ClientContext ctx;
+        v1::EncodeResponse resp;
+        const grpc::Status st = stub->Encode(&ctx, req, &resp);
+        if (st.ok()) {
+          ++ok;
+        } else if (st.error_code() == grpc::StatusCode::DATA_LOSS ||
+                   st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                   st.error_code() == grpc::StatusCode::NOT_FOUND) {
+          ++failed_cleanly;
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Shrink the object under the server's mapping while requests use it.
+  const int fd = shm_open(region->key().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(Unregister("t").ok());  // while requests still hold it
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(failed_cleanly.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  // Still serving, inline and by reference on a fresh region.
+  v1::EncodeRequest small;
+  small.mutable_sinusoidal();
+  *small.mutable_input() = Inline({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 9));
+  v1::EncodeResponse resp;
+  EXPECT_TRUE(Encode(small, &resp).ok());
+}
+
+}  // namespace
+}  // namespace posenc::testing

@@ -35,8 +35,12 @@ inline std::optional<int64_t> CheckedAdd(int64_t a, int64_t b) {
   return r;
 }
 
-// The product of `factors` (1 when empty), or nullopt when any step overflows.
+// The product of `factors` (1 when empty), or nullopt when it does not fit in int64. A zero
+// factor makes it 0 whatever the others: the order of the factors never matters.
 inline std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> factors) {
+  for (int64_t f : factors) {
+    if (f == 0) return 0;
+  }
   int64_t r = 1;
   for (int64_t f : factors) {
     std::optional<int64_t> next = CheckedMul(r, f);

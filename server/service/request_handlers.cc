@@ -113,6 +113,8 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
       }
       case v1::EncodeRequest::kLearned: {
         const v1::Learned& l = request.learned();
+        ASSIGN_OR_RETURN(const Overflow overflow, OverflowFromProto(l.overflow()));
+        ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromLearned(l));
         if (l.table().empty()) {
           return absl::InvalidArgumentError("learned.table is empty; name a --table");
         }
@@ -121,8 +123,6 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
           return absl::NotFoundError(
               absl::StrCat("learned.table '", l.table(), "' is not loaded (see ListSchemes)"));
         }
-        ASSIGN_OR_RETURN(const Overflow overflow, OverflowFromProto(l.overflow()));
-        ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromLearned(l));
         result = ApplyLearned(LearnedSpec{l.table(), named->table, overflow}, combine, input,
                               positions, state_.limits);
         break;

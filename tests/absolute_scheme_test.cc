@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -385,6 +386,18 @@ TEST(FiniteOrRefused, ContinuousPositionsBounded) {
   spec.value_scale = 1.0;
   ASSERT_TRUE(ApplyContinuous(spec, View(x, {s, d}), p, {}).ok());
   EXPECT_TRUE(AllFinite(x));
+}
+
+TEST(FiniteOrRefused, NonFiniteInputIsTheClientsDataAndPropagates) {
+  TableCache cache(1 << 20);
+  std::vector<float> x = Zeros(2 * 4);
+  x[5] = std::nanf("");
+  x[6] = -std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(ApplySinusoidal({}, {}, View(x, {2, 4}), {}, cache, {}).ok());
+  EXPECT_TRUE(std::isnan(x[5]));
+  EXPECT_EQ(x[6], -std::numeric_limits<float>::infinity());
+  EXPECT_NEAR(x[4], std::sin(1.0), kRoundedOnce);  // its neighbours are encoded as usual
+  EXPECT_NEAR(x[7], std::cos(1.0 / 100.0), kRoundedOnce);
 }
 
 TEST(SizeLimits, PeDimBoundAndOneRowOverTheLimitAreResourceExhausted) {

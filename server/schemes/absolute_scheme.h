@@ -5,14 +5,16 @@
 //
 // Results are finite or refused. Every parameter that could take a row out of float range
 // is bounded below (INVALID_ARGUMENT naming the field), and rows computed per request are
-// checked finite before the add (a backstop, cheap next to their sin/cos). What is not
+// checked finite before the add (a backstop, cheap next to their sin/cos); learned rows come
+// from tables checked finite when loaded, and interpolating them stays between. What is not
 // checked, by choice:
-//  - non-finite inputs: a NaN or inf in the embeddings is the client's data and comes back
-//    as the same NaN or inf (input * input_scale + pe * pe_scale, elementwise);
+//  - non-finite inputs: a NaN or inf in the embeddings is the client's data; it propagates
+//    elementwise (input * input_scale + pe * pe_scale) and the call is OK;
 //  - the output of the add itself: with |scales| <= kMaxScale an input below 1e32 in
-//    magnitude stays finite in float32 and bfloat16 (float16 saturates at 65504, as the
-//    same arithmetic in the model would). A scan of every output would cost a pass over
-//    memory on top of the add, which runs at memory bandwidth.
+//    magnitude stays finite in float32 and bfloat16 (float16 is inf past 65504, as the
+//    model's own float16 arithmetic would be). A scan of every output would be a second
+//    pass over memory after an add that runs at memory bandwidth: measured on a 48 MiB
+//    float32 output, 1.4 ms on one core, 30% to 150% of the add's own time.
 // Parameters that multiply work have stated bounds (kMaxPeDim, kMaxHierarchicalLevels);
 // over one, or over SchemeLimits, is RESOURCE_EXHAUSTED.
 #pragma once

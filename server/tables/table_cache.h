@@ -34,6 +34,7 @@ struct Table {
 // overflow); it goes out in chunks within the message limit.
 inline constexpr int64_t kMaxTableLength = int64_t{1} << 40;
 inline constexpr int64_t kMaxTableDim = int64_t{1} << 20;
+static_assert(kMaxTableLength <= INT64_MAX / kMaxTableDim, "length x dim must fit in int64");
 
 // Observes cache events (metrics). Called outside the cache lock.
 class TableCacheObserver {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -287,6 +288,144 @@ TEST(Continuous, EncodesRealValuedPositions) {
   p.values = negative;
   auto r = ApplyContinuous(spec, View(x, {s, d}), p, {});
   EXPECT_NE(r.status().message().find("positions.values[1]"), std::string::npos);
+}
+
+// --- Results are finite or refused; sizes are checked. -----------------------------------
+
+void ExpectStatus(const absl::Status& status, absl::StatusCode code, const std::string& message) {
+  EXPECT_EQ(status.code(), code) << status;
+  EXPECT_NE(std::string(status.message()).find(message), std::string::npos)
+      << "got \"" << status.message() << "\", want it to contain \"" << message << "\"";
+}
+
+bool AllFinite(const std::vector<float>& v) {
+  for (float f : v) {
+    if (!std::isfinite(f)) return false;
+  }
+  return true;
+}
+
+TEST(FiniteOrRefused, SinusoidalBaseThatOverflowsTheFrequencies) {
+  TableCache cache(1 << 20);
+  std::vector<float> x = Zeros(4 * 8);
+  SinusoidalSpec spec;
+  spec.base = 5e-324;  // inv_freq = base^(-2i/d) is inf from i = 1: NaN rows
+  auto r = ApplySinusoidal(spec, {}, View(x, {4, 8}), {}, cache, {});
+  ExpectStatus(r.status(), absl::StatusCode::kInvalidArgument, "sinusoidal.base is 4.94066e-324");
+  EXPECT_TRUE(AllFinite(x));
+  spec.base = 1e-6;  // the smallest accepted: finite up to position 2^40, odd width included
+  const std::vector<int64_t> far = {kMaxPosition - 1};  // the last two positions
+  PositionsSpec p;
+  p.offsets = far;
+  for (Timescale t : {Timescale::kPerDim, Timescale::kHalfMinusOne}) {
+    spec.timescale = t;
+    x = Zeros(2 * 5);
+    ASSERT_TRUE(ApplySinusoidal(spec, {}, View(x, {2, 5}), p, cache, {}).ok());
+    EXPECT_TRUE(AllFinite(x));
+  }
+}
+
+TEST(FiniteOrRefused, ScalesAreBounded) {
+  TableCache cache(1 << 20);
+  std::vector<float> x = Zeros(2 * 4);
+  CombineSpec huge;
+  huge.pe_scale = 1e30f;  // pe * 1e30 * ... stays finite here, but 3e38 would not
+  ExpectStatus(ApplySinusoidal({}, huge, View(x, {2, 4}), {}, cache, {}).status(),
+               absl::StatusCode::kInvalidArgument, "sinusoidal.pe_scale is 1e+30");
+  CombineSpec input;
+  input.input_scale = -3e38f;
+  ExpectStatus(ApplyLearned({"t", LearnedTable(4, 4), Overflow::kError}, input, View(x, {2, 4}),
+                            {}, {})
+                   .status(),
+               absl::StatusCode::kInvalidArgument, "learned.input_scale is -3e+38");
+  CombineSpec edge;
+  edge.input_scale = static_cast<float>(kMaxScale);
+  edge.pe_scale = -static_cast<float>(kMaxScale);
+  EXPECT_TRUE(ApplySinusoidal({}, edge, View(x, {2, 4}), {}, cache, {}).ok());
+}
+
+TEST(FiniteOrRefused, HierarchicalScaleAndLevelCount) {
+  const int64_t s = 2, d = 4;
+  auto x = Zeros(s * d);
+  const std::vector<int64_t> ids = {1, 0};
+  // Two levels of 3e38: the float64 sum is 6e38, inf as float32.
+  std::vector<HierarchicalLevel> levels = {{ids, 10000.0, 3e38f}, {ids, 10000.0, 3e38f}};
+  ExpectStatus(ApplyHierarchical(levels, View(x, {s, d}), {}).status(),
+               absl::StatusCode::kInvalidArgument, "hierarchical.levels[0].scale is 3e+38");
+  EXPECT_TRUE(AllFinite(x));
+  levels = {{ids, 10000.0, 1.0f}, {ids, 5e-324, 1.0f}};
+  ExpectStatus(ApplyHierarchical(levels, View(x, {s, d}), {}).status(),
+               absl::StatusCode::kInvalidArgument, "hierarchical.levels[1].base");
+  levels.assign(kMaxHierarchicalLevels + 1, {ids, 10000.0, 1.0f});
+  ExpectStatus(ApplyHierarchical(levels, View(x, {s, d}), {}).status(),
+               absl::StatusCode::kResourceExhausted, "hierarchical.levels has 65 levels");
+  levels.resize(kMaxHierarchicalLevels);
+  EXPECT_TRUE(ApplyHierarchical(levels, View(x, {s, d}), {}).ok());
+}
+
+TEST(FiniteOrRefused, ContinuousPositionsBounded) {
+  const int64_t s = 2, d = 4;
+  auto x = Zeros(s * d);
+  const std::vector<double> near_max = {0.0, 1e308};
+  PositionsSpec p;
+  p.values = near_max;
+  ContinuousSpec spec;
+  spec.base = 0.5;  // inv_freq up to 2: 1e308 * 2 = inf, sin(inf) = NaN
+  ExpectStatus(ApplyContinuous(spec, View(x, {s, d}), p, {}).status(),
+               absl::StatusCode::kInvalidArgument,
+               "positions.values[1] * continuous.value_scale is 1e+308 * 1");
+  const std::vector<double> scaled = {0.0, 1e300};
+  p.values = scaled;
+  spec.base = 10000;
+  spec.value_scale = 1e10;  // 1e310: inf
+  ExpectStatus(ApplyContinuous(spec, View(x, {s, d}), p, {}).status(),
+               absl::StatusCode::kInvalidArgument, "positions.values[1] * continuous.value_scale");
+  EXPECT_TRUE(AllFinite(x));
+  const std::vector<double> edge = {0.0, static_cast<double>(kMaxPosition)};
+  p.values = edge;
+  spec.value_scale = 1.0;
+  ASSERT_TRUE(ApplyContinuous(spec, View(x, {s, d}), p, {}).ok());
+  EXPECT_TRUE(AllFinite(x));
+}
+
+TEST(FiniteOrRefused, NonFiniteInputIsTheClientsDataAndPropagates) {
+  TableCache cache(1 << 20);
+  std::vector<float> x = Zeros(2 * 4);
+  x[5] = std::nanf("");
+  x[6] = -std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(ApplySinusoidal({}, {}, View(x, {2, 4}), {}, cache, {}).ok());
+  EXPECT_TRUE(std::isnan(x[5]));
+  EXPECT_EQ(x[6], -std::numeric_limits<float>::infinity());
+  EXPECT_NEAR(x[4], std::sin(1.0), kRoundedOnce);  // its neighbours are encoded as usual
+  EXPECT_NEAR(x[7], std::cos(1.0 / 100.0), kRoundedOnce);
+}
+
+TEST(SizeLimits, PeDimBoundAndOneRowOverTheLimitAreResourceExhausted) {
+  TableCache cache(1 << 20);
+  std::vector<float> x = Zeros(2 * 4);
+  CombineSpec concat;
+  concat.fusion = Fusion::kConcat;
+  concat.pe_dim = kMaxPeDim + 1;
+  ExpectStatus(ApplySinusoidal({}, concat, View(x, {2, 4}), {}, cache, {}).status(),
+               absl::StatusCode::kResourceExhausted, "sinusoidal.pe_dim is 65537");
+  concat.pe_dim = 512;  // one row is 2048 bytes, over a 1 KiB limit
+  SchemeLimits small;
+  small.max_output_bytes = 1024;
+  ExpectStatus(ApplySinusoidal({}, concat, View(x, {2, 4}), {}, cache, small).status(),
+               absl::StatusCode::kResourceExhausted, "one sinusoidal row of width 512");
+}
+
+TEST(SizeLimits, ConcatOutputSizeIsCheckedNotWrapped) {
+  // [2^61, 4, 4] float32 CONCAT a width-4 table: 2^61 * 4 * 8 * 4 bytes = 2^68, which int64
+  // arithmetic wraps to 0. The rows are table slices, so no other size is computed first.
+  // The view's data is never read: the size check comes before any access.
+  std::vector<float> x = Zeros(16);
+  const TensorView huge{DType::kFloat32, {int64_t{1} << 61, 4, 4}, x.data()};
+  CombineSpec concat;
+  concat.fusion = Fusion::kConcat;
+  auto r = ApplyLearned({"t", LearnedTable(8, 4), Overflow::kError}, concat, huge, {}, {});
+  ExpectStatus(r.status(), absl::StatusCode::kResourceExhausted,
+               "the CONCAT output would be more than 2^63 bytes");
 }
 
 TEST(AddKernel, OneDnnAndLoopAgree) {

@@ -422,6 +422,30 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   EXPECT_TRUE(ValidateT5TableShape({32, 128, true}, {32, 12}).ok());
 }
 
+// max_bias finite and > 0 is the whole range check ALiBi needs: every slope is then in
+// [0, 1] and every bias within 2^41 (or -inf above the diagonal for CAUSAL, by definition).
+TEST(BiasLimits, ExtremeMaxBiasStaysFinite) {
+  const BiasGeometry g{3, 5, 2};
+  for (double max_bias : {5e-324, 1e-300, 1e300, std::numeric_limits<double>::max()}) {
+    for (bool causal : {false, true}) {
+      const AlibiSpec spec{12, causal, max_bias};  // 12 heads: the extra-heads slopes too
+      ASSERT_TRUE(ValidateAlibiSpec(spec).ok()) << max_bias;
+      std::vector<float> out(12 * 3 * 5);
+      ASSERT_TRUE(BuildAlibiBias(spec, g, out.data()).ok());
+      for (int32_t h = 0; h < 12; ++h) {
+        for (int64_t i = 0; i < 3; ++i) {
+          for (int64_t j = 0; j < 5; ++j) {
+            const float v = out[(h * 3 + i) * 5 + j];
+            const bool masked = causal && j > g.query_offset + i;
+            EXPECT_TRUE(masked ? v == -std::numeric_limits<float>::infinity() : std::isfinite(v))
+                << "max_bias " << max_bias << " h " << h << " i " << i << " j " << j << ": " << v;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(BiasLimits, ScoresMustFit) {
   const BiasGeometry g{2, 3, 1};
   std::vector<float> data(2 * 4 * 2 * 3);

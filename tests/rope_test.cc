@@ -717,6 +717,77 @@ TEST(ApplyRope, ErrorsNameTheField) {
          r.spec.scaling.long_factor.assign(3, 1.0);
        },
        "rope.scaling.long_factor has 3 entries; it needs rotary_dim/2 = 16"},
+      // Finite or refused: each of these used to rotate into inf/NaN with status OK.
+      {"base that overflows the frequencies", [](Request& r) { r.spec.base = 5e-324; },
+       "rope.base is 4.94066e-324; it must be >= 1e-06"},
+      {"linear factor 1e-300 at offset 1e9",
+       [](Request& r) {
+         r.spec.scaling.type = T::kLinear;
+         r.spec.scaling.factor = 1e-300;
+         r.offsets = {1000000000};
+       },
+       "rope.scaling.factor is 1e-300; it must be in [1e-06, 1e+06]"},
+      {"yarn attention_factor 1e300",
+       [](Request& r) {
+         r.spec.scaling.type = T::kYarn;
+         r.spec.scaling.factor = 4;
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.attention_factor = 1e300;
+       },
+       "rope.scaling.attention_factor is 1e+300"},
+      {"yarn mscale 1e300",
+       [](Request& r) {
+         r.spec.scaling.type = T::kYarn;
+         r.spec.scaling.factor = 4;
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.mscale = 1e300;
+         r.spec.scaling.mscale_all_dim = 1;
+       },
+       "rope.scaling.mscale is 1e+300"},
+      {"yarn computed attention factor over the range",
+       [](Request& r) {
+         r.spec.scaling.type = T::kYarn;
+         r.spec.scaling.factor = 1e6;  // 0.1 * 1e6 * log(1e6) + 1 = 1.38e6
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.mscale = 1e6;
+         r.spec.scaling.mscale_all_dim = 1e-9;
+       },
+       "give an attention factor of 1.38155e+06"},
+      {"yarn beta_fast 1e-320",
+       [](Request& r) {
+         r.spec.scaling.type = T::kYarn;
+         r.spec.scaling.factor = 4;
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.beta_fast = 1e-320;
+       },
+       "rope.scaling.beta_fast is 9.99989e-321"},
+      {"yarn derived factor 2^62",
+       [](Request& r) {
+         r.spec.scaling.type = T::kYarn;
+         r.spec.scaling.original_max_position_embeddings = 1;
+         r.spec.scaling.max_position_embeddings = int64_t{1} << 62;
+       },
+       "rope.scaling.factor (max_position_embeddings / original_max_position_embeddings) is"},
+      {"longrope long_factor entry 1e-300",
+       [](Request& r) {
+         r.spec.scaling.type = T::kLongRope;
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.factor = 32;
+         r.spec.scaling.short_factor.assign(16, 1.0);
+         r.spec.scaling.long_factor.assign(16, 1.0);
+         r.spec.scaling.long_factor[5] = 1e-300;
+       },
+       "rope.scaling.long_factor[5] is 1e-300"},
+      {"longrope attention_factor 1e300",
+       [](Request& r) {
+         r.spec.scaling.type = T::kLongRope;
+         r.spec.scaling.original_max_position_embeddings = 4096;
+         r.spec.scaling.factor = 32;
+         r.spec.scaling.short_factor.assign(16, 1.0);
+         r.spec.scaling.long_factor.assign(16, 1.0);
+         r.spec.scaling.attention_factor = 1e300;
+       },
+       "rope.scaling.attention_factor is 1e+300"},
       {"key head_dim", [](Request& r) { r.k[3] = 16; }, "key.shape[3] (head_dim) is 16"},
       {"key batch", [](Request& r) { r.k[0] = 1; }, "key.shape[0] (batch) is 1"},
       {"key seq", [](Request& r) { r.k[1] = 2; }, "key.shape[1] (seq) is 2"},
@@ -782,6 +853,33 @@ TEST(ApplyRope, ErrorsNameTheField) {
     EXPECT_EQ(q, q0) << c.name << ": input written on error";
     EXPECT_EQ(k, k0) << c.name << ": key written on error";
   }
+}
+
+TEST(ApplyRope, EdgesOfTheFiniteRangesStayFiniteAtTheLastPosition) {
+  using T = RopeScalingSpec::Type;
+  RopeSpec spec;
+  spec.base = kMinRopeBase;
+  for (const double factor : {kMinRopeFactor, kMaxRopeFactor}) {
+    spec.scaling.type = T::kLinear;
+    spec.scaling.factor = factor;
+    // Queries of 1e30 (below the documented 1e32) at positions 2^40 - 1 and 2^40.
+    std::vector<float> q(2 * 2 * 8, 1e30f);
+    TensorView qv{DType::kFloat32, {1, 2, 2, 8}, q.data()};
+    const std::vector<int64_t> offsets = {kMaxPosition - 1};
+    PositionsSpec positions;
+    positions.offsets = offsets;
+    TableCache cache(1 << 20);
+    ASSERT_TRUE(ApplyRope(spec, qv, nullptr, positions, cache).ok()) << factor;
+    for (float v : q) ASSERT_TRUE(std::isfinite(v)) << "factor " << factor;
+  }
+  spec.scaling = {};
+  spec.scaling.type = T::kYarn;
+  spec.scaling.factor = 4;
+  spec.scaling.original_max_position_embeddings = 4096;
+  spec.scaling.attention_factor = kMaxAttentionFactor;
+  auto rows = RopeTableRows(spec, 8, kMaxPosition - 3, 4, kMaxPosition + 1);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  for (float v : rows->data) ASSERT_TRUE(std::isfinite(v));
 }
 
 TEST(ApplyRope, GqaAndMqaKeysAccepted) {

@@ -46,7 +46,8 @@ inline constexpr int64_t kMaxBiasPosition = int64_t{1} << 40;
 
 // --- Validation: INVALID_ARGUMENT naming the field, OK otherwise. -------------------------
 
-// alibi.num_heads >= 1; alibi.max_bias finite and > 0.
+// alibi.num_heads >= 1; alibi.max_bias finite and > 0, which is all finite biases need:
+// every slope is then in [0, 1].
 absl::Status ValidateAlibiSpec(const AlibiSpec& spec);
 // t5.num_buckets >= 2 (>= 4 when bidirectional) so that max_exact >= 1; t5.max_distance >
 // max_exact (num_buckets/2, or num_buckets/4 when bidirectional), as HF's log needs.

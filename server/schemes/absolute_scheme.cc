@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/add_kernel.h"
 
@@ -50,15 +51,16 @@ struct EncodingRows {
   std::vector<float> scratch;
 };
 
-// Allocates scratch rows for every (group, token) after checking the size.
+// Allocates scratch rows for every (group, token) after checking the size: float32 rows
+// may take up to 4x the output limit (a float16 output of the same shape is half).
 absl::Status AllocateScratch(EncodingRows& rows, int64_t groups, int64_t seq,
                              const SchemeLimits& limits) {
-  const int64_t n = groups * seq * rows.dim;
-  if (static_cast<size_t>(n) * sizeof(float) > 4 * limits.max_output_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the encoding rows for this request need ", n * 4, " bytes, over the limit"));
-  }
-  rows.scratch.assign(static_cast<size_t>(n), 0.0f);
+  ASSIGN_OR_RETURN(const int64_t bytes,
+                   SizeWithin({groups, seq, rows.dim, int64_t{sizeof(float)}},
+                              static_cast<int64_t>(4 * limits.max_output_bytes),
+                              "the encoding rows for this request",
+                              "4 x --max_message_bytes"));
+  rows.scratch.assign(static_cast<size_t>(bytes) / sizeof(float), 0.0f);
   rows.groups.resize(groups);
   for (int64_t g = 0; g < groups; ++g) rows.groups[g] = rows.scratch.data() + g * seq * rows.dim;
   return absl::OkStatus();
@@ -112,13 +114,12 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
     }
     return result;
   }
+  // e.dim <= 2^40 (a checked input shape) and rows.dim <= kMaxPeDim or a table's width.
   const int64_t out_dim = e.dim + rows.dim;
-  const int64_t out_bytes = e.batch * e.seq * out_dim * static_cast<int64_t>(elem);
-  if (static_cast<size_t>(out_bytes) > limits.max_output_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the CONCAT output would be ", out_bytes,
-                     " bytes; --max_message_bytes allows ", limits.max_output_bytes));
-  }
+  ASSIGN_OR_RETURN(const int64_t out_bytes,
+                   SizeWithin({e.batch, e.seq, out_dim, static_cast<int64_t>(elem)},
+                              static_cast<int64_t>(limits.max_output_bytes),
+                              "the CONCAT output", "--max_message_bytes"));
   result.shape.back() = out_dim;
   result.concat.emplace(static_cast<size_t>(out_bytes), '\0');
   for (size_t g = 0; g < rows.groups.size(); ++g) {
@@ -145,17 +146,24 @@ absl::StatusOr<int64_t> EncodingWidth(const CombineSpec& combine, int64_t d_mode
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".pe_dim is ", *combine.pe_dim, "; it must be >= 1"));
   }
+  if (*combine.pe_dim > kMaxPeDim) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        field, ".pe_dim is ", *combine.pe_dim, "; at most ", kMaxPeDim, " is served"));
+  }
   return *combine.pe_dim;
 }
 
+// A multiplier of embeddings or encodings: finite, and |scale| <= kMaxScale.
+absl::Status CheckScale(absl::string_view field, float scale) {
+  if (!std::isfinite(scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is not finite"));
+  }
+  return CheckInRange(field, scale, -kMaxScale, kMaxScale);
+}
+
 absl::Status CheckScales(const CombineSpec& combine, absl::string_view field) {
-  if (!std::isfinite(combine.input_scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".input_scale is not finite"));
-  }
-  if (!std::isfinite(combine.pe_scale)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".pe_scale is not finite"));
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckScale(absl::StrCat(field, ".input_scale"), combine.input_scale));
+  return CheckScale(absl::StrCat(field, ".pe_scale"), combine.pe_scale);
 }
 
 }  // namespace
@@ -168,10 +176,11 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
   RETURN_IF_ERROR(CheckScales(combine, "sinusoidal"));
   ASSIGN_OR_RETURN(spec.dim, EncodingWidth(combine, e.dim, "sinusoidal"));
   RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
-  if (spec.dim * 4 > static_cast<int64_t>(limits.max_output_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sinusoidal.pe_dim is ", spec.dim, "; too wide for the message limit"));
-  }
+  RETURN_IF_ERROR(SizeWithin({spec.dim, int64_t{sizeof(float)}},
+                             static_cast<int64_t>(limits.max_output_bytes),
+                             absl::StrCat("one sinusoidal row of width ", spec.dim),
+                             "--max_message_bytes")
+                      .status());
   ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
   if (e.seq == 0 || e.batch == 0) {
     return Combine(e, input, EncodingRows{spec.dim, {}, nullptr, {}}, combine, limits);
@@ -179,18 +188,23 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
 
   // A dense prefix table serves positions 0..R-1 from the cache; when the largest position
   // is far beyond what the request holds, only the positions present are computed.
+  // rows_needed <= 2^41 and dim <= 2^40: the product is checked, not assumed to fit.
   const int64_t rows_needed = NextPowerOfTwo(std::max<int64_t>(grid.max_position + 1, 256));
   const int64_t tokens = grid.groups() * grid.seq;
-  const bool dense = static_cast<size_t>(rows_needed * spec.dim) * sizeof(float) <=
-                         cache.budget_bytes() / 4 &&
+  const std::optional<int64_t> table_bytes =
+      CheckedProduct({rows_needed, spec.dim, int64_t{sizeof(float)}});
+  const bool dense = table_bytes.has_value() &&
+                     static_cast<uint64_t>(*table_bytes) <= cache.budget_bytes() / 4 &&
                      rows_needed <= 16 * tokens + 4096;
   EncodingRows rows;
   if (dense) {
     ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
-                     cache.GetOrCompute(SinusoidalTableKey(spec, rows_needed), [&] {
-                       return absl::StatusOr<Table>(
-                           ComputeSinusoidalTable(spec, 0, rows_needed));
-                     }));
+                     cache.GetOrCompute(SinusoidalTableKey(spec, rows_needed),
+                                        [&]() -> absl::StatusOr<Table> {
+                                          Table t = ComputeSinusoidalTable(spec, 0, rows_needed);
+                                          RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal"));
+                                          return t;
+                                        }));
     RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));
   } else {
     rows.dim = spec.dim;
@@ -202,6 +216,7 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
                     rows.scratch.data() + (g * grid.seq + t) * spec.dim);
       }
     }
+    RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "sinusoidal"));
   }
   return Combine(e, input, rows, combine, limits);
 }
@@ -269,6 +284,11 @@ absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLe
   if (levels.empty()) {
     return absl::InvalidArgumentError("hierarchical.levels is empty; give at least one level");
   }
+  if (static_cast<int64_t>(levels.size()) > kMaxHierarchicalLevels) {
+    return absl::ResourceExhaustedError(absl::StrCat("hierarchical.levels has ", levels.size(),
+                                                     " levels; at most ",
+                                                     kMaxHierarchicalLevels, " are served"));
+  }
   bool shared = true;
   std::vector<SinusoidalEncoder> encoders;
   for (size_t l = 0; l < levels.size(); ++l) {
@@ -287,9 +307,7 @@ absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLe
                                                        "; positions must be in [0, 2^40]"));
       }
     }
-    if (!std::isfinite(levels[l].scale)) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".scale is not finite"));
-    }
+    RETURN_IF_ERROR(CheckScale(absl::StrCat(field, ".scale"), levels[l].scale));
     SinusoidalSpec spec{levels[l].base, SinusoidalLayout::kInterleaved, Timescale::kPerDim,
                         e.dim};
     RETURN_IF_ERROR(ValidateSinusoidal(spec, field));
@@ -315,6 +333,7 @@ absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLe
       for (int64_t c = 0; c < e.dim; ++c) out[c] = static_cast<float>(sum[c]);
     }
   }
+  RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "hierarchical"));
   return Combine(e, input, rows, CombineSpec{}, limits);
 }
 
@@ -332,11 +351,18 @@ absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
   if (!std::isfinite(continuous.value_scale)) {
     return absl::InvalidArgumentError("continuous.value_scale is not finite");
   }
+  const double max_position = static_cast<double>(kMaxPosition);
   for (size_t i = 0; i < positions.values.size(); ++i) {
     const double v = positions.values[i];
     if (!std::isfinite(v) || v < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "positions.values[", i, "] is ", v, "; positions must be finite and >= 0"));
+    }
+    const double p = v * continuous.value_scale;
+    if (!(std::abs(p) <= max_position)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.values[", i, "] * continuous.value_scale is ", v, " * ",
+          continuous.value_scale, " = ", p, "; it must be within +-2^40"));
     }
   }
   SinusoidalSpec spec{continuous.base, continuous.layout, continuous.timescale, e.dim};
@@ -350,6 +376,7 @@ absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
     encoder.Row(positions.values[i] * continuous.value_scale,
                 rows.scratch.data() + i * e.dim);
   }
+  RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "continuous"));
   return Combine(e, input, rows, CombineSpec{}, limits);
 }
 

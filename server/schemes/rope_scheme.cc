@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/rope_kernel.h"
 
@@ -220,6 +221,7 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
                                   t.cols = rotary_dim;
                                   t.data.resize(static_cast<size_t>(dense_rows) * rotary_dim);
                                   FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
+                                  RETURN_IF_ERROR(CheckRowsFinite(t.data, "rope.scaling"));
                                   return t;
                                 }));
     for (int64_t b = 0; b < q.batch; ++b) {  // batch
@@ -235,6 +237,7 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
     }
     sparse.resize(present.size() * rotary_dim);
     FillRopeRows(freqs, present, sparse.data());
+    RETURN_IF_ERROR(CheckRowsFinite(sparse, "rope.scaling"));
     for (int64_t b = 0; b < q.batch; ++b) {  // batch
       const int64_t g = grid.shared ? 0 : b;
       for (int64_t s = 0; s < q.seq; ++s) {  // seq
@@ -277,6 +280,7 @@ absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_
   t.cols = rotary_dim;
   t.data.resize(static_cast<size_t>(n) * rotary_dim);
   FillRopeRowRange(freqs, first, n, t.data.data());
+  RETURN_IF_ERROR(CheckRowsFinite(t.data, "rope.scaling"));
   return t;
 }
 

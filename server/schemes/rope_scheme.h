@@ -26,6 +26,9 @@ namespace posenc {
 // DYNAMIC and LONGROPE take seq_len = the largest position in the request + 1.
 // Errors: INVALID_ARGUMENT naming the field (input.shape[3], key.shape[2], input.dtype,
 // rope.rotary_dim, rope.scaling.factor, positions.ids, ...). Nothing is written on error.
+// Results are finite or refused: the spec's ranges (rope_frequencies.h) keep every cos/sin
+// row finite, and the rows are checked before the rotation as a backstop. A NaN or inf in
+// the queries or keys is the client's data: it propagates, and the call is OK.
 absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
                        const PositionsSpec& positions, TableCache& cache);
 

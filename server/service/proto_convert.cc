@@ -1,6 +1,8 @@
 #include "server/service/proto_convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "server/common/status_macros.h"
 
 namespace posenc {
 
@@ -64,73 +66,62 @@ PositionsSpec PositionsFromProto(const v1::Positions& positions) {
   return spec;
 }
 
-SinusoidalSpec SinusoidalFromProto(const v1::Sinusoidal& s) {
-  SinusoidalSpec spec;
-  if (s.has_base()) spec.base = s.base();
-  spec.layout = s.layout() == v1::CONCATENATED ? SinusoidalLayout::kConcatenated
-                                                : SinusoidalLayout::kInterleaved;
-  spec.timescale =
-      s.timescale() == v1::HALF_MINUS_ONE ? Timescale::kHalfMinusOne : Timescale::kPerDim;
-  return spec;
+namespace {
+
+// INVALID_ARGUMENT when `value` is not a number `type` names: "rope.style is 99; it must be
+// one of NEOX, GPTJ".
+absl::Status CheckKnown(int value, const google::protobuf::EnumDescriptor* type,
+                        absl::string_view field) {
+  if (type->FindValueByNumber(value) != nullptr) return absl::OkStatus();
+  std::string names;
+  for (int i = 0; i < type->value_count(); ++i) {
+    absl::StrAppend(&names, i > 0 ? ", " : "", type->value(i)->name());
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " is ", value, "; it must be one of ", names));
 }
 
-CombineSpec CombineFromSinusoidal(const v1::Sinusoidal& s) {
-  CombineSpec c;
-  if (s.has_input_scale()) c.input_scale = s.input_scale();
-  if (s.has_pe_scale()) c.pe_scale = s.pe_scale();
-  c.fusion = s.fusion() == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
-  if (s.has_pe_dim()) c.pe_dim = s.pe_dim();
-  return c;
+absl::StatusOr<SinusoidalLayout> LayoutFromProto(v1::SinusoidalLayout layout,
+                                                 absl::string_view field) {
+  RETURN_IF_ERROR(CheckKnown(layout, v1::SinusoidalLayout_descriptor(), field));
+  return layout == v1::CONCATENATED ? SinusoidalLayout::kConcatenated
+                                    : SinusoidalLayout::kInterleaved;
 }
 
-CombineSpec CombineFromLearned(const v1::Learned& l) {
-  CombineSpec c;
-  if (l.has_input_scale()) c.input_scale = l.input_scale();
-  if (l.has_pe_scale()) c.pe_scale = l.pe_scale();
-  c.fusion = l.fusion() == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
-  return c;
+absl::StatusOr<Timescale> TimescaleFromProto(v1::Timescale timescale, absl::string_view field) {
+  RETURN_IF_ERROR(CheckKnown(timescale, v1::Timescale_descriptor(), field));
+  return timescale == v1::HALF_MINUS_ONE ? Timescale::kHalfMinusOne : Timescale::kPerDim;
 }
 
-Overflow OverflowFromProto(v1::Overflow o) {
-  switch (o) {
-    case v1::CLAMP: return Overflow::kClamp;
-    case v1::INTERPOLATE: return Overflow::kInterpolate;
-    default: return Overflow::kError;
+absl::StatusOr<Fusion> FusionFromProto(v1::Fusion fusion, absl::string_view field) {
+  RETURN_IF_ERROR(CheckKnown(fusion, v1::Fusion_descriptor(), field));
+  return fusion == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
+}
+
+absl::StatusOr<RopeSpec::Layout> RopeLayoutFromProto(v1::RopeLayout layout) {
+  RETURN_IF_ERROR(CheckKnown(layout, v1::RopeLayout_descriptor(), "rope.layout"));
+  switch (layout) {
+    case v1::BHSD: return RopeSpec::Layout::kBhsd;
+    case v1::THD: return RopeSpec::Layout::kThd;
+    default: return RopeSpec::Layout::kBshd;
   }
 }
 
-ContinuousSpec ContinuousFromProto(const v1::Continuous& c) {
-  ContinuousSpec spec;
-  if (c.has_base()) spec.base = c.base();
-  if (c.has_value_scale()) spec.value_scale = c.value_scale();
-  spec.layout = c.layout() == v1::CONCATENATED ? SinusoidalLayout::kConcatenated
-                                                : SinusoidalLayout::kInterleaved;
-  spec.timescale =
-      c.timescale() == v1::HALF_MINUS_ONE ? Timescale::kHalfMinusOne : Timescale::kPerDim;
-  return spec;
-}
-
-RopeSpec RopeFromProto(const v1::Rope& r) {
-  RopeSpec spec;
-  if (r.has_base()) spec.base = r.base();
-  if (r.has_rotary_dim()) spec.rotary_dim = r.rotary_dim();
-  spec.style = r.style() == v1::GPTJ ? RopeSpec::Style::kGptj : RopeSpec::Style::kNeox;
-  switch (r.layout()) {
-    case v1::BHSD: spec.layout = RopeSpec::Layout::kBhsd; break;
-    case v1::THD: spec.layout = RopeSpec::Layout::kThd; break;
-    default: spec.layout = RopeSpec::Layout::kBshd; break;
-  }
-  const v1::RopeScaling& in = r.scaling();
-  RopeScalingSpec& out = spec.scaling;
+absl::StatusOr<RopeScalingSpec::Type> ScalingTypeFromProto(v1::RopeScalingType type) {
+  RETURN_IF_ERROR(CheckKnown(type, v1::RopeScalingType_descriptor(), "rope.scaling.type"));
   using Type = RopeScalingSpec::Type;
-  switch (in.type()) {
-    case v1::LINEAR: out.type = Type::kLinear; break;
-    case v1::DYNAMIC: out.type = Type::kDynamic; break;
-    case v1::YARN: out.type = Type::kYarn; break;
-    case v1::LLAMA3: out.type = Type::kLlama3; break;
-    case v1::LONGROPE: out.type = Type::kLongRope; break;
-    default: out.type = Type::kNone; break;
+  switch (type) {
+    case v1::LINEAR: return Type::kLinear;
+    case v1::DYNAMIC: return Type::kDynamic;
+    case v1::YARN: return Type::kYarn;
+    case v1::LLAMA3: return Type::kLlama3;
+    case v1::LONGROPE: return Type::kLongRope;
+    default: return Type::kNone;
   }
+}
+
+RopeScalingSpec ScalingParametersFromProto(const v1::RopeScaling& in) {
+  RopeScalingSpec out;
   if (in.has_factor()) out.factor = in.factor();
   if (in.has_original_max_position_embeddings()) {
     out.original_max_position_embeddings = in.original_max_position_embeddings();
@@ -146,6 +137,72 @@ RopeSpec RopeFromProto(const v1::Rope& r) {
   out.short_factor.assign(in.short_factor().begin(), in.short_factor().end());
   out.long_factor.assign(in.long_factor().begin(), in.long_factor().end());
   if (in.has_truncate()) out.truncate = in.truncate();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SinusoidalSpec> SinusoidalFromProto(const v1::Sinusoidal& s) {
+  SinusoidalSpec spec;
+  if (s.has_base()) spec.base = s.base();
+  ASSIGN_OR_RETURN(spec.layout, LayoutFromProto(s.layout(), "sinusoidal.layout"));
+  ASSIGN_OR_RETURN(spec.timescale, TimescaleFromProto(s.timescale(), "sinusoidal.timescale"));
+  return spec;
+}
+
+absl::StatusOr<CombineSpec> CombineFromSinusoidal(const v1::Sinusoidal& s) {
+  CombineSpec c;
+  if (s.has_input_scale()) c.input_scale = s.input_scale();
+  if (s.has_pe_scale()) c.pe_scale = s.pe_scale();
+  ASSIGN_OR_RETURN(c.fusion, FusionFromProto(s.fusion(), "sinusoidal.fusion"));
+  if (s.has_pe_dim()) c.pe_dim = s.pe_dim();
+  return c;
+}
+
+absl::StatusOr<CombineSpec> CombineFromLearned(const v1::Learned& l) {
+  CombineSpec c;
+  if (l.has_input_scale()) c.input_scale = l.input_scale();
+  if (l.has_pe_scale()) c.pe_scale = l.pe_scale();
+  ASSIGN_OR_RETURN(c.fusion, FusionFromProto(l.fusion(), "learned.fusion"));
+  return c;
+}
+
+absl::StatusOr<Overflow> OverflowFromProto(v1::Overflow o) {
+  RETURN_IF_ERROR(CheckKnown(o, v1::Overflow_descriptor(), "learned.overflow"));
+  switch (o) {
+    case v1::CLAMP: return Overflow::kClamp;
+    case v1::INTERPOLATE: return Overflow::kInterpolate;
+    default: return Overflow::kError;
+  }
+}
+
+absl::StatusOr<ContinuousSpec> ContinuousFromProto(const v1::Continuous& c) {
+  ContinuousSpec spec;
+  if (c.has_base()) spec.base = c.base();
+  if (c.has_value_scale()) spec.value_scale = c.value_scale();
+  ASSIGN_OR_RETURN(spec.layout, LayoutFromProto(c.layout(), "continuous.layout"));
+  ASSIGN_OR_RETURN(spec.timescale, TimescaleFromProto(c.timescale(), "continuous.timescale"));
+  return spec;
+}
+
+absl::StatusOr<RopeSpec> RopeFromProto(const v1::Rope& r) {
+  RopeSpec spec;
+  if (r.has_base()) spec.base = r.base();
+  if (r.has_rotary_dim()) spec.rotary_dim = r.rotary_dim();
+  RETURN_IF_ERROR(CheckKnown(r.style(), v1::RopeStyle_descriptor(), "rope.style"));
+  spec.style = r.style() == v1::GPTJ ? RopeSpec::Style::kGptj : RopeSpec::Style::kNeox;
+  ASSIGN_OR_RETURN(spec.layout, RopeLayoutFromProto(r.layout()));
+  spec.scaling = ScalingParametersFromProto(r.scaling());
+  ASSIGN_OR_RETURN(spec.scaling.type, ScalingTypeFromProto(r.scaling().type()));
+  return spec;
+}
+
+absl::StatusOr<AlibiSpec> AlibiFromProto(const v1::Alibi& a) {
+  AlibiSpec spec;
+  spec.num_heads = a.num_heads();
+  RETURN_IF_ERROR(CheckKnown(a.mode(), v1::AlibiMode_descriptor(), "alibi.mode"));
+  spec.causal = a.mode() == v1::CAUSAL;
+  if (a.has_max_bias()) spec.max_bias = a.max_bias();
   return spec;
 }
 

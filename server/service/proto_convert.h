@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/support/status.h"
 #include "posenc/v1/posenc.pb.h"
+#include "server/kernels/bias_kernel.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/positions.h"
 #include "server/tables/rope_frequencies.h"
@@ -27,12 +28,18 @@ void MoveIntoTensor(std::string* data, absl::Span<const int64_t> shape, DType dt
                     v1::Tensor* out);
 
 PositionsSpec PositionsFromProto(const v1::Positions& positions);
-SinusoidalSpec SinusoidalFromProto(const v1::Sinusoidal& s);
-CombineSpec CombineFromSinusoidal(const v1::Sinusoidal& s);
-CombineSpec CombineFromLearned(const v1::Learned& l);
-Overflow OverflowFromProto(v1::Overflow o);
-ContinuousSpec ContinuousFromProto(const v1::Continuous& c);
-RopeSpec RopeFromProto(const v1::Rope& r);
+
+// The scheme converters. Proto3 enums are open: a value the proto does not name (e.g.
+// `rope.style = 99`) arrives as that number, and each converter answers INVALID_ARGUMENT
+// naming the field and listing the known names, never a silent default. Parameter ranges
+// are the schemes' to check (Validate*, Apply*), next to their math.
+absl::StatusOr<SinusoidalSpec> SinusoidalFromProto(const v1::Sinusoidal& s);
+absl::StatusOr<CombineSpec> CombineFromSinusoidal(const v1::Sinusoidal& s);
+absl::StatusOr<CombineSpec> CombineFromLearned(const v1::Learned& l);
+absl::StatusOr<Overflow> OverflowFromProto(v1::Overflow o);
+absl::StatusOr<ContinuousSpec> ContinuousFromProto(const v1::Continuous& c);
+absl::StatusOr<RopeSpec> RopeFromProto(const v1::Rope& r);
+absl::StatusOr<AlibiSpec> AlibiFromProto(const v1::Alibi& a);
 
 // The status a client sees: same code, message prefixed with the request id if any.
 grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id = "");

@@ -29,10 +29,11 @@ class Bytes {
                   r.v_ > kMax;
     return r;
   }
-  absl::StatusOr<CallCost> Cost(Lane lane) const {
+  // `what` names the sizes that multiplied, for the error.
+  absl::StatusOr<CallCost> Cost(Lane lane, absl::string_view what) const {
     if (overflow_) {
-      return absl::ResourceExhaustedError(
-          "the request's sizes multiply past 2^62 bytes; no server can hold that");
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, " multiply past 2^62 bytes; no server can hold that"));
     }
     return CallCost{v_, v_ <= kCheapCallBytes ? lane : Lane::kBulk};
   }
@@ -112,15 +113,15 @@ absl::StatusOr<CallCost> InMemoryCost(const v1::EncodeRequest& r) {
   const int64_t elem = ElementSize(r.input().dtype());
   if (r.has_rope()) {
     // cos/sin for every token's angles, at most one pair of rows per token.
-    return (in + in + Bytes::Product({rows, d, 8})).Cost(Lane::kCheap);
+    return (in + in + Bytes::Product({rows, d, 8})).Cost(Lane::kCheap, "input.shape");
   }
   const Fusing f = FusingOf(r, d);
   const int64_t levels = r.has_hierarchical() ? std::max(1, r.hierarchical().levels_size()) : 1;
   // Encoding rows for each token (the worst case, when no cached table slice serves).
   const Bytes scratch = Bytes::Product({levels, rows, f.pe_dim, 4});
-  if (!f.concat) return (in + in + scratch).Cost(Lane::kCheap);
+  if (!f.concat) return (in + in + scratch).Cost(Lane::kCheap, "input.shape and the levels");
   const Bytes out = Bytes::Product({rows, d + f.pe_dim, elem});
-  return (in + out + out + scratch).Cost(Lane::kCheap);
+  return (in + out + out + scratch).Cost(Lane::kCheap, "input.shape and pe_dim");
 }
 
 }  // namespace
@@ -128,7 +129,7 @@ absl::StatusOr<CallCost> InMemoryCost(const v1::EncodeRequest& r) {
 absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& r) {
   if (r.has_scores()) {
     const Bytes in(r.scores().data().size());
-    return WithShmWork((in + in).Cost(Lane::kCheap), r.scores().shm().byte_size());
+    return WithShmWork((in + in).Cost(Lane::kCheap, "scores"), r.scores().shm().byte_size());
   }
   const int64_t heads = r.has_alibi() ? r.alibi().num_heads() : 0;
   // A T5 bias takes its head count from the table; 1024 heads bounds any sane table.
@@ -136,9 +137,9 @@ absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& r) {
   const Bytes out = Bytes::Product(
       {r.has_alibi() ? heads : t5_heads, r.query_length(), r.key_length(), 4});
   if (IsSetRef(r.output_shm())) {  // built straight into the client's slice
-    return WithShmWork(Bytes().Cost(Lane::kCheap), r.output_shm().byte_size());
+    return WithShmWork(Bytes().Cost(Lane::kCheap, "the bias"), r.output_shm().byte_size());
   }
-  return (out + out).Cost(Lane::kCheap);
+  return (out + out).Cost(Lane::kCheap, "the bias [heads, query_length, key_length]");
 }
 
 absl::StatusOr<CallCost> CostOf(const v1::GraphRequest& r) {
@@ -153,14 +154,14 @@ absl::StatusOr<CallCost> CostOf(const v1::GraphRequest& r) {
                        Bytes::Product({static_cast<int64_t>(r.edges_size()), 48}) +
                        Bytes::Product({std::min<int64_t>(n, 500), 500, 24});
   const Lane lane = n <= kCheapGraphNodes ? Lane::kCheap : Lane::kBulk;
-  return (in + out + out + solver).Cost(lane);
+  return (in + out + out + solver).Cost(lane, "num_nodes, k and the input width");
 }
 
 absl::StatusOr<CallCost> CostOf(const v1::TableRequest& r, int64_t rows_per_chunk) {
   const int64_t elem = r.dtype() == v1::FLOAT16 || r.dtype() == v1::BFLOAT16 ? 2 : 4;
   const Bytes rows = Bytes::Product({rows_per_chunk, r.dim(), 4});  // float32 rows
   const Bytes chunk = Bytes::Product({rows_per_chunk, r.dim(), elem});
-  return (rows + chunk + chunk).Cost(Lane::kCheap);
+  return (rows + chunk + chunk).Cost(Lane::kCheap, "rows_per_chunk x dim");
 }
 
 }  // namespace posenc

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/service/proto_convert.h"
 #include "server/service/request_tensors.h"
@@ -144,11 +145,11 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
       ASSIGN_OR_RETURN(key_placed, PlaceInPlace(tensors, request.key(), *key,
                                                 request.key_output_shm(), "key_output_shm"));
     }
+    ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
     {
       KernelTimer timer(state_.metrics, *scheme);
-      RETURN_IF_ERROR(ApplyRope(RopeFromProto(request.rope()), placed.view,
-                                key_placed ? &key_placed->view : nullptr, positions,
-                                *state_.cache));
+      RETURN_IF_ERROR(ApplyRope(rope, placed.view, key_placed ? &key_placed->view : nullptr,
+                                positions, *state_.cache));
     }
     RETURN_IF_ERROR(tensors.CheckIntact());
     // Rotated in place: the request's own buffers (or slices) become the response's.
@@ -171,13 +172,16 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
   {
     KernelTimer timer(state_.metrics, *scheme);
     switch (request.scheme_case()) {
-      case v1::EncodeRequest::kSinusoidal:
-        result = ApplySinusoidal(SinusoidalFromProto(request.sinusoidal()),
-                                 CombineFromSinusoidal(request.sinusoidal()), input, positions,
-                                 *state_.cache, state_.limits);
+      case v1::EncodeRequest::kSinusoidal: {
+        ASSIGN_OR_RETURN(const SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
+        ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromSinusoidal(request.sinusoidal()));
+        result = ApplySinusoidal(spec, combine, input, positions, *state_.cache, state_.limits);
         break;
+      }
       case v1::EncodeRequest::kLearned: {
         const v1::Learned& l = request.learned();
+        ASSIGN_OR_RETURN(const Overflow overflow, OverflowFromProto(l.overflow()));
+        ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromLearned(l));
         if (l.table().empty()) {
           return absl::InvalidArgumentError("learned.table is empty; name a --table");
         }
@@ -186,8 +190,8 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
           return absl::NotFoundError(
               absl::StrCat("learned.table '", l.table(), "' is not loaded (see ListSchemes)"));
         }
-        result = ApplyLearned(LearnedSpec{l.table(), named->table, OverflowFromProto(l.overflow())},
-                              CombineFromLearned(l), input, positions, state_.limits);
+        result = ApplyLearned(LearnedSpec{l.table(), named->table, overflow}, combine, input,
+                              positions, state_.limits);
         break;
       }
       case v1::EncodeRequest::kHierarchical: {
@@ -202,10 +206,11 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
         result = ApplyHierarchical(levels, input, state_.limits);
         break;
       }
-      case v1::EncodeRequest::kContinuous:
-        result = ApplyContinuous(ContinuousFromProto(request.continuous()), input, positions,
-                                 state_.limits);
+      case v1::EncodeRequest::kContinuous: {
+        ASSIGN_OR_RETURN(const ContinuousSpec spec, ContinuousFromProto(request.continuous()));
+        result = ApplyContinuous(spec, input, positions, state_.limits);
         break;
+      }
       default:
         return absl::InvalidArgumentError("scheme is not a known scheme");
     }
@@ -235,9 +240,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
   const Table* t5_table = nullptr;
   int64_t heads = 0;
   if (request.has_alibi()) {
-    alibi.num_heads = request.alibi().num_heads();
-    alibi.causal = request.alibi().mode() == v1::CAUSAL;
-    if (request.alibi().has_max_bias()) alibi.max_bias = request.alibi().max_bias();
+    ASSIGN_OR_RETURN(alibi, AlibiFromProto(request.alibi()));
     RETURN_IF_ERROR(ValidateAlibiSpec(alibi));
     heads = alibi.num_heads;
   } else {
@@ -294,14 +297,11 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
       placed.ref = &request.output_shm();
     } else {
       // Checked before anything proportional to the output is allocated.
-      const double bytes = 4.0 * static_cast<double>(shape[0]) * static_cast<double>(shape[1]) *
-                           (shape.size() == 3 ? static_cast<double>(shape[2]) : 1.0);
-      if (bytes > static_cast<double>(state_.limits.max_output_bytes)) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the bias ", ShapeString(shape), " would be ", bytes,
-            " bytes; --max_message_bytes allows ", state_.limits.max_output_bytes,
-            " (or pass output_shm)"));
-      }
+      ASSIGN_OR_RETURN(const int64_t bytes,
+                       SizeWithin({4, shape[0], shape[1], shape.size() == 3 ? shape[2] : 1},
+                                  static_cast<int64_t>(state_.limits.max_output_bytes),
+                                  absl::StrCat("the bias ", ShapeString(shape)),
+                                  "--max_message_bytes (or pass output_shm)"));
       out.assign(static_cast<size_t>(bytes), '\0');
       placed.view.data = out.data();
     }
@@ -342,14 +342,12 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
           "; GraphEncode needs [num_nodes (", request.num_nodes(),
           "), d] FLOAT32, FLOAT16 or BFLOAT16"));
     }
-    const double out_bytes = static_cast<double>(request.num_nodes()) *
-                             static_cast<double>(input->shape[1] + std::max(request.k(), 0)) *
-                             static_cast<double>(DTypeSize(input->dtype));
-    if (out_bytes > static_cast<double>(state_.limits.max_output_bytes)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the output would be ", out_bytes, " bytes; --max_message_bytes allows ",
-          state_.limits.max_output_bytes));
-    }
+    // d <= 2^40 (a checked shape) and k < 2^31, so d + k cannot overflow.
+    RETURN_IF_ERROR(SizeWithin({request.num_nodes(), input->shape[1] + std::max(request.k(), 0),
+                                static_cast<int64_t>(DTypeSize(input->dtype))},
+                               static_cast<int64_t>(state_.limits.max_output_bytes),
+                               "the output", "--max_message_bytes")
+                        .status());
   }
   GraphEncoding encoding;
   {
@@ -402,11 +400,11 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
   if (*scheme == SchemeLabel::kNone) {
     return absl::InvalidArgumentError("scheme is not set; set sinusoidal or rope");
   }
-  if (request.length() < 1 || request.length() > kMaxPosition) {
+  if (request.length() < 1 || request.length() > kMaxTableLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("length is ", request.length(), "; it must be in [1, 2^40]"));
   }
-  if (request.dim() < 1 || request.dim() > (1 << 20)) {
+  if (request.dim() < 1 || request.dim() > kMaxTableDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("dim is ", request.dim(), "; it must be in [1, 2^20]"));
   }
@@ -424,11 +422,10 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
           absl::StrCat("dim is ", request.dim(), "; the rotary dimension must be even"));
     }
     // Checks the spec (and computes the first row) before any chunk goes out.
-    RETURN_IF_ERROR(RopeTableRows(RopeFromProto(request.rope()), request.dim(), 0, 1,
-                                  request.length())
-                        .status());
+    ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
+    RETURN_IF_ERROR(RopeTableRows(rope, request.dim(), 0, 1, request.length()).status());
   } else {
-    SinusoidalSpec spec = SinusoidalFromProto(request.sinusoidal());
+    ASSIGN_OR_RETURN(SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
     spec.dim = request.dim();
     RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
   }
@@ -463,13 +460,13 @@ absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_
   t->clear_shape();
   if (request.has_rope()) {
     // [n, dim] holding cos then sin per row is the same memory as [n, 2, dim/2].
-    ASSIGN_OR_RETURN(rows, RopeTableRows(RopeFromProto(request.rope()), request.dim(), first, n,
-                                         request.length()));
+    ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
+    ASSIGN_OR_RETURN(rows, RopeTableRows(rope, request.dim(), first, n, request.length()));
     t->add_shape(n);
     t->add_shape(2);
     t->add_shape(request.dim() / 2);
   } else {
-    SinusoidalSpec spec = SinusoidalFromProto(request.sinusoidal());
+    ASSIGN_OR_RETURN(SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
     spec.dim = request.dim();
     rows = ComputeSinusoidalTable(spec, first, n);
     t->add_shape(n);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 
 namespace posenc {
@@ -28,6 +29,12 @@ absl::Status MustBePositive(absl::string_view field, int64_t v) {
   return absl::OkStatus();
 }
 
+// A multiplier of the frequencies: > 0 (the old message), then within the finite range.
+absl::Status CheckFactor(absl::string_view field, double v) {
+  RETURN_IF_ERROR(MustBePositive(field, v));
+  return CheckInRange(field, v, kMinRopeFactor, kMaxRopeFactor);
+}
+
 absl::Status Missing(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, " is unset; ", why));
 }
@@ -40,10 +47,7 @@ absl::Status CheckFactorList(absl::string_view field, const std::vector<double>&
         absl::StrCat(field, " has ", factors.size(), " entries; it needs rotary_dim/2 = ", want));
   }
   for (size_t i = 0; i < factors.size(); ++i) {
-    if (!(factors[i] > 0) || !std::isfinite(factors[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, "[", i, "] is ", factors[i], "; it must be > 0"));
-    }
+    RETURN_IF_ERROR(CheckFactor(absl::StrCat(field, "[", i, "]"), factors[i]));
   }
   return absl::OkStatus();
 }
@@ -89,9 +93,26 @@ std::vector<double> DefaultInvFreq(double base, int rotary_dim) {
   return inv;
 }
 
+// A given attention factor (YARN, LONGROPE) multiplies cos and sin.
+absl::Status CheckAttentionFactor(const RopeScalingSpec& s) {
+  if (!s.attention_factor) return absl::OkStatus();
+  RETURN_IF_ERROR(MustBePositive("rope.scaling.attention_factor", *s.attention_factor));
+  return CheckInRange("rope.scaling.attention_factor", *s.attention_factor, kMinAttentionFactor,
+                      kMaxAttentionFactor);
+}
+
+// The factor YARN and LONGROPE derive from max / original must be in range like a given one.
+absl::Status CheckExtensionFactor(const RopeScalingSpec& s) {
+  const std::optional<double> factor = ExtensionFactor(s);
+  if (s.factor.has_value() || !factor.has_value()) return absl::OkStatus();
+  return CheckInRange("rope.scaling.factor (max_position_embeddings / "
+                      "original_max_position_embeddings)",
+                      *factor, kMinRopeFactor, kMaxRopeFactor);
+}
+
 absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_dim) {
   if (s.factor.has_value() && s.type != ScalingType::kNone) {
-    RETURN_IF_ERROR(MustBePositive("rope.scaling.factor", *s.factor));
+    RETURN_IF_ERROR(CheckFactor("rope.scaling.factor", *s.factor));
   }
   switch (s.type) {
     case ScalingType::kNone: return absl::OkStatus();
@@ -132,22 +153,21 @@ absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_d
                        "YARN needs it (or max_position_embeddings and "
                        "original_max_position_embeddings to derive it)");
       }
+      RETURN_IF_ERROR(CheckExtensionFactor(s));
       if (s.beta_fast && *s.beta_fast != 0) {
-        RETURN_IF_ERROR(MustBePositive("rope.scaling.beta_fast", *s.beta_fast));
+        RETURN_IF_ERROR(CheckFactor("rope.scaling.beta_fast", *s.beta_fast));
       }
       if (s.beta_slow && *s.beta_slow != 0) {
-        RETURN_IF_ERROR(MustBePositive("rope.scaling.beta_slow", *s.beta_slow));
+        RETURN_IF_ERROR(CheckFactor("rope.scaling.beta_slow", *s.beta_slow));
       }
       for (const auto& [field, v] : {std::pair{"rope.scaling.mscale", s.mscale},
                                      std::pair{"rope.scaling.mscale_all_dim", s.mscale_all_dim}}) {
         if (v && (!(*v >= 0) || !std::isfinite(*v))) {
           return absl::InvalidArgumentError(absl::StrCat(field, " is ", *v, "; it must be >= 0"));
         }
+        if (v) RETURN_IF_ERROR(CheckInRange(field, *v, 0.0, kMaxRopeFactor));
       }
-      if (s.attention_factor) {
-        RETURN_IF_ERROR(MustBePositive("rope.scaling.attention_factor", *s.attention_factor));
-      }
-      return absl::OkStatus();
+      return CheckAttentionFactor(s);
     }
     case ScalingType::kLlama3: {
       if (!s.factor) return Missing("rope.scaling.factor", "LLAMA3 scaling needs it");
@@ -185,10 +205,8 @@ absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_d
         return Missing("rope.scaling.factor",
                        "LONGROPE needs it or max_position_embeddings to derive it");
       }
-      if (s.attention_factor) {
-        RETURN_IF_ERROR(MustBePositive("rope.scaling.attention_factor", *s.attention_factor));
-      }
-      return absl::OkStatus();
+      RETURN_IF_ERROR(CheckExtensionFactor(s));
+      return CheckAttentionFactor(s);
     }
   }
   return absl::InvalidArgumentError(
@@ -200,6 +218,11 @@ absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_d
 absl::Status ValidateRopeSpec(const RopeSpec& spec, int rotary_dim) {
   const double base = spec.base.value_or(kDefaultRopeBase);
   RETURN_IF_ERROR(MustBePositive("rope.base", base));
+  if (base < kMinRopeBase) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.base is ", base, "; it must be >= ", kMinRopeBase,
+                     " (a smaller base makes the frequencies overflow)"));
+  }
   if (rotary_dim <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("rope.rotary_dim is ", rotary_dim, "; it must be > 0"));
@@ -335,10 +358,14 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
           "rope.scaling: these parameters give a non-finite inverse frequency at index ", i));
     }
   }
-  if (!(out.attention_factor > 0) || !std::isfinite(out.attention_factor)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope.scaling: these parameters give an attention factor of ",
-                     out.attention_factor, "; it must be > 0"));
+  // A computed factor (mscale / mscale_all_dim, LONGROPE's from factor and original) too.
+  if (!(out.attention_factor >= kMinAttentionFactor) ||
+      !(out.attention_factor <= kMaxAttentionFactor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope.scaling: these parameters (attention_factor, mscale, mscale_all_dim, factor) "
+        "give an attention factor of ",
+        out.attention_factor, "; it must be in [", kMinAttentionFactor, ", ",
+        kMaxAttentionFactor, "]"));
   }
   return out;
 }

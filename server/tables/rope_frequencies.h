@@ -51,6 +51,22 @@ struct RopeSpec {
 
 inline constexpr double kDefaultRopeBase = 10000.0;
 
+// Ranges that keep RoPE finite. With them every inverse frequency is at most 1e12
+// (base^(-2i/d) <= 1e6, divided by a factor >= 1e-6), every angle p * inv_freq with
+// p <= 2^40 below 1.1e24, and cos and sin times the attention factor within float32, so
+// finite queries and keys of magnitude below 1e32 rotate to finite values. Outside them
+// (e.g. a LINEAR factor of 1e-300 at position 1e9, a YARN attention_factor of 1e300) the
+// rows would be inf or NaN: INVALID_ARGUMENT naming the field instead.
+inline constexpr double kMinRopeBase = 1e-6;  // rope.base (upwards only shrinks frequencies)
+// rope.scaling.factor (given, or max / original), the entries of short_factor and
+// long_factor, beta_fast and beta_slow.
+inline constexpr double kMinRopeFactor = 1e-6;
+inline constexpr double kMaxRopeFactor = 1e6;
+// The attention factor, given or computed from mscale / mscale_all_dim; mscale and
+// mscale_all_dim themselves are in [0, kMaxRopeFactor].
+inline constexpr double kMinAttentionFactor = 1e-6;
+inline constexpr double kMaxAttentionFactor = 1e6;
+
 // What the cos/sin rows are made of: angle(p, i) = p * inv_freq[i], and cos and sin are
 // both multiplied by attention_factor.
 struct RopeFrequencies {
@@ -60,14 +76,17 @@ struct RopeFrequencies {
 
 // Checks `spec` for a head of `rotary_dim` rotated features (already defaulted from
 // head_dim by the caller). INVALID_ARGUMENT naming the field (rope.base, rope.rotary_dim,
-// rope.scaling.factor, rope.scaling.long_factor, ...) for a value that does not fit.
+// rope.scaling.factor, rope.scaling.long_factor, ...) for a value that does not fit,
+// including one outside the ranges above.
 absl::Status ValidateRopeSpec(const RopeSpec& spec, int rotary_dim);
 
 // The inverse frequencies and attention factor exactly as HF transformers'
 // modeling_rope_utils.py computes them, in float64. `seq_len` is the sequence length the
 // request needs (largest position + 1); only DYNAMIC (NTK base stretch once seq_len passes
 // max_position_embeddings) and LONGROPE (long_factor once seq_len passes
-// original_max_position_embeddings) read it. Validates with ValidateRopeSpec first.
+// original_max_position_embeddings) read it. Validates with ValidateRopeSpec first, and
+// checks what it computed: every inverse frequency finite and the attention factor in
+// [kMinAttentionFactor, kMaxAttentionFactor], else INVALID_ARGUMENT naming the parameters.
 //
 // Where HF reads a field from the model config rather than rope_scaling:
 //  - DYNAMIC: max_position_embeddings, falling back to original_max_position_embeddings.

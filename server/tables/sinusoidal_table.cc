@@ -13,6 +13,11 @@ absl::Status ValidateSinusoidal(const SinusoidalSpec& spec, absl::string_view fi
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".base is ", spec.base, "; it must be a finite number > 0"));
   }
+  if (spec.base < kMinSinusoidalBase) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".base is ", spec.base, "; it must be >= ", kMinSinusoidalBase,
+                     " (a smaller base makes the frequencies overflow)"));
+  }
   if (spec.dim < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " encoding width is ", spec.dim, "; it must be >= 1"));

@@ -21,7 +21,14 @@ struct SinusoidalSpec {
   int64_t dim = 0;  // width of the encoding
 };
 
-// INVALID_ARGUMENT naming `field` (e.g. "sinusoidal") when base <= 0 or not finite, or dim < 1.
+// Smallest base accepted. inv_freq_i = base^(-e) with e <= 2 (e <= 1 but for
+// HALF_MINUS_ONE at odd d), so inv_freq <= 1e12 and every angle p * inv_freq with
+// p <= 2^40 stays below 1.1e24: finite, and so are its sin and cos. A 5e-324 base would give
+// inv_freq = inf and NaN rows. Larger bases only shrink the frequencies (towards 0, finite).
+inline constexpr double kMinSinusoidalBase = 1e-6;
+
+// INVALID_ARGUMENT naming `field` (e.g. "sinusoidal") when base is not finite or below
+// kMinSinusoidalBase, or dim < 1. With it OK every row for positions in [0, 2^40] is finite.
 absl::Status ValidateSinusoidal(const SinusoidalSpec& spec, absl::string_view field);
 
 // Maps a position to its encoding row. Column rules (shared/API.md):

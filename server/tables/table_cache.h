@@ -29,6 +29,13 @@ struct Table {
   size_t Bytes() const { return data.size() * sizeof(float); }
 };
 
+// GetTable bounds: at most kMaxTableLength positions of kMaxTableDim columns. A stream's
+// work is length x dim (at most 2^60 values, so the int64 product of the two cannot
+// overflow); it goes out in chunks within the message limit.
+inline constexpr int64_t kMaxTableLength = int64_t{1} << 40;
+inline constexpr int64_t kMaxTableDim = int64_t{1} << 20;
+static_assert(kMaxTableLength <= INT64_MAX / kMaxTableDim, "length x dim must fit in int64");
+
 // Observes cache events (metrics). Called outside the cache lock.
 class TableCacheObserver {
  public:

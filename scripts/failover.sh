@@ -9,7 +9,9 @@
 # Usage: scripts/failover.sh [BUILD_DIR]      (default: build/ next to scripts/)
 # Environment: FAILOVER_SECONDS (60), FAILOVER_CONCURRENCY (8), FAILOVER_CHANNELS (2),
 #   FAILOVER_MIX (small calls and 1 MiB calls: sinusoidal:1,8,16*4;sinusoidal:1,1024,256),
-#   FAILOVER_RECONNECT_BACKOFF (the client's --max-reconnect-backoff; default gRPC's 120s).
+#   FAILOVER_RECONNECT_BACKOFF (the client's --max-reconnect-backoff; default gRPC's 120s),
+#   FAILOVER_RETRY (1; 0 drops --retry, to see the failures it prevents),
+#   FAILOVER_CLIENT_FLAGS (more load flags, e.g. --retry-buffer-bytes=262144).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -39,14 +41,17 @@ for i in 1 2 3; do
     --metrics_listen=127.0.0.1:0
 done
 target="ipv4:127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
-backoff_flag=()
-[ -n "${FAILOVER_RECONNECT_BACKOFF:-}" ] && backoff_flag=(--max-reconnect-backoff="$FAILOVER_RECONNECT_BACKOFF")
-echo "failover: $seconds s, concurrency $concurrency, $channels channels, mix '$mix'"
+client_flags=()
+[ "${FAILOVER_RETRY:-1}" = 1 ] && client_flags+=(--retry)
+[ -n "${FAILOVER_RECONNECT_BACKOFF:-}" ] && client_flags+=(--max-reconnect-backoff="$FAILOVER_RECONNECT_BACKOFF")
+# shellcheck disable=SC2206  # FAILOVER_CLIENT_FLAGS is a list of flags
+client_flags+=(${FAILOVER_CLIENT_FLAGS:-})
+echo "failover: $seconds s, concurrency $concurrency, $channels channels, mix '$mix', flags ${client_flags[*]}"
 echo "          target $target; SIGKILL replica 2 at $kill_at s, restart at $restart_at s"
 
-"$build/client/posenc-client" load --target="$target" --lb=round_robin --retry \
+"$build/client/posenc-client" load --target="$target" --lb=round_robin \
   --channels="$channels" --concurrency="$concurrency" --duration="${seconds}s" --mix="$mix" \
-  "${backoff_flag[@]}" --json >"$work/load.json" 2>"$work/load.err" &
+  "${client_flags[@]}" --json >"$work/load.json" 2>"$work/load.err" &
 load_pid=$!
 start=$(now_s)
 elapsed() { awk -v a="$(now_s)" -v b="$start" 'BEGIN { printf "%.1f", a - b }'; }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # start_server sets NAME_pid, NAME_grpc, NAME_metrics
 # Failover: three posenc-server replicas on 127.0.0.1 ports, one `posenc-client load` over
 # ipv4:127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 with round_robin, the retry policy and a
 # per-call retry buffer raised above the 1 MiB calls in the mix. Under load, replica 2 is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # start_server sets NAME_pid, NAME_grpc, NAME_metrics
 # Soak: one real posenc-server on loopback, `posenc-client load` at saturation for
 # SOAK_SECONDS (default 300), the server's RSS sampled from /proc. Passes when the client
 # saw 0 errors, the RSS grew < 5 % from after the warm-up to the end (medians of the first

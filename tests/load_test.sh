@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # start_server sets NAME_pid, NAME_grpc, NAME_metrics
 # `posenc-client load` against a real posenc-server on a loopback port: a 3 s mixed run has
 # 0 errors and its printed counts add up and equal the server's posenc_requests_total;
 # --max-requests bounds the calls exactly; refused calls are counted by code (exit 1);

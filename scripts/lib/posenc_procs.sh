@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # fail is read by the scripts that source this
 # Helpers that scripts/soak.sh, scripts/failover.sh and tests/load_test.sh source: start a
 # real posenc-server and read its start line, sum its request counter, read its RSS, read
 # and print `posenc-client load --json`, report checks. Needs bash, curl, /usr/bin/python3.

@@ -67,6 +67,8 @@ absl::StatusOr<std::unique_ptr<PosencClient>> PosencClient::Create(const ClientO
   if (!options.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls_server_name);
   }
+  if (!options.service_config_json.empty()) args.SetServiceConfigJSON(options.service_config_json);
+  for (const auto& [name, value] : options.int_channel_args) args.SetInt(name, value);
   auto channel = grpc::CreateCustomChannel(options.target, creds, args);
   if (channel == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to '", options.target, "'"));

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +46,12 @@ struct ClientOptions {
   std::string tls_server_name;
   // Responses as large as the server may send (its --max_message_bytes) must fit.
   int max_receive_message_bytes = INT_MAX;
+  // Service config JSON (load-balancing policy, retry policy); empty keeps the resolver's
+  // (and then gRPC's default: pick_first, no retries). See README "Scale-out and failover".
+  std::string service_config_json;
+  // Further integer channel arguments, e.g. {GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, 8 << 20}.
+  // Channels whose arguments differ do not share connections.
+  std::vector<std::pair<std::string, int>> int_channel_args;
 };
 
 // grpc::Status -> absl::Status; the codes are numerically the same.

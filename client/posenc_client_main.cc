@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/hf_config.h"
+#include "client/load_command.h"
 #include "client/posenc_client.h"
 #include "client/tensor_proto.h"
 #include "server/common/status_macros.h"
@@ -44,6 +45,7 @@ commands:
   table    GetTable (sinusoidal rows or rope cos/sin) into an .npy file
   list     ListSchemes
   health   grpc.health.v1 Check (exit 1 unless SERVING)
+  load     concurrent calls for a duration; throughput, p50/p99, errors by code (load --help)
 
 common flags:
   --target ADDR        host:port or unix:/path (default 127.0.0.1:50051)
@@ -738,6 +740,7 @@ int Main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "load") return RunLoadCommand(args);
   std::set<std::string> known;
   if (command == "encode" || command == "stream") {
     known = Union({&kSinusoidalFlags, &kRopeFlags, &kEncodeOnly});

@@ -48,6 +48,7 @@
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/table_cache.h"
+#include "client/shm_region.h"
 #include "tests/support/server_child.h"
 
 namespace posenc::bench {
@@ -652,9 +653,10 @@ double Percentile(std::vector<double>& sorted, double p) {
   return sorted[i];
 }
 
+// Worker w sends requests[w % requests.size()] (one request shared, or one per worker).
 CellResult RunCell(const std::vector<std::shared_ptr<grpc::Channel>>& channels, bool streaming,
-                   const grpc::ByteBuffer& request, size_t payload_bytes, int concurrency,
-                   double seconds) {
+                   const std::vector<grpc::ByteBuffer>& requests, size_t payload_bytes,
+                   int concurrency, double seconds) {
   std::vector<std::vector<double>> latencies(static_cast<size_t>(concurrency));
   std::vector<std::thread> workers;
   std::atomic<int> errors{0};
@@ -665,6 +667,7 @@ CellResult RunCell(const std::vector<std::shared_ptr<grpc::Channel>>& channels, 
     workers.emplace_back([&, w] {
       grpc::GenericStub stub(channels[static_cast<size_t>(w)]);
       std::vector<double>& mine = latencies[static_cast<size_t>(w)];
+      const grpc::ByteBuffer& request = requests[static_cast<size_t>(w) % requests.size()];
       if (streaming) {
         LockstepStream stream(stub, request, deadline, &mine);
         if (!stream.Await().ok()) errors++;
@@ -701,24 +704,31 @@ CellResult RunCell(const std::vector<std::shared_ptr<grpc::Channel>>& channels, 
 
 // A sinusoidal ADD request on fp32 embeddings [nb, seq, 1024] of `payload_bytes`, filled
 // with 0.25; the echo receives the very same bytes.
-grpc::ByteBuffer MakeRequest(size_t payload_bytes, v1::EncodeRequest* message) {
+// The embeddings [nb, seq, 1024] float32 of `payload_bytes`.
+Shape PayloadShape(size_t payload_bytes) {
   const int64_t dim = 1024;
   const int64_t rows = static_cast<int64_t>(payload_bytes / sizeof(float)) / dim;
   const int64_t seq = std::min<int64_t>(rows, 1024);
+  return {rows / seq, seq, dim};
+}
+
+grpc::ByteBuffer Serialize(const v1::EncodeRequest& message) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::EncodeRequest>(message, &buffer, &own);
+  return buffer;
+}
+
+grpc::ByteBuffer MakeRequest(size_t payload_bytes, v1::EncodeRequest* message) {
   message->set_request_id("bench");
   v1::Tensor* input = message->mutable_input();
-  input->add_shape(rows / seq);
-  input->add_shape(seq);
-  input->add_shape(dim);
+  for (int64_t d : PayloadShape(payload_bytes)) input->add_shape(d);
   input->set_dtype(v1::FLOAT32);
   std::string data(payload_bytes, '\0');
   FillFloats(data.data(), DType::kFloat32, payload_bytes / sizeof(float), 0.25f);
   input->set_data(std::move(data));
   message->mutable_sinusoidal();
-  grpc::ByteBuffer buffer;
-  bool own = false;
-  grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::EncodeRequest>(*message, &buffer, &own);
-  return buffer;
+  return Serialize(*message);
 }
 
 // One call, its answer parsed and checked: posenc adds cos(0) = 1 to feature 1 of
@@ -766,6 +776,7 @@ json RunE2e(const Options& o) {
   for (size_t payload : payloads) {
     v1::EncodeRequest message;
     const grpc::ByteBuffer request = MakeRequest(payload, &message);
+    const std::vector<grpc::ByteBuffer> requests = {request};
     {
       grpc::GenericStub posenc_stub(posenc_channels[0]);
       grpc::GenericStub echo_stub(echo_channels[0]);
@@ -783,11 +794,11 @@ json RunE2e(const Options& o) {
           // Warm-up of each channel the cell uses, then the timed cell; echo first, then
           // posenc, alternating over rounds.
           const double warm = std::min(0.1, seconds / 4);
-          RunCell(echo_channels, streaming, request, payload, concurrency, warm);
-          CellResult e = RunCell(echo_channels, streaming, request, payload, concurrency, seconds);
-          RunCell(posenc_channels, streaming, request, payload, concurrency, warm);
+          RunCell(echo_channels, streaming, requests, payload, concurrency, warm);
+          CellResult e = RunCell(echo_channels, streaming, requests, payload, concurrency, seconds);
+          RunCell(posenc_channels, streaming, requests, payload, concurrency, warm);
           CellResult p =
-              RunCell(posenc_channels, streaming, request, payload, concurrency, seconds);
+              RunCell(posenc_channels, streaming, requests, payload, concurrency, seconds);
           if (e.mbps > best_echo.mbps) best_echo = e;
           if (p.mbps > best_posenc.mbps) best_posenc = p;
         }
@@ -819,6 +830,114 @@ json RunE2e(const Options& o) {
   return results;
 }
 
+// --- Shared memory ------------------------------------------------------------------------
+
+// The in-process kernel alone on `shape` (sinusoidal ADD, fp32): the ceiling any transport
+// can reach. Returns payload MB/s.
+double KernelMbps(const Shape& shape, size_t payload_bytes) {
+  Buffer x(payload_bytes);
+  FillFloats(x.data(), DType::kFloat32, payload_bytes / sizeof(float), 0.25f);
+  TableCache cache(size_t{256} << 20);
+  const double s = BestSeconds(
+      [&] {
+        TensorView view{DType::kFloat32, shape, x.data()};
+        Check(ApplySinusoidal(SinusoidalSpec{}, CombineSpec{}, view, PositionsSpec{}, cache,
+                              SchemeLimits{})
+                  .status(),
+              "ApplySinusoidal");
+      },
+      0.3);
+  return static_cast<double>(payload_bytes) / s / 1e6;
+}
+
+// Encode by shared-memory reference against the same Encode inline and the kernel alone, in
+// one run: each worker rotates its own slice of one region in place.
+json RunShm(const Options& o) {
+  std::vector<std::string> server_args = {o.server_binary, "--listen=127.0.0.1:0",
+                                          "--metrics_listen=", "--shm"};
+  if (o.threads > 0) server_args.push_back(absl::StrCat("--threads=", o.threads));
+  ChildServer posenc("posenc-server --shm", server_args);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < 8; ++i) channels.push_back(MakeChannel(posenc.address()));
+  auto stub = v1::PositionalEncoding::NewStub(channels[0]);
+  std::vector<size_t> payloads = {64 << 10, 1 << 20, 4 << 20, 48 << 20};
+  if (o.quick) payloads = {64 << 10, 1 << 20};
+  json results = json::array();
+  for (size_t payload : payloads) {
+    const std::string key = absl::StrCat("/posenc_bench_", getpid(), "_", payload);
+    absl::StatusOr<client::ShmRegion> region = client::ShmRegion::Create(key, 8 * payload);
+    Check(region.status(), "ShmRegion::Create");
+    FillFloats(region->bytes().data(), DType::kFloat32, 2 * payload / sizeof(float), 0.25f);
+    {
+      grpc::ClientContext ctx;
+      v1::RegisterSharedMemoryResponse resp;
+      const grpc::Status st =
+          stub->RegisterSharedMemory(&ctx, region->RegisterRequest("bench"), &resp);
+      if (!st.ok()) Check(absl::UnknownError(st.error_message()), "RegisterSharedMemory");
+    }
+    std::vector<grpc::ByteBuffer> shm_requests;
+    for (int w = 0; w < 8; ++w) {
+      v1::EncodeRequest m;
+      for (int64_t d : PayloadShape(payload)) m.mutable_input()->add_shape(d);
+      m.mutable_input()->set_dtype(v1::FLOAT32);
+      *m.mutable_input()->mutable_shm() = client::ShmRegion::Ref("bench", w * payload, payload);
+      m.mutable_sinusoidal();
+      shm_requests.push_back(Serialize(m));
+      if (w == 0) {  // checked once: position 0, feature 1 gains cos(0) = 1
+        grpc::ClientContext ctx;
+        v1::EncodeResponse resp;
+        const grpc::Status st = stub->Encode(&ctx, m, &resp);
+        float value = 0;
+        std::memcpy(&value, region->bytes().data() + sizeof(float), sizeof(float));
+        if (!st.ok() || std::fabs(value - 1.25f) > 1e-6f) {
+          std::fprintf(stderr, "posenc-bench: Encode by reference answered wrongly (%s, %g)\n",
+                       st.error_message().c_str(), value);
+          std::exit(1);
+        }
+      }
+    }
+    v1::EncodeRequest inline_message;
+    const std::vector<grpc::ByteBuffer> inline_requests = {MakeRequest(payload, &inline_message)};
+    const double kernel_mbps = KernelMbps(PayloadShape(payload), payload);
+    const double seconds = o.cell_seconds * (payload >= (size_t{16} << 20) ? 2.5 : 1.0);
+    for (int concurrency : {1, 8}) {
+      const std::string cell = absl::StrCat("shm Encode ", PayloadLabel(payload), " x",
+                                            concurrency);
+      if (!o.filter.empty() && cell.find(o.filter) == std::string::npos) continue;
+      CellResult best_shm, best_inline;
+      for (int round = 0; round < o.rounds; ++round) {
+        const double warm = std::min(0.1, seconds / 4);
+        RunCell(channels, false, inline_requests, payload, concurrency, warm);
+        CellResult i = RunCell(channels, false, inline_requests, payload, concurrency, seconds);
+        RunCell(channels, false, shm_requests, payload, concurrency, warm);
+        CellResult m = RunCell(channels, false, shm_requests, payload, concurrency, seconds);
+        if (i.mbps > best_inline.mbps) best_inline = i;
+        if (m.mbps > best_shm.mbps) best_shm = m;
+      }
+      results.push_back({{"rpc", "Encode"},
+                         {"payload_bytes", payload},
+                         {"concurrency", concurrency},
+                         {"shm_mbps", best_shm.mbps},
+                         {"inline_mbps", best_inline.mbps},
+                         {"kernel_mbps", kernel_mbps},
+                         {"speedup", best_shm.mbps / best_inline.mbps},
+                         {"kernel_ratio", best_shm.mbps / kernel_mbps},
+                         {"shm_p50_ms", best_shm.p50_ms},
+                         {"inline_p50_ms", best_inline.p50_ms}});
+      if (!o.json) {
+        std::fprintf(stderr, "  shm Encode %9zu B x%d: shm %8.1f MB/s inline %8.1f MB/s\n",
+                     payload, concurrency, best_shm.mbps, best_inline.mbps);
+      }
+    }
+    grpc::ClientContext ctx;
+    v1::UnregisterSharedMemoryRequest unregister;
+    unregister.set_name("bench");
+    v1::UnregisterSharedMemoryResponse resp;
+    stub->UnregisterSharedMemory(&ctx, unregister, &resp);
+  }
+  return results;
+}
+
 // --- Report -------------------------------------------------------------------------------
 
 
@@ -835,6 +954,24 @@ json Targets(const json& doc) {
                                                k["dtype"].get<std::string>())},
                          {"value", k["ratio"]},
                          {"met", k["ratio"].get<double>() >= 0.8}});
+    }
+  }
+  if (doc.contains("shm")) {
+    for (const json& r : doc["shm"]) {
+      const std::string what = absl::StrCat("shm Encode ", PayloadLabel(r["payload_bytes"]),
+                                            " x", r["concurrency"].get<int>());
+      if (r["payload_bytes"].get<size_t>() == (size_t{48} << 20)) {
+        targets.push_back({{"target", "shm speedup over inline >= 20"}, {"what", what},
+                           {"value", r["speedup"]}, {"met", r["speedup"].get<double>() >= 20}});
+        targets.push_back({{"target", "shm >= 0.6 of the kernel alone"}, {"what", what},
+                           {"value", r["kernel_ratio"]},
+                           {"met", r["kernel_ratio"].get<double>() >= 0.6}});
+      } else if (r["payload_bytes"].get<size_t>() == (size_t{64} << 10)) {
+        const double p50_ratio =
+            r["shm_p50_ms"].get<double>() / std::max(1e-9, r["inline_p50_ms"].get<double>());
+        targets.push_back({{"target", "shm p50 <= inline p50 (64 KiB)"}, {"what", what},
+                           {"value", p50_ratio}, {"met", p50_ratio <= 1.0}});
+      }
     }
   }
   if (doc.contains("e2e")) {
@@ -898,6 +1035,19 @@ void PrintTable(const json& doc) {
                   e["p99_ratio"].get<double>());
     }
   }
+  if (doc.contains("shm")) {
+    std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc",
+                "shmMB/s", "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
+    for (const json& r : doc["shm"]) {
+      std::printf("%-8s %-7s %4d %9.1f %9.1f %9.1f %8.1f %7.2f %8.3f %8.3f\n",
+                  r["rpc"].get<std::string>().c_str(),
+                  PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
+                  r["concurrency"].get<int>(), r["shm_mbps"].get<double>(),
+                  r["inline_mbps"].get<double>(), r["kernel_mbps"].get<double>(),
+                  r["speedup"].get<double>(), r["kernel_ratio"].get<double>(),
+                  r["shm_p50_ms"].get<double>(), r["inline_p50_ms"].get<double>());
+    }
+  }
   int met = 0, total = 0;
   std::printf("\ntargets:\n");
   for (const json& t : doc["targets"]) {
@@ -926,7 +1076,10 @@ int main(int argc, char** argv) {
     Roofline roofline;
     doc["kernels"] = RunKernels(o, roofline);
   }
-  if (o.e2e) doc["e2e"] = RunE2e(o);
+  if (o.e2e) {
+    doc["e2e"] = RunE2e(o);
+    doc["shm"] = RunShm(o);
+  }
   doc["targets"] = Targets(doc);
   doc["seconds"] = SecondsSince(start);
   if (o.json) {

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/common/log.h"
 #include "server/kernels/threads.h"
 #include "server/metrics/metrics.h"
 #include "server/service/server.h"
@@ -44,6 +45,8 @@ flags (--name=value or --name value):
   --shm_key_prefix P       shm_open keys must start with this (default posenc_)
   --shm_max_bytes N        bytes all regions may map (default 17179869184)
   --shm_max_regions N      regions at once (default 256)
+  --log_format text|json   log lines on stderr (default text)
+  --log_requests           log every call with its duration, not only failed ones
   --version                print the version and exit
 )";
 
@@ -52,6 +55,7 @@ struct Flags {
   std::string metrics_listen = "0.0.0.0:9464";
   int threads = 0;
   absl::Duration shutdown_grace = absl::Seconds(8);
+  posenc::LogFormat log_format = posenc::LogFormat::kText;
 };
 
 // Configuration errors are one line naming the flag, and exit status 2.
@@ -125,6 +129,12 @@ bool SetFlag(Flags& flags, const std::string& name, const std::string& value) {
     s.shm.max_bytes = ParseCount(name, value);
   } else if (name == "shm_max_regions") {
     s.shm.max_regions = static_cast<int>(std::min<uint64_t>(ParseCount(name, value), 1 << 20));
+  } else if (name == "log_format") {
+    if (!posenc::ParseLogFormat(value, &flags.log_format)) {
+      UsageError(absl::StrCat("--log_format=", value, " is not text or json"));
+    }
+  } else if (name == "log_requests") {
+    s.log_requests = ParseBool(name, value);
   } else if (name == "shutdown_grace") {
     flags.shutdown_grace = ParseDurationFlag(name, value);
   } else {
@@ -149,7 +159,7 @@ Flags ParseFlags(int argc, char** argv) {
     }
     if (!absl::StartsWith(arg, "--")) UsageError(absl::StrCat("unexpected argument '", arg, "'"));
     std::string name = arg.substr(2), value;
-    if (name == "shm") {  // the one boolean flag: --shm alone turns it on
+    if (name == "shm" || name == "log_requests") {  // booleans: the flag alone turns it on
       name += "=true";
     }
     if (const size_t eq = name.find('='); eq != std::string::npos) {
@@ -169,6 +179,7 @@ Flags ParseFlags(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
+  posenc::SetLogFormat(flags.log_format);
 
   // Block the shutdown signals in every thread; one thread waits for them below.
   sigset_t signals;
@@ -200,16 +211,30 @@ int main(int argc, char** argv) {
               (*server)->address().c_str(), metrics_address.c_str(),
               posenc::KernelThreads());
   std::fflush(stdout);
+  const posenc::ServerOptions& o = options;
+  posenc::Log(posenc::LogLevel::kInfo, "start",
+              {{"version", posenc::kVersion},
+               {"grpc", (*server)->address()},
+               {"metrics", metrics_address},
+               {"threads", std::to_string(o.threads)},
+               {"tables", std::to_string(o.tables.size())},
+               {"max_message_bytes", std::to_string(o.max_message_bytes)},
+               {"max_inflight_bytes", std::to_string(o.admission.max_inflight_bytes)},
+               {"max_concurrent_calls", std::to_string(o.admission.max_concurrent_calls)},
+               {"shm", o.shm.enabled ? "on" : "off"},
+               {"tls", o.tls_cert.empty() ? "off" : o.tls_client_ca.empty() ? "on" : "mutual"},
+               {"shutdown_grace", absl::FormatDuration(flags.shutdown_grace)}});
 
   std::thread signal_watcher([&] {
     int signal = 0;
     sigwait(&signals, &signal);
-    std::fprintf(stderr, "posenc-server: signal %d, draining for up to %s\n", signal,
-                 absl::FormatDuration(flags.shutdown_grace).c_str());
+    posenc::Log(posenc::LogLevel::kInfo, "drain",
+                {{"signal", std::to_string(signal)},
+                 {"grace", absl::FormatDuration(flags.shutdown_grace)}});
     (*server)->Shutdown(absl::ToChronoMilliseconds(flags.shutdown_grace));
   });
   (*server)->Wait();
   signal_watcher.join();
-  std::fprintf(stderr, "posenc-server: stopped\n");
+  posenc::Log(posenc::LogLevel::kInfo, "stopped", {});
   return 0;
 }

@@ -54,6 +54,7 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
       }
       status_sent_ = true;
       Count(status.error_code());
+      tracker_->LogEnd(*call_, status, Seconds());
     }
     methods->Proceed();
   }
@@ -67,9 +68,11 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
     counted_ = true;
     metrics->InflightAdd(-1);
     if (call_->counted.load()) return;
-    const double seconds =
-        std::chrono::duration<double>(CallTracker::Clock::now() - call_->arrival).count();
-    metrics->RecordRequest(call_->method, call_->scheme.load(), static_cast<int>(code), seconds);
+    metrics->RecordRequest(call_->method, call_->scheme.load(), static_cast<int>(code),
+                           Seconds());
+  }
+  double Seconds() const {
+    return std::chrono::duration<double>(CallTracker::Clock::now() - call_->arrival).count();
   }
 
   CallTracker* const tracker_;
@@ -132,6 +135,28 @@ std::shared_ptr<TrackedCall> CallTracker::Arrive(const grpc::ServerContextBase* 
   }
   calls_[context] = call;
   return call;
+}
+
+void CallTracker::LogEnd(const TrackedCall& call, const grpc::Status& status, double seconds) {
+  const bool failed = !status.ok();
+  if (!failed && !log_requests_) return;
+  int64_t suppressed = 0;
+  if (failed && !log_requests_ && !failed_calls_log_.Allow(&suppressed)) return;
+  static const char* const kCodes[] = {
+      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  const int code = static_cast<int>(status.error_code());
+  Log(failed ? LogLevel::kWarning : LogLevel::kInfo, failed ? "call_failed" : "call",
+      {{"method", MethodName(call.method)},
+       {"scheme", SchemeLabelName(call.scheme.load())},
+       {"code", code >= 0 && code < 17 ? kCodes[code] : std::to_string(code)},
+       {"duration_ms", absl::StrCat(seconds * 1e3)},
+       {"request_id", call.request_id},
+       {"peer", call.peer},
+       {"message", status.error_message()},
+       {"suppressed_before", std::to_string(suppressed)}});
 }
 
 void CallTracker::ArriveOther(const grpc::ServerContextBase* context) {

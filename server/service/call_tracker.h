@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "grpcpp/support/server_interceptor.h"
+#include "server/common/log.h"
 #include "server/metrics/metrics.h"
 #include "server/service/admission.h"
 
@@ -29,6 +30,7 @@ struct TrackedCall {
   Method method = Method::kEncode;
   Clock::time_point arrival;
   std::string peer;
+  std::string request_id;  // set by the handler when the request carries one
   bool late = false;  // arrived after StartDrain and was not uploading then: UNAVAILABLE
   // Set by the handler once it knows the scheme; labels the call's final count.
   std::atomic<SchemeLabel> scheme{SchemeLabel::kNone};
@@ -43,7 +45,9 @@ class CallTracker {
  public:
   using Clock = TrackedCall::Clock;
 
-  explicit CallTracker(ServiceMetrics* metrics) : metrics_(metrics) {}
+  // `log_requests`: log every call with its duration, not only the failed ones.
+  explicit CallTracker(ServiceMetrics* metrics, bool log_requests = false)
+      : metrics_(metrics), log_requests_(log_requests) {}
   CallTracker(const CallTracker&) = delete;
   CallTracker& operator=(const CallTracker&) = delete;
 
@@ -69,9 +73,14 @@ class CallTracker {
   void ArriveOther(const grpc::ServerContextBase* context);
   void EndOther(const grpc::ServerContextBase* context);
   ServiceMetrics* metrics() const { return metrics_; }
+  // Logs a call's end: every failed call (at most 20 lines a second), and with log_requests
+  // every call.
+  void LogEnd(const TrackedCall& call, const grpc::Status& status, double seconds);
 
  private:
   ServiceMetrics* const metrics_;
+  const bool log_requests_;
+  LogRateLimiter failed_calls_log_{20};
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;
   std::condition_variable idle_;

@@ -135,10 +135,11 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
 
 template <typename Response, typename Handle>
 grpc::ServerUnaryReactor* PositionalEncodingService::ServeUnary(
-    grpc::CallbackServerContext* context, SchemeLabel scheme,
+    grpc::CallbackServerContext* context, SchemeLabel scheme, const std::string& request_id,
     const absl::StatusOr<CallCost>& cost, Response* response, Handle handle) {
   auto* reactor = context->DefaultReactor();
   std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, scheme);
+  call->request_id = request_id;
   if (call->late) {
     reactor->Finish(kShuttingDown);
     return reactor;
@@ -170,8 +171,8 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ServeUnary(
 grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
                                                             const v1::EncodeRequest* request,
                                                             v1::EncodeResponse* response) {
-  return ServeUnary(context, LabelOf(*request), CostOf(*request), response,
-                    [this, request, response](const CancelCheck&) {
+  return ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
+                    response, [this, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
                       return ToGrpcStatus(
                           handlers_.Encode(*const_cast<v1::EncodeRequest*>(request), *response,
@@ -220,8 +221,8 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const v1::BiasRequest* request,
     v1::BiasResponse* response) {
-  return ServeUnary(context, LabelOf(*request), CostOf(*request), response,
-                    [this, request, response](const CancelCheck&) {
+  return ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
+                    response, [this, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
                       return ToGrpcStatus(
                           handlers_.AttentionBias(*const_cast<v1::BiasRequest*>(request),
@@ -252,7 +253,8 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
     grpc::CallbackServerContext* context, const v1::GraphRequest* request,
     v1::GraphResponse* response) {
-  return ServeUnary(context, SchemeLabel::kGraphLaplacian, CostOf(*request), response,
+  return ServeUnary(context, SchemeLabel::kGraphLaplacian, request->request_id(),
+                    CostOf(*request), response,
                     [this, request, response](const CancelCheck& cancelled) {
                       return ToGrpcStatus(
                           handlers_.GraphEncode(*const_cast<v1::GraphRequest*>(request),

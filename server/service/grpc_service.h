@@ -67,6 +67,7 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
   // the pool, then checks the response fits the message limit and finishes the call.
   template <typename Response, typename Handle>
   grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, SchemeLabel scheme,
+                                       const std::string& request_id,
                                        const absl::StatusOr<CallCost>& cost, Response* response,
                                        Handle handle);
 

@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   RETURN_IF_ERROR(LoadTables(options.tables, server->tables_));
   ASSIGN_OR_RETURN(auto credentials, Credentials(options));
   server->cache_ = std::make_unique<TableCache>(options.cache_bytes, metrics);
-  server->tracker_ = std::make_unique<CallTracker>(metrics);
+  server->tracker_ = std::make_unique<CallTracker>(metrics, options.log_requests);
   server->admission_ = std::make_unique<Admission>(options.admission);
   server->shm_ = std::make_unique<SharedMemoryRegistry>(options.shm);
   const int workers = std::max(1, options.threads);

@@ -44,6 +44,7 @@ struct ServerOptions {
   // Health turns NOT_SERVING while a cheap call has waited this long for a worker.
   std::chrono::milliseconds stall_threshold{2000};
   SharedMemoryRegistry::Options shm;     // --shm, --shm_key_prefix, --shm_max_bytes, ...
+  bool log_requests = false;             // log every call, not only failed ones
 };
 
 class PosencServer {

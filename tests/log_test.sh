@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The server's log against a real posenc-server: JSON lines for start, every failed call
+# (method, code, message, request id, peer), drain and stop; --log_requests logs calls that
+# succeed too; a flood of failures is rate-limited. Usage: log_test.sh BUILD_DIR
+set -euo pipefail
+build=${1:?build dir}
+work=$(mktemp -d)
+cleanup() { [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+start() {
+  "$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 "$@" \
+    >"$work/out" 2>"$work/log" &
+  pid=$!
+  for _ in $(seq 100); do grep -q listening "$work/out" && break; sleep 0.1; done
+  target=$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$(grep listening "$work/out")")
+}
+stop() { kill -TERM "$pid"; wait "$pid" || fail "exit status $?"; pid=; }
+cli() { "$build/client/posenc-client" "$1" --target="$target" "${@:2}"; }
+
+start --log_format=json
+cli encode --scheme=learned --table=missing --shape=1,4,8 --request-id=req-42 >/dev/null 2>&1 &&
+  fail "encode with a missing table succeeded"
+cli encode --scheme=sinusoidal --shape=1,4,8 >/dev/null || fail "good encode"
+for _ in $(seq 60); do cli encode --scheme=learned --table=missing --shape=1,1,2 >/dev/null 2>&1 || true; done
+stop
+/usr/bin/python3 - "$work/log" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]  # every line is JSON
+events = [l["event"] for l in lines]
+assert events[0] == "start" and events[-1] == "stopped" and "drain" in events, events
+failed = [l for l in lines if l["event"] == "call_failed"]
+first = failed[0]
+assert first["method"] == "Encode" and first["code"] == "NOT_FOUND", first
+assert first["request_id"] == "req-42" and "missing" in first["message"], first
+assert first["peer"].startswith("ipv4:127.0.0.1:"), first
+assert not any(l["event"] == "call" for l in lines), "a good call was logged without --log_requests"
+assert len(failed) < 61, f"61 failures in about a second made {len(failed)} lines: not rate-limited"
+print("json log:", len(lines), "lines,", len(failed), "failed-call lines for 61 failures")
+PY
+
+start --log_requests
+cli encode --scheme=sinusoidal --shape=1,4,8 >/dev/null || fail "good encode"
+stop
+grep -E ' INFO call method=Encode scheme=sinusoidal code=OK duration_ms=' "$work/log" >/dev/null ||
+  fail "--log_requests did not log the call: $(cat "$work/log")"
+echo "log_test: ok"

@@ -57,6 +57,11 @@ PYTHONPATH="$build/client/python" /usr/bin/python3 "$src/tests/python/test_clien
   2>&1 | tee "$work/unittest.log"
 status=${PIPESTATUS[0]}
 
+# The README's Python example, as written, against the plain server.
+readme_example=$(/usr/bin/python3 -c 'import re,sys; print(re.search(r"```python\n(.*?)```", open(sys.argv[1]).read(), re.S).group(1))' "$src/README.md")
+(cd "$src" && PYTHONPATH="$build/client/python" /usr/bin/python3 -c "${readme_example//127.0.0.1:50051/$POSENC_TARGET}") \
+  || { echo "FAIL: the README's Python example"; status=1; }
+
 # Each server stops on SIGTERM within its grace and exits 0.
 for p in "${pids[@]}"; do
   kill -TERM "$p"

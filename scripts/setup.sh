@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libeigen3-dev libspectra-dev
-  python3-numpy python3-grpcio python3-grpc-tools
+  python3-numpy python3-grpcio python3-yaml
   prometheus curl openssl
 )
 missing=()

@@ -60,6 +60,6 @@ set -e
 [ "$code" = 1 ] || fail "missing table should exit 1, got $code"
 grep -q NOT_FOUND "$work/err" || fail "missing table should print NOT_FOUND: $(cat "$work/err")"
 
-/usr/bin/python3 "$src/client/python/posenc_example.py" --target="$target" >"$work/py" 2>&1 \
+POSENC_PYTHON_STUBS="$build/client/python/posenc" /usr/bin/python3 "$src/client/python/posenc_example.py" --target="$target" >"$work/py" 2>&1 \
   || { cat "$work/py"; fail "python example"; }
 echo "PASS: posenc-client and the Python example against a real server"

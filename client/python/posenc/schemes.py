@@ -1,0 +1,212 @@
+"""Scheme helpers: small builders of the posenc.v1 scheme messages.
+
+Enum arguments take the proto's value names in any case ("concatenated", "GPTJ", "causal")
+or the proto's numbers; unset arguments take the server's defaults. Every helper has
+.proto() (the message) and .oneof (its field name in the request's `scheme` oneof).
+"""
+import numpy as np
+
+from posenc.errors import invalid
+from posenc.v1 import posenc_pb2 as pb
+
+
+def _enum(enum_type, value, field):
+    if isinstance(value, str):
+        name = value.upper()
+        if name not in enum_type.keys():
+            raise invalid("%s '%s' is not one of %s"
+                          % (field, value, ", ".join(k.lower() for k in enum_type.keys())))
+        return enum_type.Value(name)
+    return int(value)
+
+
+class _Message:
+    """Fields by name; None means unset (the server's default)."""
+    _message = None
+    _enums = {}
+    oneof = None
+
+    def __init__(self, **fields):
+        self.fields = {k: v for k, v in fields.items() if v is not None}
+
+    def proto(self):
+        msg = self._message()
+        try:
+            for name, value in self.fields.items():
+                self._set(msg, name, value)
+        except (TypeError, ValueError) as err:
+            raise invalid("%s: %s" % (type(self).__name__, err)) from None
+        return msg
+
+    def _set(self, msg, name, value):
+        if name in self._enums:
+            setattr(msg, name, _enum(self._enums[name], value, name))
+        elif isinstance(value, _Message):
+            getattr(msg, name).CopyFrom(value.proto())
+        elif isinstance(value, (list, tuple, np.ndarray)):
+            field = getattr(msg, name)
+            for item in value:
+                if isinstance(item, _Message):
+                    field.add().CopyFrom(item.proto())
+                else:
+                    field.append(item.item() if isinstance(item, np.generic) else item)
+        else:
+            setattr(msg, name, value.item() if isinstance(value, np.generic) else value)
+
+    def __repr__(self):
+        args = ", ".join("%s=%r" % kv for kv in self.fields.items())
+        return "posenc.%s(%s)" % (type(self).__name__, args)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.proto() == other.proto()
+
+
+class Sinusoidal(_Message):
+    """The paper's sinusoidal encoding added to (or concatenated with) the embeddings."""
+    _message = pb.Sinusoidal
+    _enums = {"layout": pb.SinusoidalLayout, "timescale": pb.Timescale, "fusion": pb.Fusion}
+    oneof = "sinusoidal"
+
+    def __init__(self, base=None, layout=None, timescale=None, input_scale=None,
+                 pe_scale=None, fusion=None, pe_dim=None):
+        super().__init__(base=base, layout=layout, timescale=timescale,
+                         input_scale=input_scale, pe_scale=pe_scale, fusion=fusion,
+                         pe_dim=pe_dim)
+
+
+class Learned(_Message):
+    """Rows of a table the server loaded with --table NAME=..."""
+    _message = pb.Learned
+    _enums = {"overflow": pb.Overflow, "fusion": pb.Fusion}
+    oneof = "learned"
+
+    def __init__(self, table, overflow=None, input_scale=None, pe_scale=None, fusion=None):
+        super().__init__(table=table, overflow=overflow, input_scale=input_scale,
+                         pe_scale=pe_scale, fusion=fusion)
+
+
+class RopeScaling(_Message):
+    """HF's rope_scaling: type linear|dynamic|yarn|llama3|longrope and its parameters."""
+    _message = pb.RopeScaling
+    _enums = {"type": pb.RopeScalingType}
+
+    def __init__(self, type, **params):  # pylint: disable=redefined-builtin
+        unknown = set(params) - set(pb.RopeScaling.DESCRIPTOR.fields_by_name)
+        if unknown:
+            raise invalid("RopeScaling has no field %s" % ", ".join(sorted(unknown)))
+        super().__init__(type=type, **params)
+
+
+class Rope(_Message):
+    """Rotary embedding of queries (and keys). `scaling` is a RopeScaling or a dict of its
+    fields. Rope.from_hf_config reads a model's config.json as posenc-client --hf-config."""
+    _message = pb.Rope
+    _enums = {"style": pb.RopeStyle, "layout": pb.RopeLayout}
+    oneof = "rope"
+
+    def __init__(self, base=None, rotary_dim=None, style=None, layout=None, scaling=None):
+        if isinstance(scaling, dict):
+            scaling = RopeScaling(**scaling)
+        super().__init__(base=base, rotary_dim=rotary_dim, style=style, layout=layout,
+                         scaling=scaling)
+        # Filled by from_hf_config; 0 or "" when unknown.
+        self.head_dim = self.num_attention_heads = self.num_key_value_heads = 0
+        self.max_position_embeddings = 0
+        self.model_type = ""
+
+    @classmethod
+    def from_hf_config(cls, config, source=None):
+        """A Rope from an HF config.json path (or an already parsed dict), with the model's
+        head_dim, num_attention_heads, num_key_value_heads, max_position_embeddings and
+        model_type as attributes."""
+        from posenc import hf_config  # pylint: disable=import-outside-toplevel
+        return hf_config.rope_from_hf_config(config, source)
+
+
+class Level(_Message):
+    """One level of a hierarchical position: ids per token, its base and scale."""
+    _message = pb.Level
+
+    def __init__(self, ids, base=None, scale=None):
+        super().__init__(ids=list(ids), base=base, scale=scale)
+
+
+class Hierarchical(_Message):
+    """Sum over levels of scale * sinusoidal(ids); levels are Level or (ids, base, scale)."""
+    _message = pb.Hierarchical
+    oneof = "hierarchical"
+
+    def __init__(self, levels):
+        levels = [lv if isinstance(lv, Level) else Level(*lv) for lv in levels]
+        super().__init__(levels=levels)
+
+
+class Continuous(_Message):
+    """Sinusoidal encoding of real-valued positions (positions={"values": [...]})."""
+    _message = pb.Continuous
+    _enums = {"layout": pb.SinusoidalLayout, "timescale": pb.Timescale}
+    oneof = "continuous"
+
+    def __init__(self, base=None, value_scale=None, layout=None, timescale=None):
+        super().__init__(base=base, value_scale=value_scale, layout=layout,
+                         timescale=timescale)
+
+
+class Alibi(_Message):
+    """ALiBi bias for attention_bias: num_heads, mode symmetric|causal, max_bias."""
+    _message = pb.Alibi
+    _enums = {"mode": pb.AlibiMode}
+    oneof = "alibi"
+
+    def __init__(self, num_heads, mode=None, max_bias=None):
+        super().__init__(num_heads=num_heads, mode=mode, max_bias=max_bias)
+
+
+class T5(_Message):
+    """T5 relative buckets for attention_bias; with `table` the bias, else INT32 bucket ids."""
+    _message = pb.T5Bias
+    oneof = "t5"
+
+    def __init__(self, num_buckets=None, max_distance=None, bidirectional=None, table=None):
+        super().__init__(num_buckets=num_buckets, max_distance=max_distance,
+                         bidirectional=bidirectional, table=table)
+
+
+_RAW_ONEOF = {pb.Sinusoidal: "sinusoidal", pb.Learned: "learned", pb.Rope: "rope",
+              pb.Hierarchical: "hierarchical", pb.Continuous: "continuous",
+              pb.Alibi: "alibi", pb.T5Bias: "t5"}
+
+
+def scheme_field(scheme, allowed):
+    """(oneof field name, message) of a helper or of a raw posenc.v1 message."""
+    if isinstance(scheme, _Message) and scheme.oneof:
+        name, msg = scheme.oneof, scheme.proto()
+    elif type(scheme) in _RAW_ONEOF:
+        name, msg = _RAW_ONEOF[type(scheme)], scheme
+    else:
+        raise invalid("scheme %r is not a posenc scheme" % (scheme,))
+    if name not in allowed:
+        raise invalid("scheme %s is not allowed here; expected one of %s"
+                      % (name, ", ".join(allowed)))
+    return name, msg
+
+
+def positions_proto(positions):
+    """posenc.v1.Positions from None, an int (offset of every row), a dict with offsets,
+    ids and/or values, or a Positions message."""
+    if positions is None or isinstance(positions, pb.Positions):
+        return positions
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
+        return pb.Positions(offsets=[int(positions)])
+    if isinstance(positions, dict):
+        unknown = set(positions) - {"offsets", "ids", "values"}
+        if unknown:
+            raise invalid("positions has no field %s; use offsets, ids or values"
+                          % ", ".join(sorted(unknown)))
+        out = pb.Positions()
+        for name, value in positions.items():
+            items = np.asarray(value).reshape(-1).tolist()
+            getattr(out, name).extend(items)
+        return out
+    raise invalid("positions must be an int offset, a dict of offsets/ids/values or a "
+                  "posenc.pb.Positions, not %s" % type(positions).__name__)

@@ -1,0 +1,349 @@
+#!/usr/bin/python3
+"""The `posenc` Python package against real posenc-servers (tests/python_client_test.sh
+starts them and sets POSENC_TARGET, POSENC_TLS_TARGET/POSENC_TLS_DIR, POSENC_SHM_TARGET,
+POSENC_CLIENT and POSENC_SOURCE_DIR).
+
+References are independent float64 numpy formulas (the sinusoidal paper formula, RoPE's
+NeoX rotate_half, ALiBi slopes, path-graph eigenvalues). Tolerances: the server rounds its
+float64 tables once, then multiplies and adds in float32, so float32 results are within
+2e-6 absolute of the float64 reference for |values| <= ~4 (a few float32 ulps); bfloat16
+results within one bfloat16 ulp (2^-7 relative) of the reference rounded to bfloat16.
+"""
+import glob
+import os
+import subprocess
+import tempfile
+import unittest
+
+import grpc
+import numpy as np
+
+import posenc
+
+TARGET = os.environ.get("POSENC_TARGET", "127.0.0.1:50051")
+SOURCE_DIR = os.environ.get(
+    "POSENC_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+HF_CONFIGS = sorted(glob.glob(os.path.join(SOURCE_DIR, "tests/fixtures/hf_configs/*.json")))
+F32_ATOL = 2e-6
+
+
+def sinusoidal_ref(positions, d, base=10000.0, layout="interleaved", timescale="per_dim"):
+    """[len(positions), d] float64: pe[2i] = sin(p * base^(-2i/d)), pe[2i+1] = cos(...)
+    (interleaved, per_dim), or [sin(p w_i).., cos(p w_i)..] with w_i = base^(-i/(d/2-1))."""
+    p = np.asarray(positions, dtype=np.float64)[:, None]
+    if layout == "interleaved":
+        i = np.arange((d + 1) // 2, dtype=np.float64)
+        angles = p * base ** (-2.0 * i / d)
+        pe = np.zeros((p.shape[0], d))
+        pe[:, 0::2] = np.sin(angles)
+        pe[:, 1::2] = np.cos(angles[:, : d // 2])
+        return pe
+    half = d // 2
+    angles = p * base ** (-np.arange(half, dtype=np.float64) / (half - 1))
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
+def rope_neox_ref(x, positions, base=10000.0, rotary_dim=None):
+    """x [batch, seq, heads, head_dim] rotated with HF's rotate_half, in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    r = rotary_dim or x.shape[-1]
+    inv_freq = base ** (-np.arange(0, r, 2, dtype=np.float64) / r)
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # [seq, r/2]
+    cos = np.concatenate([np.cos(angles)] * 2, axis=-1)[None, :, None, :]
+    sin = np.concatenate([np.sin(angles)] * 2, axis=-1)[None, :, None, :]
+    rot = x[..., :r]
+    rotated = np.concatenate([-rot[..., r // 2:], rot[..., : r // 2]], axis=-1)
+    return np.concatenate([rot * cos + rotated * sin, x[..., r:]], axis=-1)
+
+
+def assert_close(test, got, want, atol, what):
+    err = float(np.max(np.abs(np.asarray(got, np.float64) - want)))
+    test.assertEqual(tuple(got.shape), tuple(want.shape), what)
+    test.assertLessEqual(err, atol, "%s: max |server - float64| = %.3g > %.3g" % (what, err, atol))
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.client = posenc.Client(TARGET)
+        cls.rng = np.random.default_rng(7)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+
+    def randn(self, *shape):
+        return self.rng.standard_normal(shape).astype(np.float32)
+
+    # -- absolute schemes ---------------------------------------------------------------
+    def test_sinusoidal_matches_paper_formula(self):
+        x = self.randn(2, 16, 64)
+        y = self.client.encode(x, posenc.Sinusoidal())
+        self.assertEqual(y.dtype, np.float32)
+        assert_close(self, y, x + sinusoidal_ref(range(16), 64)[None], F32_ATOL, "interleaved")
+
+    def test_sinusoidal_offsets_per_row_and_concatenated_layout(self):
+        x = self.randn(2, 5, 32)
+        scheme = posenc.Sinusoidal(layout="concatenated", timescale="half_minus_one")
+        y = self.client.encode(x, scheme, positions={"offsets": [0, 100000]})
+        want = np.stack([x[0] + sinusoidal_ref(range(5), 32, layout="concatenated"),
+                         x[1] + sinusoidal_ref(range(100000, 100005), 32, layout="concatenated")])
+        assert_close(self, y, want, F32_ATOL, "concatenated, offsets 0 and 100000")
+
+    def test_int_positions_are_one_offset_for_every_row(self):
+        x = np.zeros((3, 4, 8), np.float32)
+        y = self.client.encode(x, posenc.Sinusoidal(), positions=50, request_id="off-50")
+        assert_close(self, y, np.broadcast_to(sinusoidal_ref(range(50, 54), 8), (3, 4, 8)),
+                     F32_ATOL, "offset 50")
+
+    def test_bfloat16_round_trip(self):
+        x_f32 = self.randn(1, 8, 64)
+        x_bf16 = posenc.to_bfloat16(x_f32)  # uint16 bit patterns
+        y = self.client.encode(x_bf16, posenc.Sinusoidal())
+        self.assertEqual(y.dtype, posenc.bfloat16_dtype())
+        self.assertEqual(y.shape, (1, 8, 64))
+        want = posenc.from_bfloat16(x_bf16).astype(np.float64) + sinusoidal_ref(range(8), 64)
+        got = posenc.from_bfloat16(y).astype(np.float64)
+        ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(want), 1e-30))) - 7)
+        self.assertTrue(np.all(np.abs(got - want) <= ulp), "bfloat16 beyond one ulp")
+        # What the client's rounding gives for the reference matches to within one ulp too.
+        ref_bits = posenc.to_bfloat16(want.astype(np.float32))
+        self.assertLessEqual(int(np.max(np.abs(ref_bits.astype(np.int32) -
+                                                y.view(np.uint16).astype(np.int32)))), 1)
+
+    def test_bfloat16_helpers_round_to_nearest_even(self):
+        f = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -2.5, np.inf], np.float32)
+        bits = posenc.to_bfloat16(f)
+        np.testing.assert_array_equal(bits, np.array([0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F80],
+                                                     np.uint16))
+        np.testing.assert_array_equal(posenc.from_bfloat16(bits),
+                                      np.array([1, 1, 1 + 2 ** -6, -2.5, np.inf], np.float32))
+        self.assertTrue(np.isnan(posenc.from_bfloat16(posenc.to_bfloat16(np.float32("nan")))))
+
+    def test_float16(self):
+        x = self.randn(1, 4, 16).astype(np.float16)
+        y = self.client.encode(x, posenc.Sinusoidal())
+        self.assertEqual(y.dtype, np.float16)
+        want = x.astype(np.float64) + sinusoidal_ref(range(4), 16)
+        assert_close(self, y, want, 2e-3, "float16")
+
+    # -- RoPE ---------------------------------------------------------------------------
+    def test_rope_neox_matches_rotate_half(self):
+        q, k = self.randn(1, 6, 4, 32), self.randn(1, 6, 2, 32)  # GQA: 2 key heads
+        qo, ko = self.client.encode(q, posenc.Rope(base=500000.0), key=k,
+                                    positions={"ids": [0, 1, 2, 1000, 65536, 100000]})
+        pos = [0, 1, 2, 1000, 65536, 100000]
+        assert_close(self, qo, rope_neox_ref(q, pos, 500000.0), F32_ATOL, "queries")
+        assert_close(self, ko, rope_neox_ref(k, pos, 500000.0), F32_ATOL, "GQA keys")
+
+    def test_rope_partial_rotary_passes_the_rest_through(self):
+        q = self.randn(2, 3, 2, 16)
+        y = self.client.encode(q, posenc.Rope(rotary_dim=8), positions=7)
+        assert_close(self, y, rope_neox_ref(q, range(7, 10), rotary_dim=8), F32_ATOL, "partial")
+        np.testing.assert_array_equal(y[..., 8:], q[..., 8:])
+
+    # -- HF configs: the same Rope as posenc-client --hf-config -------------------------
+    def test_hf_config_fields(self):
+        by_name = {os.path.basename(p): posenc.Rope.from_hf_config(p) for p in HF_CONFIGS}
+        self.assertGreaterEqual(len(by_name), 6)
+        llama = by_name["llama-3.1-8b.json"].proto()
+        self.assertEqual(llama.base, 500000.0)
+        self.assertEqual(llama.scaling.type, posenc.pb.LLAMA3)
+        self.assertEqual((llama.scaling.factor, llama.scaling.original_max_position_embeddings),
+                         (8.0, 8192))
+        self.assertEqual(by_name["llama-3.1-8b.json"].num_key_value_heads, 8)
+        neox = by_name["gpt-neox-20b.json"]
+        self.assertEqual((neox.head_dim, neox.proto().rotary_dim), (96, 24))  # rotary_pct 0.25
+        phi = by_name["phi-3-mini-128k.json"].proto().scaling
+        self.assertEqual((phi.type, phi.factor, phi.original_max_position_embeddings),
+                         (posenc.pb.LONGROPE, 32.0, 4096))
+        self.assertEqual(len(phi.long_factor), 48)
+        self.assertEqual(by_name["qwen2.5-7b-yarn.json"].proto().scaling.type, posenc.pb.YARN)
+        self.assertEqual(by_name["deepseek-v2-yarn.json"].proto().style, posenc.pb.GPTJ)
+
+    def test_hf_config_encode_matches_posenc_client(self):
+        cli = os.environ.get("POSENC_CLIENT")
+        if not cli:
+            self.skipTest("POSENC_CLIENT (build/client/posenc-client) not set")
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in HF_CONFIGS:
+                rope = posenc.Rope.from_hf_config(path)
+                q = self.randn(1, 4, 2, rope.head_dim)
+                np.save(os.path.join(tmp, "q.npy"), q)
+                subprocess.run([cli, "encode", "--target=" + TARGET, "--hf-config=" + path,
+                                "--input=" + os.path.join(tmp, "q.npy"), "--offsets=50000",
+                                "--output=" + os.path.join(tmp, "y.npy")],
+                               check=True, stdout=subprocess.DEVNULL)
+                want = np.load(os.path.join(tmp, "y.npy"))
+                got = self.client.encode(q, rope, positions=50000)
+                np.testing.assert_array_equal(got, want, err_msg=os.path.basename(path))
+
+    def test_hf_config_errors(self):
+        with self.assertRaises(posenc.PosencError) as missing:
+            posenc.Rope.from_hf_config("/nonexistent/config.json")
+        self.assertEqual(missing.exception.code, grpc.StatusCode.NOT_FOUND)
+        with self.assertRaises(posenc.PosencError) as bad:
+            posenc.Rope.from_hf_config({"head_dim": 64, "rope_scaling": {"type": "linear"}})
+        self.assertEqual(bad.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("rope_scaling.factor is required", bad.exception.details)
+        with self.assertRaises(posenc.PosencError) as typed:
+            posenc.Rope.from_hf_config({"head_dim": 64, "rope_theta": "big"})
+        self.assertIn('rope_theta is "big"; expected a number', typed.exception.details)
+
+    # -- streams, tables, biases, graphs ------------------------------------------------
+    def test_encode_stream_in_order(self):
+        xs = [self.randn(1, 4, 16) for _ in range(12)]
+        results = list(self.client.encode_stream(
+            (x, posenc.Sinusoidal(), {"offsets": [10 * i]}) for i, x in enumerate(xs)))
+        self.assertEqual(len(results), 12)
+        for i, (x, y) in enumerate(zip(xs, results)):
+            assert_close(self, y, x + sinusoidal_ref(range(10 * i, 10 * i + 4), 16),
+                         F32_ATOL, "stream item %d" % i)
+
+    def test_encode_stream_error_has_code(self):
+        items = [(self.randn(1, 2, 8), posenc.Sinusoidal()),
+                 {"x": self.randn(1, 2, 8), "scheme": posenc.Learned("absent")}]
+        with self.assertRaises(posenc.PosencError) as err:
+            list(self.client.encode_stream(items))
+        self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_table_chunks_are_concatenated(self):
+        t = self.client.table(posenc.Sinusoidal(), length=100, dim=12, rows_per_chunk=7)
+        assert_close(self, t, sinusoidal_ref(range(100), 12), 1e-7, "sinusoidal table")
+        r = self.client.table(posenc.Rope(), length=50, dim=8, rows_per_chunk=9)
+        angles = np.arange(50.0)[:, None] * 10000.0 ** (-np.arange(0, 8, 2) / 8.0)
+        assert_close(self, r, np.stack([np.cos(angles), np.sin(angles)], axis=1), 1e-7,
+                     "rope cos/sin table")
+
+    def test_alibi_bias(self):
+        bias = self.client.attention_bias(posenc.Alibi(8, mode="causal"), 3, 5)
+        self.assertEqual((bias.shape, bias.dtype), ((8, 3, 5), np.float32))
+        slopes = 2.0 ** (-8.0 * np.arange(1, 9) / 8)
+        q = np.arange(3)[:, None] + 2  # default query offset: key_length - query_length
+        k = np.arange(5)[None, :]
+        want = np.where(k <= q, -slopes[:, None, None] * (q - k), -np.inf)
+        np.testing.assert_allclose(bias, want, rtol=1e-6)
+
+    def test_t5_buckets(self):
+        ids = self.client.attention_bias(posenc.T5(bidirectional=True), 4, 4)
+        self.assertEqual((ids.shape, ids.dtype), ((4, 4), np.int32))
+        np.testing.assert_array_equal(np.diag(ids), np.zeros(4))
+        self.assertEqual(ids[0, 1], 17)  # bidirectional: key after query is num_buckets/2 + 1
+
+    def test_graph_path_eigenvalues(self):
+        result = self.client.graph_encode(5, [(0, 1), (1, 2), (2, 3), (3, 4)], k=2)
+        self.assertEqual(result.vectors.shape, (5, 2))
+        np.testing.assert_allclose(result.eigenvalues,
+                                   2 - 2 * np.cos(np.pi * np.arange(1, 3) / 5), rtol=1e-9)
+
+    def test_list_schemes_and_health(self):
+        listed = self.client.list_schemes()
+        self.assertIn("rope", listed.schemes)
+        self.assertIn("BFLOAT16", listed.dtypes)
+        self.assertTrue(listed.version)
+        self.assertEqual(self.client.health(), "SERVING")
+        self.assertEqual(self.client.health("liveness"), "SERVING")
+        with self.assertRaises(posenc.PosencError) as err:
+            self.client.health("no.such.Service")
+        self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    # -- message sizes and errors -------------------------------------------------------
+    def test_response_over_4_mib(self):
+        x = np.zeros((4, 1024, 512), np.float32)  # 8 MiB each way
+        y = self.client.encode(x, posenc.Sinusoidal())
+        self.assertEqual(y.nbytes, 8 << 20)
+        assert_close(self, y[3, 1020:], sinusoidal_ref(range(1020, 1024), 512), F32_ATOL,
+                     "tail of an 8 MiB response")
+        big = self.client.table(posenc.Sinusoidal(), length=16384, dim=128)  # 8 MiB table
+        self.assertEqual(big.shape, (16384, 128))
+
+    def test_small_client_limit_is_resource_exhausted(self):
+        with posenc.Client(TARGET, max_message_bytes=1 << 20) as small:
+            with self.assertRaises(posenc.PosencError) as err:
+                small.encode(np.zeros((1, 1024, 512), np.float32), posenc.Sinusoidal())
+        self.assertEqual(err.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+    def test_errors_carry_codes(self):
+        x = self.randn(1, 4, 8)
+        with self.assertRaises(posenc.PosencError) as err:
+            self.client.encode(x, posenc.Learned("absent"), request_id="req-42")
+        self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("absent", err.exception.details)
+        self.assertEqual(err.exception.request_id, "req-42")
+        with self.assertRaises(posenc.PosencError) as err:
+            self.client.encode(self.randn(1, 2, 2, 8), posenc.Rope(rotary_dim=3))
+        self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("rotary_dim", err.exception.details)
+        with self.assertRaises(posenc.PosencError) as err:  # refused here: no float64 wire type
+            self.client.encode(np.zeros((1, 2, 4)), posenc.Sinusoidal())
+        self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        with self.assertRaises(posenc.PosencError) as err:
+            posenc.Sinusoidal(layout="diagonal").proto()
+        self.assertIn("layout 'diagonal'", err.exception.details)
+        with self.assertRaises(posenc.PosencError) as err:
+            posenc.Client("127.0.0.1:1", timeout=2).health()
+        self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+
+@unittest.skipUnless(os.environ.get("POSENC_TLS_TARGET"), "no TLS server")
+class TlsTest(unittest.TestCase):
+    def test_mutual_tls(self):
+        d = os.environ["POSENC_TLS_DIR"]
+        target = os.environ["POSENC_TLS_TARGET"]
+        with posenc.Client(target, root_certificates=os.path.join(d, "ca.pem"),
+                           private_key=os.path.join(d, "client.key"),
+                           certificate_chain=os.path.join(d, "client.pem")) as client:
+            self.assertEqual(client.health(), "SERVING")
+            y = client.encode(np.zeros((1, 2, 4), np.float32), posenc.Sinusoidal())
+            assert_close(self, y[0], sinusoidal_ref(range(2), 4), F32_ATOL, "over mTLS")
+        with posenc.Client(target, root_certificates=os.path.join(d, "ca.pem"),
+                           timeout=5) as anonymous:
+            with self.assertRaises(posenc.PosencError) as err:
+                anonymous.health()
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+
+class SharedMemoryTest(unittest.TestCase):
+    def test_region_helper(self):
+        with posenc.SharedMemoryRegion(4096) as region:
+            self.assertTrue(region.key.startswith("posenc_"))
+            self.assertTrue(os.path.exists("/dev/shm/" + region.key))
+            with self.assertRaises(posenc.PosencError):
+                region.tensor((2,), np.float32)  # not registered yet
+            region.name = "r"
+            t = region.write(np.arange(6, dtype=np.float32).reshape(2, 3), offset=64)
+            self.assertEqual((t.offset, t.byte_size, t.proto().shm.region), (64, 24, "r"))
+            np.testing.assert_array_equal(t.numpy(), np.arange(6).reshape(2, 3))
+            del t
+        self.assertFalse(os.path.exists("/dev/shm/" + region.key))
+        with self.assertRaises(posenc.PosencError):
+            posenc.SharedMemoryRegion(16, key="other_prefix")
+
+    def test_server_without_shm_is_failed_precondition(self):
+        with posenc.Client(TARGET) as client, posenc.SharedMemoryRegion(1024) as region:
+            for call in (lambda: client.register_shared_memory("r0", region),
+                         lambda: client.shared_memory_status(),
+                         lambda: client.unregister_shared_memory("r0")):
+                with self.assertRaises(posenc.PosencError) as err:
+                    call()
+                self.assertEqual(err.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIsNone(region.name)
+
+    @unittest.skipUnless(os.environ.get("POSENC_SHM_TARGET"), "no server with --shm")
+    def test_encode_in_place_through_shared_memory(self):
+        with posenc.Client(os.environ["POSENC_SHM_TARGET"]) as client, \
+                posenc.SharedMemoryRegion(1 << 16) as region:
+            client.register_shared_memory("py-r0", region)
+            status = client.shared_memory_status()
+            self.assertEqual([(s["name"], s["byte_size"]) for s in status], [("py-r0", 1 << 16)])
+            x = np.random.default_rng(1).standard_normal((1, 8, 32)).astype(np.float32)
+            y = client.encode(region.write(x), posenc.Sinusoidal())
+            self.assertIsInstance(y, np.ndarray)  # a view of the region, written in place
+            assert_close(self, y, x + sinusoidal_ref(range(8), 32)[None], F32_ATOL, "shm")
+            del y
+            client.unregister_shared_memory("py-r0")
+            self.assertEqual(client.shared_memory_status(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -47,6 +47,14 @@ bool Serves(Method m, SchemeLabel s) {
       return s == SchemeLabel::kNone;
     case Method::kGraphEncode:
       return s == SchemeLabel::kNone || s == SchemeLabel::kGraphLaplacian;
+    case Method::kModelInfer:
+    case Method::kModelStreamInfer:
+      return true;  // every model is a scheme
+    case Method::kModelMetadata:
+    case Method::kModelConfig:
+    case Method::kServerMetadata:
+    case Method::kRepositoryIndex:
+      return s == SchemeLabel::kNone;
     default:
       return false;
   }
@@ -55,8 +63,11 @@ bool Serves(Method m, SchemeLabel s) {
 }  // namespace
 
 const char* MethodName(Method m) {
-  static const char* const names[] = {"Encode",      "EncodeStream", "AttentionBias",
-                                      "GetTable",    "ListSchemes",  "GraphEncode"};
+  static const char* const names[] = {
+      "Encode",        "EncodeStream",   "AttentionBias",    "GetTable",
+      "ListSchemes",   "GraphEncode",    "ModelInfer",       "ModelStreamInfer",
+      "ModelMetadata", "ModelConfig",    "ServerMetadata",   "RepositoryIndex"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Method::kCount));
   return names[static_cast<int>(m)];
 }
 

@@ -12,8 +12,11 @@
 
 namespace posenc {
 
+// posenc.v1's methods, then from kModelInfer on the Open Inference Protocol's
+// (inference.GRPCInferenceService); MethodName is the rpc's name in its service.
 enum class Method { kEncode, kEncodeStream, kAttentionBias, kGetTable, kListSchemes,
-                    kGraphEncode, kCount };
+                    kGraphEncode, kModelInfer, kModelStreamInfer, kModelMetadata, kModelConfig,
+                    kServerMetadata, kRepositoryIndex, kCount };
 enum class SchemeLabel { kNone, kSinusoidal, kLearned, kRope, kHierarchical, kContinuous,
                          kAlibi, kT5, kGraphLaplacian, kCount };
 

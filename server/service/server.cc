@@ -132,9 +132,11 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   state.limits.max_output_bytes = options.max_message_bytes - kFramingBytes;
   state.max_message_bytes = options.max_message_bytes;
   state.version = kVersion;
-  server->service_ = std::make_unique<PositionalEncodingService>(
-      state, ServiceRuntime{server->pool_.get(), server->admission_.get(),
-                            server->tracker_.get()});
+  const ServiceRuntime runtime{server->pool_.get(), server->admission_.get(),
+                               server->tracker_.get()};
+  server->service_ = std::make_unique<PositionalEncodingService>(state, runtime);
+  server->inference_ =
+      std::make_unique<InferenceService>(state, runtime, InferenceServiceOptions{});
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -149,6 +151,7 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   int bound_port = 0;
   builder.AddListeningPort(options.listen, credentials, &bound_port);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->inference_.get());
   builder.RegisterService(server->health_.get());
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || (!absl::StartsWith(options.listen, "unix:") && bound_port == 0)) {
@@ -165,6 +168,7 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
     server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);
   }
   server->health_->Set(v1::PositionalEncoding::service_full_name(), true);
+  server->health_->Set(inference::GRPCInferenceService::service_full_name(), true);
   server->monitor_ = std::thread(&PosencServer::Monitor, server.get(), options.stall_threshold);
   return server;
 }
@@ -182,6 +186,7 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     const bool progressing = pool_->OldestWait(Lane::kCheap) < stall_threshold;
     health_->Set("", progressing);
     health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
+    health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
     // glibc keeps freed large buffers in its arenas; hand them back when idle.
     if (admission_->inflight_calls() > 0) {
       busy_since_trim = true;

@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/hf_config.h"
+#include "client/infer_command.h"
 #include "client/posenc_client.h"
 #include "client/tensor_proto.h"
 #include "server/common/status_macros.h"
@@ -43,6 +44,7 @@ commands:
   graph    GraphEncode (Laplacian eigenvectors)
   table    GetTable (sinusoidal rows or rope cos/sin) into an .npy file
   list     ListSchemes
+  infer    ModelInfer of the Open Inference Protocol (--model MODEL); posenc-client infer --help
   health   grpc.health.v1 Check (exit 1 unless SERVING)
 
 common flags:
@@ -738,6 +740,7 @@ int Main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "infer") return RunInferCommand(args);
   std::set<std::string> known;
   if (command == "encode" || command == "stream") {
     known = Union({&kSinusoidalFlags, &kRopeFlags, &kEncodeOnly});

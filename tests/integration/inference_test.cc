@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "posenc/v1/posenc.grpc.pb.h"
@@ -489,6 +490,14 @@ TEST_F(InferenceTest, LiveAndReady) {
   req.set_name("bert");
   ASSERT_TRUE(oip_->ModelReady(&c4, req, &model).ok());
   EXPECT_FALSE(model.ready());
+  // grpc.health.v1 knows the service by name, as it knows posenc.v1.
+  auto health = grpc::health::v1::Health::NewStub(server_->Channel());
+  grpc::health::v1::HealthCheckRequest check;
+  check.set_service("inference.GRPCInferenceService");
+  grpc::health::v1::HealthCheckResponse serving;
+  grpc::ClientContext c5;
+  ASSERT_TRUE(health->Check(&c5, check, &serving).ok());
+  EXPECT_EQ(serving.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 TEST_F(InferenceTest, StreamAnswersInOrderAndAnErrorFailsOnlyItsRequest) {

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "client/hf_config.h"
 #include "client/load_command.h"
+#include "client/infer_command.h"
 #include "client/posenc_client.h"
 #include "client/tensor_proto.h"
 #include "server/common/status_macros.h"
@@ -44,6 +45,7 @@ commands:
   graph    GraphEncode (Laplacian eigenvectors)
   table    GetTable (sinusoidal rows or rope cos/sin) into an .npy file
   list     ListSchemes
+  infer    ModelInfer of the Open Inference Protocol (--model MODEL); posenc-client infer --help
   health   grpc.health.v1 Check (exit 1 unless SERVING)
   load     concurrent calls for a duration; throughput, p50/p99, errors by code (load --help)
 
@@ -741,6 +743,7 @@ int Main(int argc, char** argv) {
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "load") return RunLoadCommand(args);
+  if (command == "infer") return RunInferCommand(args);
   std::set<std::string> known;
   if (command == "encode" || command == "stream") {
     known = Union({&kSinusoidalFlags, &kRopeFlags, &kEncodeOnly});

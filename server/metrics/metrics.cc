@@ -50,6 +50,14 @@ bool Serves(Method m, SchemeLabel s) {
       return s == SchemeLabel::kNone;
     case Method::kGraphEncode:
       return s == SchemeLabel::kNone || s == SchemeLabel::kGraphLaplacian;
+    case Method::kModelInfer:
+    case Method::kModelStreamInfer:
+      return true;  // every model is a scheme
+    case Method::kModelMetadata:
+    case Method::kModelConfig:
+    case Method::kServerMetadata:
+    case Method::kRepositoryIndex:
+      return s == SchemeLabel::kNone;
     default:
       return false;
   }
@@ -59,9 +67,11 @@ bool Serves(Method m, SchemeLabel s) {
 
 const char* MethodName(Method m) {
   static const char* const names[] = {
-      "Encode",      "EncodeStream", "AttentionBias",        "GetTable",
-      "ListSchemes", "GraphEncode",  "RegisterSharedMemory", "UnregisterSharedMemory",
-      "SharedMemoryStatus"};
+      "Encode",           "EncodeStream",       "AttentionBias",
+      "GetTable",         "ListSchemes",        "GraphEncode",
+      "RegisterSharedMemory", "UnregisterSharedMemory", "SharedMemoryStatus",
+      "ModelInfer",       "ModelStreamInfer",   "ModelMetadata",
+      "ModelConfig",      "ServerMetadata",     "RepositoryIndex"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Method::kCount));
   return names[static_cast<int>(m)];
 }

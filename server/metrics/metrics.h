@@ -12,9 +12,12 @@
 
 namespace posenc {
 
+// posenc.v1's methods, then from kModelInfer on the Open Inference Protocol's
+// (inference.GRPCInferenceService); MethodName is the rpc's name in its service.
 enum class Method { kEncode, kEncodeStream, kAttentionBias, kGetTable, kListSchemes,
                     kGraphEncode, kRegisterSharedMemory, kUnregisterSharedMemory,
-                    kSharedMemoryStatus, kCount };
+                    kSharedMemoryStatus, kModelInfer, kModelStreamInfer, kModelMetadata,
+                    kModelConfig, kServerMetadata, kRepositoryIndex, kCount };
 // How a call's tensor bytes travelled: inside the messages, or by shared-memory reference.
 enum class Transport { kInline, kShm };
 enum class SchemeLabel { kNone, kSinusoidal, kLearned, kRope, kHierarchical, kContinuous,

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_context.h"
@@ -13,15 +14,24 @@ namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
-// "/posenc.v1.PositionalEncoding/Encode" -> Method::kEncode; nullopt for other services.
+// "/posenc.v1.PositionalEncoding/Encode" -> Method::kEncode,
+// "/inference.GRPCInferenceService/ModelInfer" -> Method::kModelInfer; nullopt for other
+// services and for their untracked rpcs (ServerLive, ServerReady, ModelReady and the shared
+// memory ones are probes and set-up, like health).
 std::optional<Method> TrackedMethod(const char* full_name) {
-  static const std::string prefix = "/posenc.v1.PositionalEncoding/";
-  if (full_name == nullptr || std::strncmp(full_name, prefix.data(), prefix.size()) != 0) {
-    return std::nullopt;
-  }
-  const char* name = full_name + prefix.size();
-  for (int m = 0; m < static_cast<int>(Method::kCount); ++m) {
-    if (std::strcmp(name, MethodName(static_cast<Method>(m))) == 0) return Method(m);
+  static const std::vector<std::string>* const paths = [] {
+    auto* p = new std::vector<std::string>();
+    for (int m = 0; m < static_cast<int>(Method::kCount); ++m) {
+      const char* service = m >= static_cast<int>(Method::kModelInfer)
+                                ? "/inference.GRPCInferenceService/"
+                                : "/posenc.v1.PositionalEncoding/";
+      p->push_back(absl::StrCat(service, MethodName(static_cast<Method>(m))));
+    }
+    return p;
+  }();
+  if (full_name == nullptr) return std::nullopt;
+  for (size_t m = 0; m < paths->size(); ++m) {
+    if ((*paths)[m] == full_name) return static_cast<Method>(m);
   }
   return std::nullopt;
 }

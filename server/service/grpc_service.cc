@@ -4,42 +4,11 @@
 #include <memory>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "server/service/ordered_stream.h"
 #include "server/service/proto_convert.h"
 
 namespace posenc {
 namespace {
-
-const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE,
-                                 "server is shutting down; retry on another replica");
-
-// Why the work for this call should not start (or go on): its deadline passed, the client
-// cancelled, or the server stopped it; OK while it is wanted.
-grpc::Status StoppedStatus(grpc::CallbackServerContext* context) {
-  if (std::chrono::system_clock::now() >= context->deadline()) {
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed");
-  }
-  if (context->IsCancelled()) {
-    return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
-  }
-  return grpc::Status::OK;
-}
-
-CancelCheck CancelCheckOf(grpc::CallbackServerContext* context) {
-  return [context] { return !StoppedStatus(context).ok(); };
-}
-
-// The message limit counts the response's framing too, not only its tensor bytes.
-template <typename Response>
-grpc::Status CheckResponseSize(Response& response, size_t max_message_bytes) {
-  const size_t size = response.ByteSizeLong();
-  if (size <= max_message_bytes) return grpc::Status::OK;
-  response.Clear();
-  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      absl::StrCat("the response would be ", size,
-                                   " bytes; --max_message_bytes allows ", max_message_bytes));
-}
 
 SchemeLabel LabelOf(const v1::BiasRequest& r) {
   return r.has_alibi() ? SchemeLabel::kAlibi : r.has_t5() ? SchemeLabel::kT5 : SchemeLabel::kNone;
@@ -49,16 +18,6 @@ SchemeLabel LabelOf(const v1::TableRequest& r) {
   return r.has_sinusoidal() ? SchemeLabel::kSinusoidal
          : r.has_rope()     ? SchemeLabel::kRope
                             : SchemeLabel::kNone;
-}
-
-// The tracked record of a call; a call the tracker does not know (it always does, in a
-// server) gets a record of its own so the code below has one shape.
-std::shared_ptr<TrackedCall> CallOf(const ServiceRuntime& runtime,
-                                    grpc::CallbackServerContext* context, SchemeLabel scheme) {
-  std::shared_ptr<TrackedCall> call = runtime.tracker->Find(context);
-  if (!call) call = std::make_shared<TrackedCall>();
-  call->scheme.store(scheme);
-  return call;
 }
 
 // GetTable: each chunk is computed on the pool only when the previous one has been written,
@@ -133,45 +92,12 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
 
 }  // namespace
 
-template <typename Response, typename Handle>
-grpc::ServerUnaryReactor* PositionalEncodingService::ServeUnary(
-    grpc::CallbackServerContext* context, SchemeLabel scheme, const std::string& request_id,
-    const absl::StatusOr<CallCost>& cost, Response* response, Handle handle) {
-  auto* reactor = context->DefaultReactor();
-  std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, scheme);
-  call->request_id = request_id;
-  if (call->late) {
-    reactor->Finish(kShuttingDown);
-    return reactor;
-  }
-  absl::StatusOr<Admission::Ticket> ticket =
-      cost.ok() ? runtime_.admission->Admit(cost->bytes) : cost.status();
-  if (!ticket.ok()) {  // refused before anything was allocated for it
-    reactor->Finish(ToGrpcStatus(ticket.status()));
-    return reactor;
-  }
-  call->ticket = std::move(*ticket);
-  const size_t max_message = handlers_.state().max_message_bytes;
-  runtime_.pool->Submit(cost->lane, [context, reactor, response, max_message,
-                                     handle = std::move(handle)]() mutable {
-    grpc::Status status = StoppedStatus(context);
-    if (status.ok()) status = handle(CancelCheckOf(context));
-    if (status.ok()) status = CheckResponseSize(*response, max_message);
-    // Work cut short by the caller going away reports why, not how it was cut.
-    if (!status.ok()) {
-      if (grpc::Status stopped = StoppedStatus(context); !stopped.ok()) status = stopped;
-    }
-    reactor->Finish(status);
-  });
-  return reactor;
-}
-
 // The request messages are ours until Finish: the handlers work in place on their tensor
 // bytes and move them into the responses, hence the const_casts.
 grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
                                                             const v1::EncodeRequest* request,
                                                             v1::EncodeResponse* response) {
-  return ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
+  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
                     response, [this, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
                       return ToGrpcStatus(
@@ -186,13 +112,13 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
-  std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, SchemeLabel::kNone);
+  std::shared_ptr<TrackedCall> call = CallOf(runtime(), context, SchemeLabel::kNone);
   auto handle = [this, metrics](v1::EncodeRequest& request, v1::EncodeResponse& response) {
     const auto start = std::chrono::steady_clock::now();
     SchemeLabel scheme = LabelOf(request);
     absl::StatusOr<CallCost> cost = CostOf(request);
     absl::StatusOr<Admission::Ticket> ticket =
-        cost.ok() ? runtime_.admission->Admit(cost->bytes) : cost.status();
+        cost.ok() ? runtime().admission->Admit(cost->bytes) : cost.status();
     grpc::Status status =
         ticket.ok() ? ToGrpcStatus(handlers_.Encode(request, response, &scheme),
                                    request.request_id())
@@ -209,7 +135,7 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   };
   auto schedule = [this](const v1::EncodeRequest& request, WorkPool::Job job) {
     absl::StatusOr<CallCost> cost = CostOf(request);
-    runtime_.pool->Submit(cost.ok() ? cost->lane : Lane::kCheap, std::move(job));
+    runtime().pool->Submit(cost.ok() ? cost->lane : Lane::kCheap, std::move(job));
   };
   auto on_finish = [call](const grpc::Status& status, bool from_handler) {
     if (status.ok() || from_handler) call->counted.store(true);
@@ -221,7 +147,7 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const v1::BiasRequest* request,
     v1::BiasResponse* response) {
-  return ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
+  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
                     response, [this, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
                       return ToGrpcStatus(
@@ -241,7 +167,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
     grpc::CallbackServerContext* context, const v1::ListSchemesRequest* request,
     v1::ListSchemesResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (CallOf(runtime_, context, SchemeLabel::kNone)->late) {
+  if (CallOf(runtime(), context, SchemeLabel::kNone)->late) {
     reactor->Finish(kShuttingDown);
     return reactor;
   }
@@ -253,7 +179,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
     grpc::CallbackServerContext* context, const v1::GraphRequest* request,
     v1::GraphResponse* response) {
-  return ServeUnary(context, SchemeLabel::kGraphLaplacian, request->request_id(),
+  return runner_.ServeUnary(context, SchemeLabel::kGraphLaplacian, request->request_id(),
                     CostOf(*request), response,
                     [this, request, response](const CancelCheck& cancelled) {
                       return ToGrpcStatus(
@@ -276,8 +202,8 @@ grpc::ServerUnaryReactor* ServeInline(const ServiceRuntime& runtime,
 grpc::ServerUnaryReactor* PositionalEncodingService::RegisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse*) {
-  return ServeInline(runtime_, context, [&] {
-    return runtime_.shm->Register(request->name(), request->key(), request->offset(),
+  return ServeInline(runtime(), context, [&] {
+    return runtime().shm->Register(request->name(), request->key(), request->offset(),
                                   request->byte_size());
   });
 }
@@ -285,14 +211,14 @@ grpc::ServerUnaryReactor* PositionalEncodingService::RegisterSharedMemory(
 grpc::ServerUnaryReactor* PositionalEncodingService::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse*) {
-  return ServeInline(runtime_, context, [&] { return runtime_.shm->Unregister(request->name()); });
+  return ServeInline(runtime(), context, [&] { return runtime().shm->Unregister(request->name()); });
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::SharedMemoryStatus(
     grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
     v1::SharedMemoryStatusResponse* response) {
-  return ServeInline(runtime_, context, [&]() -> absl::Status {
-    absl::StatusOr<std::vector<ShmRegionStatus>> regions = runtime_.shm->Status(request->name());
+  return ServeInline(runtime(), context, [&]() -> absl::Status {
+    absl::StatusOr<std::vector<ShmRegionStatus>> regions = runtime().shm->Status(request->name());
     if (!regions.ok()) return regions.status();
     for (const ShmRegionStatus& r : *regions) {
       v1::SharedMemoryRegion* out = response->add_regions();

@@ -5,27 +5,16 @@
 #pragma once
 
 #include "posenc/v1/posenc.grpc.pb.h"
-#include "server/service/admission.h"
-#include "server/service/call_tracker.h"
-#include "server/service/request_cost.h"
+#include "server/service/call_runner.h"
 #include "server/service/request_handlers.h"
-#include "server/service/work_pool.h"
 
 namespace posenc {
-
-// What runs the calls; not owned, each outlives the service.
-struct ServiceRuntime {
-  WorkPool* pool = nullptr;
-  Admission* admission = nullptr;
-  CallTracker* tracker = nullptr;
-  SharedMemoryRegistry* shm = nullptr;
-};
 
 class PositionalEncodingService final : public v1::PositionalEncoding::CallbackService {
  public:
   // REQUIRES: every runtime member is non-null.
   PositionalEncodingService(const ServiceState& state, const ServiceRuntime& runtime)
-      : handlers_(state), runtime_(runtime) {}
+      : handlers_(state), runner_(runtime, state.max_message_bytes) {}
 
   // Requests an EncodeStream keeps read ahead of its writes; a client that does not read
   // makes the server stop reading, so memory per stream stays bounded.
@@ -60,19 +49,11 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
       v1::SharedMemoryStatusResponse* response) override;
 
   const RequestHandlers& handlers() const { return handlers_; }
-  const ServiceRuntime& runtime() const { return runtime_; }
+  const ServiceRuntime& runtime() const { return runner_.runtime(); }
 
  private:
-  // Admits a unary call of `cost` and runs handle(const CancelCheck&) -> grpc::Status on
-  // the pool, then checks the response fits the message limit and finishes the call.
-  template <typename Response, typename Handle>
-  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, SchemeLabel scheme,
-                                       const std::string& request_id,
-                                       const absl::StatusOr<CallCost>& cost, Response* response,
-                                       Handle handle);
-
   RequestHandlers handlers_;
-  const ServiceRuntime runtime_;
+  const CallRunner runner_;
 };
 
 }  // namespace posenc

@@ -134,9 +134,11 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   state.limits.max_output_bytes = options.max_message_bytes - kFramingBytes;
   state.max_message_bytes = options.max_message_bytes;
   state.version = kVersion;
-  server->service_ = std::make_unique<PositionalEncodingService>(
-      state, ServiceRuntime{server->pool_.get(), server->admission_.get(),
-                            server->tracker_.get(), server->shm_.get()});
+  const ServiceRuntime runtime{server->pool_.get(), server->admission_.get(),
+                               server->tracker_.get(), server->shm_.get()};
+  server->service_ = std::make_unique<PositionalEncodingService>(state, runtime);
+  server->inference_ = std::make_unique<InferenceService>(
+      state, runtime, InferenceServiceOptions{/*shm_enabled=*/options.shm.enabled});
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -151,6 +153,7 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   int bound_port = 0;
   builder.AddListeningPort(options.listen, credentials, &bound_port);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->inference_.get());
   builder.RegisterService(server->health_.get());
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || (!absl::StartsWith(options.listen, "unix:") && bound_port == 0)) {
@@ -168,6 +171,7 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   }
   server->health_->Set(v1::PositionalEncoding::service_full_name(), true);
   server->metrics_ = metrics;
+  server->health_->Set(inference::GRPCInferenceService::service_full_name(), true);
   server->monitor_ = std::thread(&PosencServer::Monitor, server.get(), options.stall_threshold);
   return server;
 }
@@ -186,6 +190,7 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     health_->Set("", progressing);
     health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
     if (metrics_) metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
+    health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
     // glibc keeps freed large buffers in its arenas; hand them back when idle.
     if (admission_->inflight_calls() > 0) {
       busy_since_trim = true;

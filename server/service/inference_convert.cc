@@ -1,0 +1,607 @@
+#include "server/service/inference_convert.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "server/common/status_macros.h"
+
+namespace posenc {
+namespace {
+
+using InferInput = oip::ModelInferRequest::InferInputTensor;
+using Parameters = google::protobuf::Map<std::string, oip::InferParameter>;
+
+const std::vector<std::string> kFloats = {"FP32", "FP16", "BF16"};
+const std::vector<std::string> kInts = {"INT64", "INT32"};
+
+std::vector<ModelInfo> BuildModels() {
+  const ModelTensor input{"input", kFloats, {-1, -1, -1}, false};
+  const ModelTensor ids{"position_ids", kInts, {-1, -1}, true};
+  const ModelTensor output{"output", {"FP32"}, {-1, -1, -1}, false};
+  const std::vector<std::string> encode_params = {"config", "positions", "position_offset"};
+  auto absolute = [&](const char* name, SchemeLabel scheme) {
+    return ModelInfo{name, scheme, ModelKind::kEncode, {input, ids}, {output}, encode_params};
+  };
+  ModelInfo continuous = absolute("continuous", SchemeLabel::kContinuous);
+  continuous.inputs.push_back({"position_values", {"FP64", "FP32"}, {-1, -1}, true});
+  const ModelTensor q{"input", kFloats, {-1, -1, -1, -1}, false};
+  const ModelInfo rope{"rope", SchemeLabel::kRope, ModelKind::kEncode,
+                       {q, {"key", kFloats, {-1, -1, -1, -1}, true}, ids},
+                       {{"output", {"FP32"}, {-1, -1, -1, -1}, false},
+                        {"key_output", {"FP32"}, {-1, -1, -1, -1}, true}},
+                       encode_params};
+  auto bias = [](const char* name, SchemeLabel scheme) {
+    return ModelInfo{name, scheme, ModelKind::kBias,
+                     {{"scores", kFloats, {-1, -1, -1, -1}, true}},
+                     {{"output", {"FP32"}, {-1, -1, -1}, false}},
+                     {"config", "query_length", "key_length", "query_offset"}};
+  };
+  const ModelInfo graph{"graph_laplacian", SchemeLabel::kGraphLaplacian, ModelKind::kGraph,
+                        {{"edges", kInts, {-1, 2}, false}, {"input", kFloats, {-1, -1}, true}},
+                        {{"output", {"FP32"}, {-1, -1}, false},
+                         {"eigenvalues", {"FP64"}, {-1}, false}},
+                        {"num_nodes", "k", "normalized"}};
+  return {absolute("sinusoidal", SchemeLabel::kSinusoidal),
+          absolute("learned", SchemeLabel::kLearned),
+          rope,
+          absolute("hierarchical", SchemeLabel::kHierarchical),
+          continuous,
+          bias("alibi", SchemeLabel::kAlibi),
+          bias("t5", SchemeLabel::kT5),
+          graph};
+}
+
+// Request parameters Triton's clients may send that mean nothing to posenc.
+bool IsReservedParameter(absl::string_view name) {
+  for (const char* r : {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
+                        "binary_data_output", "headers", "triton_enable_empty_final_response"}) {
+    if (name == r) return true;
+  }
+  return false;
+}
+
+int64_t ElementBytes(absl::string_view datatype) {
+  if (datatype == "FP16" || datatype == "BF16") return 2;
+  if (datatype == "INT64" || datatype == "FP64") return 8;
+  return 4;  // FP32, INT32 (others were refused before)
+}
+
+absl::StatusOr<v1::DType> NativeDType(absl::string_view datatype) {
+  if (datatype == "FP32") return v1::FLOAT32;
+  if (datatype == "FP16") return v1::FLOAT16;
+  if (datatype == "BF16") return v1::BFLOAT16;
+  if (datatype == "INT32") return v1::INT32;
+  if (datatype == "INT64") return v1::INT64;
+  return absl::InvalidArgumentError(absl::StrCat("datatype ", datatype, " has no native dtype"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Parameters.
+
+absl::StatusOr<std::optional<int64_t>> IntParam(const Parameters& params, const std::string& name) {
+  auto it = params.find(name);
+  if (it == params.end()) return std::optional<int64_t>();
+  const oip::InferParameter& p = it->second;
+  if (p.has_int64_param()) return std::optional<int64_t>(p.int64_param());
+  if (p.has_uint64_param() &&
+      p.uint64_param() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return std::optional<int64_t>(static_cast<int64_t>(p.uint64_param()));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameter '", name, "' must be an int64 (int64_param)"));
+}
+
+absl::StatusOr<std::optional<std::string>> StringParam(const Parameters& params,
+                                                       const std::string& name) {
+  auto it = params.find(name);
+  if (it == params.end()) return std::optional<std::string>();
+  if (!it->second.has_string_param()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter '", name, "' must be a string (string_param)"));
+  }
+  return std::optional<std::string>(it->second.string_param());
+}
+
+absl::Status CheckParameters(const ModelInfo& model, const Parameters& params) {
+  for (const auto& [name, value] : params) {
+    if (IsReservedParameter(name)) continue;
+    if (std::find(model.parameters.begin(), model.parameters.end(), name) ==
+        model.parameters.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", name, "' is not one of model '", model.name,
+                       "''s parameters: ", absl::StrJoin(model.parameters, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The `config` parameter (protobuf JSON) into the scheme message.
+absl::Status ParseConfig(const Parameters& params, const std::string& model,
+                         google::protobuf::Message* message) {
+  ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "config"));
+  if (!json) return absl::OkStatus();
+  google::protobuf::util::JsonParseOptions options;  // unknown fields are errors
+  const auto status = google::protobuf::util::JsonStringToMessage(*json, message, options);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "parameter 'config' is not a ", message->GetDescriptor()->name(),
+      " message in protobuf JSON (model '", model, "'): ", std::string(status.message())));
+}
+
+// ---------------------------------------------------------------------------------------
+// Input tensors.
+
+// An input with its bytes taken from the request (raw or typed contents), or its region.
+struct Input {
+  const InferInput* tensor = nullptr;
+  std::string bytes;
+  std::optional<v1::SharedMemoryRef> shm;
+};
+
+absl::StatusOr<int64_t> ElementCount(const InferInput& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape()) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 60)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", t.name(), "' has shape [", absl::StrJoin(t.shape(), ","),
+          "]; every dimension must be >= 0 and the product must fit memory"));
+    }
+  }
+  return n;
+}
+
+// Typed contents as little-endian bytes (FP16 and BF16 have no typed field).
+absl::StatusOr<std::string> ContentBytes(const InferInput& t, int64_t count) {
+  const oip::InferTensorContents& c = t.contents();
+  const void* data = nullptr;
+  int64_t size = 0;
+  const std::string& type = t.datatype();
+  if (type == "FP32") data = c.fp32_contents().data(), size = c.fp32_contents_size();
+  if (type == "INT32") data = c.int_contents().data(), size = c.int_contents_size();
+  if (type == "INT64") data = c.int64_contents().data(), size = c.int64_contents_size();
+  if (type == "FP64") data = c.fp64_contents().data(), size = c.fp64_contents_size();
+  if (type == "FP16" || type == "BF16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", t.name(), "' is ", type, ", which has no typed contents; send it in "
+        "raw_input_contents"));
+  }
+  if (size != count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unexpected number of elements for input '", t.name(), "': shape [",
+        absl::StrJoin(t.shape(), ","), "] has ", count, ", its contents hold ", size));
+  }
+  return std::string(static_cast<const char*>(data),
+                     static_cast<size_t>(count * ElementBytes(type)));
+}
+
+// The Triton tensor parameters shared_memory_region/_byte_size/_offset, if present.
+absl::StatusOr<std::optional<v1::SharedMemoryRef>> ShmRefOf(const Parameters& params,
+                                                           absl::string_view what,
+                                                           const ConvertOptions& options) {
+  ASSIGN_OR_RETURN(std::optional<std::string> region,
+                   StringParam(params, "shared_memory_region"));
+  if (!region) return std::optional<v1::SharedMemoryRef>();
+  if (!options.shm_enabled) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " names shared_memory_region '", *region,
+        "', but shared memory is off; start posenc-server with --shm"));
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> size, IntParam(params, "shared_memory_byte_size"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "shared_memory_offset"));
+  if (!size || *size < 0 || offset.value_or(0) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " needs shared_memory_byte_size >= 0 (and shared_memory_offset >= 0)"));
+  }
+  v1::SharedMemoryRef ref;
+  ref.set_region(*region);
+  ref.set_byte_size(static_cast<uint64_t>(*size));
+  ref.set_offset(static_cast<uint64_t>(offset.value_or(0)));
+  return std::optional<v1::SharedMemoryRef>(ref);
+}
+
+const ModelTensor* FindTensor(const std::vector<ModelTensor>& tensors, absl::string_view name) {
+  for (const ModelTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+// Checks one input against the model and takes its bytes. `raw` is the next unread
+// raw_input_contents entry, or null when the request uses typed contents.
+absl::StatusOr<Input> TakeInput(const ModelInfo& model, InferInput& t, std::string* raw,
+                                const ConvertOptions& options) {
+  const ModelTensor* spec = FindTensor(model.inputs, t.name());
+  if (spec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected inference input '", t.name(),
+                                                   "' for model '", model.name, "'"));
+  }
+  if (std::find(spec->datatypes.begin(), spec->datatypes.end(), t.datatype()) ==
+      spec->datatypes.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inference input '", t.name(), "' data-type is '", t.datatype(), "', but model '",
+        model.name, "' expects ", absl::StrJoin(spec->datatypes, ", ")));
+  }
+  ASSIGN_OR_RETURN(const int64_t count, ElementCount(t));
+  const int64_t expected = count * ElementBytes(t.datatype());
+  Input in;
+  in.tensor = &t;
+  ASSIGN_OR_RETURN(in.shm, ShmRefOf(t.parameters(), absl::StrCat("input '", t.name(), "'"),
+                                    options));
+  if (in.shm) {
+    if (static_cast<int64_t>(in.shm->byte_size()) != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", t.name(), "': shared_memory_byte_size is ", in.shm->byte_size(),
+          "; shape and datatype need ", expected));
+    }
+    return in;
+  }
+  if (raw == nullptr) {
+    ASSIGN_OR_RETURN(in.bytes, ContentBytes(t, count));
+    return in;
+  }
+  if (t.has_contents()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", t.name(), "' has contents; they must be empty when raw_input_contents is used"));
+  }
+  if (static_cast<int64_t>(raw->size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input byte size mismatch for input '", t.name(), "' for model '", model.name,
+        "'. Expected ", expected, ", got ", raw->size()));
+  }
+  in.bytes.swap(*raw);
+  return in;
+}
+
+// Every input of the request, checked, by name; required ones present, none twice.
+absl::StatusOr<std::vector<Input>> TakeInputs(const ModelInfo& model,
+                                              oip::ModelInferRequest& request,
+                                              const ConvertOptions& options) {
+  std::vector<Input> inputs;
+  int raw_used = 0;
+  const bool use_raw = request.raw_input_contents_size() > 0;
+  for (InferInput& t : *request.mutable_inputs()) {
+    for (const Input& seen : inputs) {
+      if (seen.tensor->name() == t.name()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", t.name(), "' is given more than once"));
+      }
+    }
+    const bool in_shm = t.parameters().count("shared_memory_region") != 0;
+    std::string* raw = nullptr;
+    if (use_raw && !in_shm) {
+      if (raw_used >= request.raw_input_contents_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "raw_input_contents has ", request.raw_input_contents_size(),
+            " entries; input '", t.name(), "' has none"));
+      }
+      raw = request.mutable_raw_input_contents(raw_used++);
+    }
+    ASSIGN_OR_RETURN(Input in, TakeInput(model, t, raw, options));
+    inputs.push_back(std::move(in));
+  }
+  if (use_raw && raw_used != request.raw_input_contents_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_input_contents has ", request.raw_input_contents_size(), " entries for ",
+        raw_used, " inputs"));
+  }
+  for (const ModelTensor& spec : model.inputs) {
+    const bool given = std::any_of(inputs.begin(), inputs.end(),
+                                   [&](const Input& in) { return in.tensor->name() == spec.name; });
+    if (!spec.optional && !given) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model.name, "' needs input '", spec.name, "'"));
+    }
+  }
+  return inputs;
+}
+
+const Input* Named(const std::vector<Input>& inputs, absl::string_view name) {
+  for (const Input& in : inputs) {
+    if (in.tensor->name() == name) return &in;
+  }
+  return nullptr;
+}
+
+// A float input as a native Tensor (its bytes moved, or its region referenced).
+absl::Status ToNativeTensor(Input& in, v1::Tensor* out) {
+  ASSIGN_OR_RETURN(const v1::DType dtype, NativeDType(in.tensor->datatype()));
+  out->set_dtype(dtype);
+  out->mutable_shape()->Add(in.tensor->shape().begin(), in.tensor->shape().end());
+  if (in.shm) {
+    *out->mutable_shm() = *in.shm;
+  } else {
+    out->mutable_data()->swap(in.bytes);
+  }
+  return absl::OkStatus();
+}
+
+// An INT64/INT32 (or FP64/FP32) input's values, which go into repeated native fields.
+template <typename T>
+absl::StatusOr<std::vector<T>> Values(const Input& in) {
+  if (in.shm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", in.tensor->name(), "' cannot come through shared memory; send it inline"));
+  }
+  const std::string& type = in.tensor->datatype();
+  const size_t n = in.bytes.size() / static_cast<size_t>(ElementBytes(type));
+  std::vector<T> out(n);
+  auto widen = [&](auto tag) {
+    using S = decltype(tag);
+    for (size_t i = 0; i < n; ++i) {
+      S v;
+      std::memcpy(&v, in.bytes.data() + i * sizeof(S), sizeof(S));
+      out[i] = static_cast<T>(v);
+    }
+  };
+  if (type == "INT64") widen(int64_t{});
+  if (type == "INT32") widen(int32_t{});
+  if (type == "FP64") widen(double{});
+  if (type == "FP32") widen(float{});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Per kind.
+
+absl::Status SchemeOf(const ModelInfo& model, const Parameters& params, v1::EncodeRequest& r) {
+  google::protobuf::Message* scheme = nullptr;
+  switch (model.scheme) {
+    case SchemeLabel::kSinusoidal: scheme = r.mutable_sinusoidal(); break;
+    case SchemeLabel::kLearned: scheme = r.mutable_learned(); break;
+    case SchemeLabel::kRope: scheme = r.mutable_rope(); break;
+    case SchemeLabel::kHierarchical: scheme = r.mutable_hierarchical(); break;
+    default: scheme = r.mutable_continuous(); break;
+  }
+  return ParseConfig(params, model.name, scheme);
+}
+
+absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
+                         v1::Positions& positions) {
+  ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "positions"));
+  if (json) {
+    const auto status = google::protobuf::util::JsonStringToMessage(*json, &positions);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter 'positions' is not a Positions message in protobuf JSON: ",
+          std::string(status.message())));
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "position_offset"));
+  if (offset) {
+    if (positions.offsets_size() > 0) {
+      return absl::InvalidArgumentError("give positions.offsets or position_offset, not both");
+    }
+    positions.add_offsets(*offset);
+  }
+  if (const Input* ids = Named(inputs, "position_ids")) {
+    if (positions.ids_size() > 0) {
+      return absl::InvalidArgumentError("give positions.ids or input 'position_ids', not both");
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> v, Values<int64_t>(*ids));
+    positions.mutable_ids()->Add(v.begin(), v.end());
+  }
+  if (const Input* values = Named(inputs, "position_values")) {
+    if (positions.values_size() > 0) {
+      return absl::InvalidArgumentError(
+          "give positions.values or input 'position_values', not both");
+    }
+    ASSIGN_OR_RETURN(std::vector<double> v, Values<double>(*values));
+    positions.mutable_values()->Add(v.begin(), v.end());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
+  v1::EncodeRequest& r = n.encode;
+  r.set_request_id(n.id);
+  RETURN_IF_ERROR(SchemeOf(*n.model, params, r));
+  RETURN_IF_ERROR(PositionsOf(params, inputs, *r.mutable_positions()));
+  for (Input& in : inputs) {
+    if (in.tensor->name() == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));
+    if (in.tensor->name() == "key") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_key()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ToBias(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
+  v1::BiasRequest& r = n.bias;
+  r.set_request_id(n.id);
+  RETURN_IF_ERROR(ParseConfig(params, n.model->name, n.model->scheme == SchemeLabel::kAlibi
+                                                         ? static_cast<google::protobuf::Message*>(
+                                                               r.mutable_alibi())
+                                                         : r.mutable_t5()));
+  ASSIGN_OR_RETURN(std::optional<int64_t> q, IntParam(params, "query_length"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> k, IntParam(params, "key_length"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "query_offset"));
+  r.set_query_length(q.value_or(0));
+  r.set_key_length(k.value_or(0));
+  if (offset) r.set_query_offset(*offset);
+  for (Input& in : inputs) RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_scores()));
+  return absl::OkStatus();
+}
+
+absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
+  v1::GraphRequest& r = n.graph;
+  r.set_request_id(n.id);
+  ASSIGN_OR_RETURN(std::optional<int64_t> nodes, IntParam(params, "num_nodes"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> k, IntParam(params, "k"));
+  r.set_num_nodes(nodes.value_or(0));
+  if (k && (*k < std::numeric_limits<int32_t>::min() || *k > std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter 'k' is ", *k, "; it must fit int32"));
+  }
+  r.set_k(static_cast<int32_t>(k.value_or(0)));
+  if (auto it = params.find("normalized"); it != params.end()) {
+    if (!it->second.has_bool_param()) {
+      return absl::InvalidArgumentError("parameter 'normalized' must be a bool (bool_param)");
+    }
+    r.set_normalized(it->second.bool_param());
+  }
+  for (Input& in : inputs) {
+    if (in.tensor->name() == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));
+    if (in.tensor->name() != "edges") continue;
+    const auto& shape = in.tensor->shape();
+    if (shape.size() != 2 || shape[1] != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input 'edges' is [", absl::StrJoin(shape, ","),
+          "]; model 'graph_laplacian' needs [num_edges, 2]"));
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> edges, Values<int64_t>(in));
+    r.mutable_edges()->Add(edges.begin(), edges.end());
+  }
+  return absl::OkStatus();
+}
+
+// The outputs to return, in order: those requested, else all the model has.
+absl::Status ChooseOutputs(const oip::ModelInferRequest& request, const std::vector<Input>& inputs,
+                           NativeRequest& n, const ConvertOptions& options) {
+  for (const auto& wanted : request.outputs()) {
+    if (FindTensor(n.model->outputs, wanted.name()) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected inference output '", wanted.name(), "' for model '", n.model->name, "'"));
+    }
+    if (wanted.name() == "key_output" && Named(inputs, "key") == nullptr) {
+      return absl::InvalidArgumentError("output 'key_output' needs input 'key'");
+    }
+    ASSIGN_OR_RETURN(std::optional<v1::SharedMemoryRef> shm,
+                     ShmRefOf(wanted.parameters(),
+                              absl::StrCat("output '", wanted.name(), "'"), options));
+    if (shm) {
+      if (n.model->kind == ModelKind::kGraph) {
+        return absl::InvalidArgumentError("graph_laplacian's outputs cannot go to shared memory");
+      }
+      v1::SharedMemoryRef* to = n.model->kind == ModelKind::kBias ? n.bias.mutable_output_shm()
+                                : wanted.name() == "key_output" ? n.encode.mutable_key_output_shm()
+                                                                : n.encode.mutable_output_shm();
+      *to = *shm;
+    }
+    n.outputs.push_back(wanted.name());
+  }
+  if (!n.outputs.empty()) return absl::OkStatus();
+  for (const ModelTensor& out : n.model->outputs) {
+    if (out.name == "key_output" && Named(inputs, "key") == nullptr) continue;
+    n.outputs.push_back(out.name);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Responses.
+
+void StartResponse(const NativeRequest& n, oip::ModelInferResponse& out) {
+  out.set_model_name(n.model->name);
+  out.set_model_version(kModelVersion);
+  out.set_id(n.id);
+}
+
+// One output the native response holds.
+struct Output {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+  std::string* data;                     // taken
+  const v1::SharedMemoryRef* shm = nullptr;  // set: written in place, no bytes travel
+};
+
+Output OutputOf(std::string name, v1::Tensor* t) {
+  return Output{std::move(name), DatatypeOf(t->dtype()), {t->shape().begin(), t->shape().end()},
+                t->mutable_data(), t->has_shm() ? &t->shm() : nullptr};
+}
+
+// The outputs go out in n.outputs' order, one raw_output_contents entry each (empty for an
+// output in shared memory, whose region the client reads).
+void AddOutputs(const NativeRequest& n, std::vector<Output> outputs,
+                oip::ModelInferResponse& out) {
+  StartResponse(n, out);
+  for (const std::string& name : n.outputs) {
+    for (Output& source : outputs) {
+      if (source.name != name) continue;
+      auto* o = out.add_outputs();
+      o->set_name(name);
+      o->set_datatype(source.datatype);
+      o->mutable_shape()->Add(source.shape.begin(), source.shape.end());
+      std::string* raw = out.add_raw_output_contents();
+      if (source.shm == nullptr) {
+        raw->swap(*source.data);
+        continue;
+      }
+      auto& params = *o->mutable_parameters();
+      params["shared_memory_region"].set_string_param(source.shm->region());
+      params["shared_memory_byte_size"].set_int64_param(
+          static_cast<int64_t>(source.shm->byte_size()));
+      params["shared_memory_offset"].set_int64_param(static_cast<int64_t>(source.shm->offset()));
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<ModelInfo>& Models() {
+  static const std::vector<ModelInfo>* const models = new std::vector<ModelInfo>(BuildModels());
+  return *models;
+}
+
+absl::StatusOr<const ModelInfo*> FindModel(absl::string_view name, absl::string_view version) {
+  for (const ModelInfo& m : Models()) {
+    if (m.name != name) continue;
+    if (!version.empty() && version != kModelVersion) {
+      return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name, "' version ",
+                                              version, " is not found"));
+    }
+    return &m;
+  }
+  return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name,
+                                          "' is not found"));
+}
+
+absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRequest& request,
+                                                               const ConvertOptions& options) {
+  auto n = std::make_unique<NativeRequest>();
+  ASSIGN_OR_RETURN(n->model, FindModel(request.model_name(), request.model_version()));
+  n->id = request.id();
+  RETURN_IF_ERROR(CheckParameters(*n->model, request.parameters()));
+  ASSIGN_OR_RETURN(std::vector<Input> inputs, TakeInputs(*n->model, request, options));
+  RETURN_IF_ERROR(ChooseOutputs(request, inputs, *n, options));
+  switch (n->model->kind) {
+    case ModelKind::kEncode: RETURN_IF_ERROR(ToEncode(request.parameters(), inputs, *n)); break;
+    case ModelKind::kBias: RETURN_IF_ERROR(ToBias(request.parameters(), inputs, *n)); break;
+    case ModelKind::kGraph: RETURN_IF_ERROR(ToGraph(request.parameters(), inputs, *n)); break;
+  }
+  return n;
+}
+
+void ToInferResponse(const NativeRequest& n, v1::EncodeResponse& response,
+                     oip::ModelInferResponse& out) {
+  AddOutputs(n, {OutputOf("output", response.mutable_output()),
+                 OutputOf("key_output", response.mutable_key_output())}, out);
+}
+
+void ToInferResponse(const NativeRequest& n, v1::BiasResponse& response,
+                     oip::ModelInferResponse& out) {
+  AddOutputs(n, {OutputOf("output", response.mutable_output())}, out);
+}
+
+void ToInferResponse(const NativeRequest& n, v1::GraphResponse& response,
+                     oip::ModelInferResponse& out) {
+  std::string eigenvalues(reinterpret_cast<const char*>(response.eigenvalues().data()),
+                          response.eigenvalues_size() * sizeof(double));
+  AddOutputs(n, {OutputOf("output", response.mutable_output()),
+                 Output{"eigenvalues", "FP64", {response.eigenvalues_size()}, &eigenvalues}},
+             out);
+}
+
+const char* DatatypeOf(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT16: return "FP16";
+    case v1::BFLOAT16: return "BF16";
+    case v1::INT32: return "INT32";
+    case v1::INT64: return "INT64";
+    default: return "FP32";
+  }
+}
+
+}  // namespace posenc

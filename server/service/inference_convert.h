@@ -1,0 +1,85 @@
+// The Open Inference Protocol's models, and the conversions between its messages
+// (package inference) and posenc.v1's: a ModelInferRequest becomes the EncodeRequest,
+// BiasRequest or GraphRequest its model stands for, and the native response becomes a
+// ModelInferResponse. No scheme logic lives here: the native RequestHandlers do the work.
+// Errors are those Triton gives for the same cases (unknown model NOT_FOUND; an input or
+// output with a wrong name, datatype or size INVALID_ARGUMENT naming it).
+// Stateless; thread-safe.
+//
+// Tensor bytes move rather than copy: raw_input_contents entries are swapped into the
+// native tensors, and the native outputs are swapped into raw_output_contents.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "inference/grpc_service.pb.h"
+#include "posenc/v1/posenc.pb.h"
+#include "server/metrics/metrics.h"
+
+namespace posenc {
+
+namespace oip = ::inference;
+
+// Which native rpc a model's requests become.
+enum class ModelKind { kEncode, kBias, kGraph };
+
+struct ModelTensor {
+  std::string name;
+  std::vector<std::string> datatypes;  // accepted; the first is the one metadata declares
+  std::vector<int64_t> shape;          // -1: any size
+  bool optional = false;
+};
+
+struct ModelInfo {
+  std::string name;
+  SchemeLabel scheme;
+  ModelKind kind;
+  std::vector<ModelTensor> inputs;
+  std::vector<ModelTensor> outputs;
+  std::vector<std::string> parameters;  // request parameters it takes
+};
+
+inline constexpr char kModelVersion[] = "1";
+inline constexpr char kModelPlatform[] = "posenc";
+
+// The eight models, in the order of ListSchemes.
+const std::vector<ModelInfo>& Models();
+// NOT_FOUND (Triton's message) for a model posenc does not serve or a version but "1".
+absl::StatusOr<const ModelInfo*> FindModel(absl::string_view name, absl::string_view version);
+
+// The native request a ModelInferRequest stands for; exactly the one of `kind` is used.
+struct NativeRequest {
+  const ModelInfo* model = nullptr;
+  std::string id;
+  v1::EncodeRequest encode;
+  v1::BiasRequest bias;
+  v1::GraphRequest graph;
+  std::vector<std::string> outputs;  // the outputs to return, in order
+};
+
+struct ConvertOptions {
+  // Whether tensors may come as (and go to) shared-memory regions (--shm). Off, a tensor
+  // with shared_memory_region is FAILED_PRECONDITION.
+  bool shm_enabled = false;
+};
+
+// Converts `request`, taking its raw_input_contents' bytes (so it is left without them).
+absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRequest& request,
+                                                               const ConvertOptions& options);
+
+// Fills `out` with the outputs `native.outputs` names, taking the response's tensor bytes.
+void ToInferResponse(const NativeRequest& native, v1::EncodeResponse& response,
+                     oip::ModelInferResponse& out);
+void ToInferResponse(const NativeRequest& native, v1::BiasResponse& response,
+                     oip::ModelInferResponse& out);
+void ToInferResponse(const NativeRequest& native, v1::GraphResponse& response,
+                     oip::ModelInferResponse& out);
+
+// "FP32", "FP16", "BF16", "INT32", "INT64" for the native dtypes.
+const char* DatatypeOf(v1::DType dtype);
+
+}  // namespace posenc

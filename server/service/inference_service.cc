@@ -1,0 +1,289 @@
+#include "server/service/inference_service.h"
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "inference/model_config.pb.h"
+#include "server/service/ordered_stream.h"
+#include "server/service/proto_convert.h"
+
+namespace posenc {
+namespace {
+
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+using inference::ModelStreamInferResponse;
+
+// The metrics label of a request for `model_name`, known or not.
+SchemeLabel LabelOfModel(const std::string& model_name) {
+  absl::StatusOr<const ModelInfo*> model = FindModel(model_name, "");
+  return model.ok() ? (*model)->scheme : SchemeLabel::kNone;
+}
+
+// A conversion error names the request, as native errors do.
+absl::Status WithId(const absl::Status& status, const std::string& id) {
+  if (id.empty() || status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("request ", id, ": ", status.message()));
+}
+
+// The lane a streamed request runs in, judged before it is converted: its size, or a graph
+// big enough to take a while to solve.
+Lane LaneOf(const ModelInferRequest& request) {
+  if (request.ByteSizeLong() > kCheapCallBytes) return Lane::kBulk;
+  if (request.model_name() != "graph_laplacian") return Lane::kCheap;
+  auto it = request.parameters().find("num_nodes");
+  return it != request.parameters().end() && it->second.int64_param() > kCheapGraphNodes
+             ? Lane::kBulk
+             : Lane::kCheap;
+}
+
+inference::DataType ConfigType(const std::string& datatype) {
+  inference::DataType type = inference::TYPE_INVALID;
+  inference::DataType_Parse("TYPE_" + datatype, &type);
+  return type;
+}
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const grpc::Status& s) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(s);
+  return reactor;
+}
+
+
+}  // namespace
+
+InferenceService::InferenceService(const ServiceState& state, const ServiceRuntime& runtime,
+                                   const InferenceServiceOptions& options)
+    : handlers_(state), runner_(runtime, state.max_message_bytes), options_(options),
+      convert_(ConvertOptions{options.shm_enabled}) {}
+
+absl::StatusOr<CallCost> InferenceService::CostOfNative(const NativeRequest& native) {
+  switch (native.model->kind) {
+    case ModelKind::kEncode: return CostOf(native.encode);
+    case ModelKind::kBias: return CostOf(native.bias);
+    default: return CostOf(native.graph);
+  }
+}
+
+grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& cancelled,
+                                   ModelInferResponse& out) const {
+  SchemeLabel scheme;
+  absl::Status status;
+  switch (native.model->kind) {
+    case ModelKind::kEncode: {
+      v1::EncodeResponse response;
+      status = handlers_.Encode(native.encode, response, &scheme);
+      if (status.ok()) ToInferResponse(native, response, out);
+      break;
+    }
+    case ModelKind::kBias: {
+      v1::BiasResponse response;
+      status = handlers_.AttentionBias(native.bias, response, &scheme);
+      if (status.ok()) ToInferResponse(native, response, out);
+      break;
+    }
+    case ModelKind::kGraph: {
+      v1::GraphResponse response;
+      status = handlers_.GraphEncode(native.graph, response, cancelled);
+      if (status.ok()) ToInferResponse(native, response, out);
+      break;
+    }
+  }
+  return ToGrpcStatus(status, native.id);
+}
+
+// The request message is ours until Finish: its raw bytes move into the native request,
+// hence the const_cast.
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
+                                                       const ModelInferRequest* request,
+                                                       ModelInferResponse* response) {
+  absl::StatusOr<std::unique_ptr<NativeRequest>> native =
+      ToNativeRequest(*const_cast<ModelInferRequest*>(request), convert_);
+  absl::StatusOr<CallCost> cost =
+      native.ok() ? CostOfNative(**native) : WithId(native.status(), request->id());
+  std::shared_ptr<NativeRequest> call(native.ok() ? std::move(*native) : nullptr);
+  return runner_.ServeUnary(context, LabelOfModel(request->model_name()), request->id(), cost,
+                            response,
+                            [this, call, response](const CancelCheck& cancelled) {
+                              return Run(*call, cancelled, *response);
+                            });
+}
+
+// Each message is converted, admitted and run on the pool, and counted with its model's
+// scheme. As in Triton, a failed request answers with error_message and the stream goes on.
+grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  ServiceMetrics* metrics = handlers_.state().metrics;
+  std::shared_ptr<TrackedCall> call = CallOf(runner_.runtime(), context, SchemeLabel::kNone);
+  auto handle = [this, context, metrics](ModelInferRequest& request,
+                                         ModelStreamInferResponse& response) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
+    absl::StatusOr<CallCost> cost = native.ok() ? CostOfNative(**native) : native.status();
+    absl::StatusOr<Admission::Ticket> ticket =
+        cost.ok() ? runner_.runtime().admission->Admit(cost->bytes) : cost.status();
+    grpc::Status status = ticket.ok() ? Run(**native, CancelCheckOf(context),
+                                            *response.mutable_infer_response())
+                                      : ToGrpcStatus(ticket.status(), request.id());
+    if (status.ok()) status = CheckResponseSize(response, runner_.max_message_bytes());
+    if (!status.ok()) {
+      response.Clear();
+      response.set_error_message(status.error_message());
+      response.mutable_infer_response()->set_model_name(request.model_name());
+      response.mutable_infer_response()->set_id(request.id());
+    }
+    if (metrics) {
+      metrics->RecordRequest(
+          Method::kModelStreamInfer, LabelOfModel(request.model_name()),
+          static_cast<int>(status.error_code()),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return grpc::Status::OK;
+  };
+  auto schedule = [this](const ModelInferRequest& request, WorkPool::Job job) {
+    runner_.runtime().pool->Submit(LaneOf(request), std::move(job));
+  };
+  auto on_finish = [call](const grpc::Status& status, bool from_handler) {
+    if (status.ok() || from_handler) call->counted.store(true);
+  };
+  return new OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse>(
+      kStreamWindow, handle, schedule, on_finish, call->late ? kShuttingDown : grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
+                                                       const inference::ServerLiveRequest*,
+                                                       inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return Finish(context, grpc::Status::OK);
+}
+
+// Not ready once the drain has begun, so that a load balancer stops sending.
+grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
+                                                        const inference::ServerReadyRequest*,
+                                                        inference::ServerReadyResponse* response) {
+  response->set_ready(!runner_.runtime().tracker->draining());
+  return Finish(context, grpc::Status::OK);
+}
+
+// As Triton: an unknown model is not ready (not an error).
+grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
+                                                       const inference::ModelReadyRequest* request,
+                                                       inference::ModelReadyResponse* response) {
+  response->set_ready(FindModel(request->name(), request->version()).ok() &&
+                      !runner_.runtime().tracker->draining());
+  return Finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
+    grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
+    inference::ServerMetadataResponse* response) {
+  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+    return Finish(context, kShuttingDown);
+  }
+  response->set_name("posenc");
+  response->set_version(handlers_.state().version);
+  if (options_.shm_enabled) response->add_extensions("system_shared_memory");
+  return Finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
+    grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
+    inference::ModelMetadataResponse* response) {
+  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+    return Finish(context, kShuttingDown);
+  }
+  absl::StatusOr<const ModelInfo*> model = FindModel(request->name(), request->version());
+  if (!model.ok()) return Finish(context, ToGrpcStatus(model.status()));
+  response->set_name((*model)->name);
+  response->add_versions(kModelVersion);
+  response->set_platform(kModelPlatform);
+  auto add = [](const ModelTensor& t, auto* out) {
+    out->set_name(t.name);
+    out->set_datatype(t.datatypes.front());
+    out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  };
+  for (const ModelTensor& t : (*model)->inputs) add(t, response->add_inputs());
+  for (const ModelTensor& t : (*model)->outputs) add(t, response->add_outputs());
+  return Finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+    return Finish(context, kShuttingDown);
+  }
+  absl::StatusOr<const ModelInfo*> model = FindModel(request->name(), request->version());
+  if (!model.ok()) return Finish(context, ToGrpcStatus(model.status()));
+  inference::ModelConfig* config = response->mutable_config();
+  config->set_name((*model)->name);
+  config->set_platform(kModelPlatform);
+  config->set_backend(kModelPlatform);
+  config->set_max_batch_size(0);
+  for (const ModelTensor& t : (*model)->inputs) {
+    inference::ModelInput* in = config->add_input();
+    in->set_name(t.name);
+    in->set_data_type(ConfigType(t.datatypes.front()));
+    in->mutable_dims()->Add(t.shape.begin(), t.shape.end());
+    in->set_optional(t.optional);
+  }
+  for (const ModelTensor& t : (*model)->outputs) {
+    inference::ModelOutput* out = config->add_output();
+    out->set_name(t.name);
+    out->set_data_type(ConfigType(t.datatypes.front()));
+    out->mutable_dims()->Add(t.shape.begin(), t.shape.end());
+  }
+  return Finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
+    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest*,
+    inference::RepositoryIndexResponse* response) {
+  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+    return Finish(context, kShuttingDown);
+  }
+  for (const ModelInfo& m : Models()) {
+    auto* entry = response->add_models();
+    entry->set_name(m.name);
+    entry->set_version(kModelVersion);
+    entry->set_state("READY");
+  }
+  return Finish(context, grpc::Status::OK);
+}
+
+// Shared memory: the same registry as posenc.v1's RegisterSharedMemory, so a region
+// registered through either front serves both.
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  absl::StatusOr<std::vector<ShmRegionStatus>> regions =
+      runner_.runtime().shm->Status(request->name());
+  if (!regions.ok()) return Finish(context, ToGrpcStatus(regions.status()));
+  for (const ShmRegionStatus& r : *regions) {
+    auto& out = (*response->mutable_regions())[r.name];
+    out.set_name(r.name);
+    out.set_offset(r.offset);
+    out.set_byte_size(r.byte_size);
+  }
+  return Finish(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse*) {
+  return Finish(context, ToGrpcStatus(runner_.runtime().shm->Register(
+                             request->name(), request->key(), request->offset(),
+                             request->byte_size())));
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse*) {
+  return Finish(context, ToGrpcStatus(runner_.runtime().shm->Unregister(request->name())));
+}
+
+}  // namespace posenc

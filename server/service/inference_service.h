@@ -1,0 +1,86 @@
+// inference.GRPCInferenceService: the Open Inference Protocol (KServe v2, Triton's gRPC
+// API) served beside posenc.v1 on the same port, on the same engine. Each model is a
+// scheme; ModelInfer converts its request to the native one (inference_convert.h) and runs
+// it through the same RequestHandlers, cost, admission and work pool as posenc.v1's
+// Encode, AttentionBias and GraphEncode (CallRunner). Metadata rpcs answer on gRPC's thread.
+// Thread-safe; owns nothing but its handlers.
+#pragma once
+
+#include <string>
+
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/service/call_runner.h"
+#include "server/service/inference_convert.h"
+#include "server/service/request_handlers.h"
+
+namespace posenc {
+
+struct InferenceServiceOptions {
+  // --shm: ServerMetadata lists "system_shared_memory", and tensors may name
+  // shared_memory_region. The SystemSharedMemory* rpcs answer FAILED_PRECONDITION until the
+  // region registry is wired in.
+  bool shm_enabled = false;
+};
+
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // REQUIRES: every runtime member is non-null.
+  InferenceService(const ServiceState& state, const ServiceRuntime& runtime,
+                   const InferenceServiceOptions& options);
+
+  // Requests a ModelStreamInfer keeps read ahead of its writes (as EncodeStream).
+  static constexpr size_t kStreamWindow = 2;
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+
+ private:
+  // Runs the converted request through the native handler and fills `out`.
+  grpc::Status Run(NativeRequest& native, const CancelCheck& cancelled,
+                   inference::ModelInferResponse& out) const;
+  // The cost of the native request, as posenc.v1 would compute it.
+  static absl::StatusOr<CallCost> CostOfNative(const NativeRequest& native);
+
+  RequestHandlers handlers_;
+  const CallRunner runner_;
+  const InferenceServiceOptions options_;
+  const ConvertOptions convert_;
+};
+
+}  // namespace posenc

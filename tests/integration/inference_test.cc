@@ -1,0 +1,781 @@
+// Integration tests of the Open Inference Protocol front: the real posenc-server binary on
+// port 0, called through stubs generated from the project's own proto/inference/
+// grpc_service.proto. Every model's answer is compared bit for bit with the native posenc.v1
+// rpc's answer for the same request.
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+#include "server/tensor/dtype.h"
+#include "server/tensor/npy.h"
+#include "client/shm_region.h"
+#include "tests/integration/server_process.h"
+
+namespace posenc::testing {
+namespace {
+
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+using inference::ModelStreamInferResponse;
+
+struct InferResult {
+  grpc::Status status;
+  ModelInferResponse response;
+};
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = uniform(rng);
+  return v;
+}
+
+// `values` rounded to `dtype` (FLOAT32 or BFLOAT16), as little-endian bytes.
+std::string Encoded(const std::vector<float>& values, v1::DType dtype) {
+  const DType t = dtype == v1::BFLOAT16 ? DType::kBFloat16 : DType::kFloat32;
+  std::string out(values.size() * DTypeSize(t), '\0');
+  FromFloat32(values.data(), t, out.data(), values.size());
+  return out;
+}
+
+const char* Datatype(v1::DType dtype) {
+  switch (dtype) {
+    case v1::BFLOAT16: return "BF16";
+    case v1::FLOAT16: return "FP16";
+    case v1::INT32: return "INT32";
+    case v1::INT64: return "INT64";
+    default: return "FP32";
+  }
+}
+
+template <typename T>
+std::string Bytes(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+v1::Tensor NativeTensor(const std::vector<int64_t>& shape, v1::DType dtype, std::string bytes) {
+  v1::Tensor t;
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_dtype(dtype);
+  t.set_data(std::move(bytes));
+  return t;
+}
+
+ModelInferRequest Request(const std::string& model, const std::string& id = "") {
+  ModelInferRequest r;
+  r.set_model_name(model);
+  r.set_id(id);
+  return r;
+}
+
+void AddRaw(ModelInferRequest& r, const std::string& name, const std::string& datatype,
+            const std::vector<int64_t>& shape, std::string bytes) {
+  auto* in = r.add_inputs();
+  in->set_name(name);
+  in->set_datatype(datatype);
+  for (int64_t d : shape) in->add_shape(d);
+  r.add_raw_input_contents(std::move(bytes));
+}
+
+// The native tensor as an OIP input, its bytes raw.
+void AddRaw(ModelInferRequest& r, const std::string& name, const v1::Tensor& t) {
+  AddRaw(r, name, Datatype(t.dtype()), {t.shape().begin(), t.shape().end()}, t.data());
+}
+
+void SetParameter(ModelInferRequest& r, const std::string& key, const std::string& value) {
+  (*r.mutable_parameters())[key].set_string_param(value);
+}
+void SetParameter(ModelInferRequest& r, const std::string& key, int64_t value) {
+  (*r.mutable_parameters())[key].set_int64_param(value);
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string json;
+  EXPECT_TRUE(google::protobuf::util::MessageToJsonString(m, &json).ok());
+  return json;
+}
+
+// The output `name` of `r` holds exactly `native`: datatype, shape and every byte.
+void ExpectSame(const ModelInferResponse& r, const std::string& name, const v1::Tensor& native) {
+  ASSERT_EQ(r.outputs_size(), r.raw_output_contents_size());
+  for (int i = 0; i < r.outputs_size(); ++i) {
+    if (r.outputs(i).name() != name) continue;
+    EXPECT_EQ(r.outputs(i).datatype(), Datatype(native.dtype())) << name;
+    EXPECT_EQ(std::vector<int64_t>(r.outputs(i).shape().begin(), r.outputs(i).shape().end()),
+              std::vector<int64_t>(native.shape().begin(), native.shape().end()))
+        << name;
+    EXPECT_GT(native.data().size(), 0u) << name;
+    EXPECT_TRUE(r.raw_output_contents(i) == native.data()) << name << " differs from native";
+    return;
+  }
+  ADD_FAILURE() << "no output '" << name << "'";
+}
+
+std::vector<std::string> OutputNames(const ModelInferResponse& r) {
+  std::vector<std::string> names;
+  for (const auto& o : r.outputs()) names.push_back(o.name());
+  return names;
+}
+
+class InferenceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = ::testing::TempDir();
+    // wpe: [64, 8]; t5rel: [32 buckets, 2 heads].
+    const std::vector<float> wpe = RandomFloats(64 * 8, 7), t5 = RandomFloats(32 * 2, 8);
+    ASSERT_TRUE(WriteNpyFile(dir + "/oip_wpe.npy", DType::kFloat32, {64, 8}, Bytes(wpe)).ok());
+    ASSERT_TRUE(WriteNpyFile(dir + "/oip_t5.npy", DType::kFloat32, {32, 2}, Bytes(t5)).ok());
+    server_ = new ServerProcess(
+        {"--table=wpe=" + dir + "/oip_wpe.npy", "--table=t5rel=" + dir + "/oip_t5.npy"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(server_->started());
+    oip_ = inference::GRPCInferenceService::NewStub(server_->Channel());
+    native_ = v1::PositionalEncoding::NewStub(server_->Channel());
+  }
+
+  InferResult Infer(const ModelInferRequest& request) {
+    InferResult result;
+    grpc::ClientContext ctx;
+    result.status = oip_->ModelInfer(&ctx, request, &result.response);
+    return result;
+  }
+  v1::EncodeResponse Encode(const v1::EncodeRequest& request) {
+    v1::EncodeResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = native_->Encode(&ctx, request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response;
+  }
+  v1::BiasResponse Bias(const v1::BiasRequest& request) {
+    v1::BiasResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = native_->AttentionBias(&ctx, request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response;
+  }
+  v1::GraphResponse Graph(const v1::GraphRequest& request) {
+    v1::GraphResponse response;
+    grpc::ClientContext ctx;
+    grpc::Status s = native_->GraphEncode(&ctx, request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response;
+  }
+
+  // The OIP request for the native Encode `native` of `model`: config = the scheme message,
+  // inputs = its tensors, positions as the `positions` parameter.
+  ModelInferRequest EncodeAsOip(const std::string& model, const v1::EncodeRequest& native) {
+    ModelInferRequest r = Request(model, native.request_id());
+    const google::protobuf::Message* scheme =
+        model == "sinusoidal" ? static_cast<const google::protobuf::Message*>(&native.sinusoidal())
+        : model == "learned"  ? &native.learned()
+        : model == "rope"     ? &native.rope()
+        : model == "hierarchical" ? static_cast<const google::protobuf::Message*>(&native.hierarchical())
+                                  : &native.continuous();
+    SetParameter(r, "config", Json(*scheme));
+    AddRaw(r, "input", native.input());
+    if (native.has_key()) AddRaw(r, "key", native.key());
+    return r;
+  }
+
+  // Encode natively and through ModelInfer; every output must be the same bytes.
+  void ExpectEncodeSame(const std::string& model, const v1::EncodeRequest& native,
+                        const ModelInferRequest& oip) {
+    const v1::EncodeResponse expected = Encode(native);
+    InferResult got = Infer(oip);
+    ASSERT_TRUE(got.status.ok()) << model << ": " << got.status.error_message();
+    EXPECT_EQ(got.response.model_name(), model);
+    EXPECT_EQ(got.response.model_version(), "1");
+    EXPECT_EQ(got.response.id(), oip.id());
+    ExpectSame(got.response, "output", expected.output());
+    if (native.has_key()) {
+      ExpectSame(got.response, "key_output", expected.key_output());
+      EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"output", "key_output"}));
+    } else {
+      EXPECT_EQ(OutputNames(got.response), std::vector<std::string>{"output"});
+    }
+  }
+
+  static ServerProcess* server_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip_;
+  std::unique_ptr<v1::PositionalEncoding::Stub> native_;
+};
+
+ServerProcess* InferenceTest::server_ = nullptr;
+
+class EveryDtype : public InferenceTest, public ::testing::WithParamInterface<v1::DType> {};
+
+TEST_P(EveryDtype, AbsoluteModelsMatchEncodeBitForBit) {
+  const v1::DType dtype = GetParam();
+  v1::EncodeRequest native;
+  native.set_request_id("abs");
+  *native.mutable_input() = NativeTensor({2, 5, 8}, dtype, Encoded(RandomFloats(80, 1), dtype));
+  native.mutable_positions()->add_offsets(3);
+  native.mutable_positions()->add_offsets(40);
+
+  v1::EncodeRequest sinusoidal = native;
+  sinusoidal.mutable_sinusoidal()->set_layout(v1::CONCATENATED);
+  sinusoidal.mutable_sinusoidal()->set_input_scale(2.5f);
+  ModelInferRequest oip = EncodeAsOip("sinusoidal", sinusoidal);
+  SetParameter(oip, "positions", Json(native.positions()));
+  ExpectEncodeSame("sinusoidal", sinusoidal, oip);
+
+  v1::EncodeRequest learned = native;
+  learned.mutable_learned()->set_table("wpe");
+  learned.mutable_learned()->set_overflow(v1::CLAMP);  // row 1 reaches position 44 of 64
+  oip = EncodeAsOip("learned", learned);
+  SetParameter(oip, "positions", Json(native.positions()));
+  ExpectEncodeSame("learned", learned, oip);
+
+  v1::EncodeRequest hierarchical = native;
+  hierarchical.clear_positions();
+  v1::Level* level = hierarchical.mutable_hierarchical()->add_levels();
+  for (int64_t id : {0, 1, 2, 0, 1}) level->add_ids(id);
+  level = hierarchical.mutable_hierarchical()->add_levels();
+  for (int64_t id : {0, 0, 0, 1, 1}) level->add_ids(id);
+  level->set_scale(0.5f);
+  ExpectEncodeSame("hierarchical", hierarchical, EncodeAsOip("hierarchical", hierarchical));
+
+  // Continuous: the timestamps as an FP64 input.
+  v1::EncodeRequest continuous = native;
+  continuous.clear_positions();
+  const std::vector<double> times = {0.0, 0.25, 1.5, 2.0, 7.75};
+  continuous.mutable_positions()->mutable_values()->Add(times.begin(), times.end());
+  continuous.mutable_continuous()->set_value_scale(100.0);
+  oip = EncodeAsOip("continuous", continuous);
+  AddRaw(oip, "position_values", "FP64", {5}, Bytes(times));
+  ExpectEncodeSame("continuous", continuous, oip);
+}
+
+TEST_P(EveryDtype, RopeWithGqaKeysAndPositionIdsMatchesEncodeBitForBit) {
+  const v1::DType dtype = GetParam();
+  v1::EncodeRequest native;
+  native.set_request_id("rope-1");
+  *native.mutable_input() = NativeTensor({1, 6, 4, 16}, dtype, Encoded(RandomFloats(384, 2), dtype));
+  *native.mutable_key() = NativeTensor({1, 6, 2, 16}, dtype, Encoded(RandomFloats(192, 3), dtype));
+  v1::Rope* rope = native.mutable_rope();
+  rope->set_base(500000);
+  rope->mutable_scaling()->set_type(v1::LLAMA3);
+  rope->mutable_scaling()->set_factor(8);
+  rope->mutable_scaling()->set_original_max_position_embeddings(8192);
+  const std::vector<int64_t> ids = {100000, 100001, 100005, 7, 8, 9};
+  native.mutable_positions()->mutable_ids()->Add(ids.begin(), ids.end());
+  ModelInferRequest oip = EncodeAsOip("rope", native);
+  AddRaw(oip, "position_ids", "INT64", {6}, Bytes(ids));
+  ExpectEncodeSame("rope", native, oip);
+
+  // One offset for every row, as the position_offset parameter; queries only.
+  native.clear_key();
+  native.clear_positions();
+  native.mutable_positions()->add_offsets(4096);
+  oip = EncodeAsOip("rope", native);
+  SetParameter(oip, "position_offset", int64_t{4096});
+  ExpectEncodeSame("rope", native, oip);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EveryDtype, ::testing::Values(v1::FLOAT32, v1::BFLOAT16),
+                         [](const auto& info) { return std::string(Datatype(info.param)); });
+
+TEST_F(InferenceTest, TypedContentsEqualRawBytes) {
+  const std::vector<float> x = RandomFloats(3 * 8, 4);
+  ModelInferRequest raw = Request("sinusoidal");
+  AddRaw(raw, "input", "FP32", {3, 8}, Bytes(x));
+  ModelInferRequest typed = Request("sinusoidal");
+  auto* in = typed.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  in->add_shape(3);
+  in->add_shape(8);
+  in->mutable_contents()->mutable_fp32_contents()->Add(x.begin(), x.end());
+  auto* ids = typed.add_inputs();
+  ids->set_name("position_ids");
+  ids->set_datatype("INT32");
+  ids->add_shape(3);
+  for (int32_t id : {0, 1, 2}) ids->mutable_contents()->add_int_contents(id);
+  InferResult a = Infer(raw), b = Infer(typed);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  ASSERT_EQ(b.response.raw_output_contents_size(), 1);
+  EXPECT_TRUE(a.response.raw_output_contents(0) == b.response.raw_output_contents(0));
+  EXPECT_NE(a.response.raw_output_contents(0), Bytes(x));  // the encoding was added
+}
+
+TEST_F(InferenceTest, AlibiAndT5MatchAttentionBiasWithAndWithoutScores) {
+  for (const char* model : {"alibi", "t5"}) {
+    for (v1::DType dtype : {v1::DTYPE_UNSPECIFIED, v1::FLOAT32, v1::BFLOAT16}) {
+      SCOPED_TRACE(std::string(model) + " " + Datatype(dtype));
+      v1::BiasRequest native;
+      native.set_query_length(3);
+      native.set_key_length(7);
+      native.set_query_offset(2);
+      const google::protobuf::Message* scheme = nullptr;
+      if (std::string(model) == "alibi") {
+        native.mutable_alibi()->set_num_heads(2);
+        native.mutable_alibi()->set_mode(v1::CAUSAL);
+        scheme = &native.alibi();
+      } else {
+        native.mutable_t5()->set_bidirectional(true);
+        // Without scores the bucket ids (INT32); with scores the table's bias.
+        if (dtype != v1::DTYPE_UNSPECIFIED) native.mutable_t5()->set_table("t5rel");
+        scheme = &native.t5();
+      }
+      ModelInferRequest oip = Request(model);
+      SetParameter(oip, "config", Json(*scheme));
+      SetParameter(oip, "query_length", int64_t{3});
+      SetParameter(oip, "key_length", int64_t{7});
+      SetParameter(oip, "query_offset", int64_t{2});
+      if (dtype != v1::DTYPE_UNSPECIFIED) {
+        *native.mutable_scores() =
+            NativeTensor({1, 2, 3, 7}, dtype, Encoded(RandomFloats(42, 5), dtype));
+        AddRaw(oip, "scores", native.scores());
+      }
+      const v1::BiasResponse expected = Bias(native);
+      InferResult got = Infer(oip);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      ExpectSame(got.response, "output", expected.output());
+    }
+  }
+}
+
+TEST_F(InferenceTest, GraphLaplacianMatchesGraphEncodeWithAndWithoutInput) {
+  // A 6-ring plus a chord, as INT64 [num_edges, 2].
+  const std::vector<int64_t> edges = {0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0, 0, 3};
+  for (bool with_input : {false, true}) {
+    SCOPED_TRACE(with_input ? "with input" : "encoding only");
+    v1::GraphRequest native;
+    native.set_num_nodes(6);
+    native.mutable_edges()->Add(edges.begin(), edges.end());
+    native.set_k(3);
+    native.set_normalized(true);
+    ModelInferRequest oip = Request("graph_laplacian");
+    AddRaw(oip, "edges", "INT64", {7, 2}, Bytes(edges));
+    SetParameter(oip, "num_nodes", int64_t{6});
+    SetParameter(oip, "k", int64_t{3});
+    (*oip.mutable_parameters())["normalized"].set_bool_param(true);
+    if (with_input) {
+      *native.mutable_input() = NativeTensor({6, 4}, v1::FLOAT32, Encoded(RandomFloats(24, 6), v1::FLOAT32));
+      AddRaw(oip, "input", native.input());
+    }
+    const v1::GraphResponse expected = Graph(native);
+    InferResult got = Infer(oip);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    ExpectSame(got.response, "output", expected.output());
+    EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"output", "eigenvalues"}));
+    ASSERT_EQ(got.response.outputs(1).datatype(), "FP64");
+    ASSERT_EQ(got.response.outputs(1).shape_size(), 1);
+    EXPECT_EQ(got.response.outputs(1).shape(0), 3);
+    const std::vector<double> eigenvalues(expected.eigenvalues().begin(),
+                                          expected.eigenvalues().end());
+    EXPECT_TRUE(got.response.raw_output_contents(1) == Bytes(eigenvalues));
+  }
+}
+
+TEST_F(InferenceTest, RequestedOutputsComeInTheirOrder) {
+  ModelInferRequest r = Request("graph_laplacian");
+  AddRaw(r, "edges", "INT64", {2, 2}, Bytes(std::vector<int64_t>{0, 1, 1, 2}));
+  SetParameter(r, "num_nodes", int64_t{3});
+  SetParameter(r, "k", int64_t{1});
+  r.add_outputs()->set_name("eigenvalues");
+  r.add_outputs()->set_name("output");
+  InferResult got = Infer(r);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"eigenvalues", "output"}));
+  EXPECT_EQ(got.response.raw_output_contents(0).size(), 8u);
+  EXPECT_EQ(got.response.raw_output_contents(1).size(), 3u * 4u);
+
+  ModelInferRequest rope = Request("rope");
+  AddRaw(rope, "input", "FP32", {1, 2, 1, 4}, Bytes(RandomFloats(8, 9)));
+  AddRaw(rope, "key", "FP32", {1, 2, 1, 4}, Bytes(RandomFloats(8, 10)));
+  rope.add_outputs()->set_name("key_output");
+  got = Infer(rope);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(OutputNames(got.response), std::vector<std::string>{"key_output"});
+}
+
+TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
+  const std::vector<std::string> models = {"sinusoidal", "learned",  "rope", "hierarchical",
+                                           "continuous", "alibi",    "t5",   "graph_laplacian"};
+  inference::RepositoryIndexResponse index;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(oip_->RepositoryIndex(&ctx, {}, &index).ok());
+  }
+  ASSERT_EQ(index.models_size(), 8);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(index.models(i).name(), models[i]);
+    EXPECT_EQ(index.models(i).version(), "1");
+    EXPECT_EQ(index.models(i).state(), "READY");
+  }
+  for (const std::string& name : models) {
+    SCOPED_TRACE(name);
+    inference::ModelMetadataRequest mreq;
+    mreq.set_name(name);
+    inference::ModelMetadataResponse meta;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(oip_->ModelMetadata(&ctx, mreq, &meta).ok());
+    EXPECT_EQ(meta.name(), name);
+    ASSERT_EQ(meta.versions_size(), 1);
+    EXPECT_EQ(meta.versions(0), "1");
+    EXPECT_EQ(meta.platform(), "posenc");
+    ASSERT_GE(meta.inputs_size(), 1);
+    ASSERT_GE(meta.outputs_size(), 1);
+    EXPECT_EQ(meta.outputs(0).name(), "output");
+
+    inference::ModelConfigRequest creq;
+    creq.set_name(name);
+    creq.set_version("1");
+    inference::ModelConfigResponse config;
+    grpc::ClientContext cctx;
+    ASSERT_TRUE(oip_->ModelConfig(&cctx, creq, &config).ok());
+    EXPECT_EQ(config.config().name(), name);
+    EXPECT_EQ(config.config().platform(), "posenc");
+    EXPECT_EQ(config.config().max_batch_size(), 0);
+    ASSERT_EQ(config.config().input_size(), meta.inputs_size());
+    ASSERT_EQ(config.config().output_size(), meta.outputs_size());
+    for (int i = 0; i < meta.inputs_size(); ++i) {
+      const auto& in = meta.inputs(i);
+      EXPECT_EQ(config.config().input(i).name(), in.name());
+      EXPECT_EQ(inference::DataType_Name(config.config().input(i).data_type()),
+                "TYPE_" + in.datatype());
+      ASSERT_EQ(config.config().input(i).dims_size(), in.shape_size());
+      for (int d = 0; d < in.shape_size(); ++d) {
+        EXPECT_TRUE(in.shape(d) == -1 || (in.name() == "edges" && d == 1 && in.shape(d) == 2));
+      }
+    }
+    for (int i = 0; i < meta.outputs_size(); ++i) {
+      EXPECT_EQ(inference::DataType_Name(config.config().output(i).data_type()),
+                "TYPE_" + meta.outputs(i).datatype());
+    }
+  }
+  inference::ServerMetadataResponse server;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(oip_->ServerMetadata(&ctx, {}, &server).ok());
+  }
+  v1::ListSchemesResponse schemes;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(native_->ListSchemes(&ctx, {}, &schemes).ok());
+  }
+  EXPECT_EQ(server.name(), "posenc");
+  EXPECT_EQ(server.version(), schemes.version());
+  EXPECT_EQ(server.extensions_size(), 0);  // no --shm
+}
+
+TEST_F(InferenceTest, LiveAndReady) {
+  inference::ServerLiveResponse live;
+  inference::ServerReadyResponse ready;
+  grpc::ClientContext c1, c2, c3, c4;
+  ASSERT_TRUE(oip_->ServerLive(&c1, {}, &live).ok());
+  ASSERT_TRUE(oip_->ServerReady(&c2, {}, &ready).ok());
+  EXPECT_TRUE(live.live());
+  EXPECT_TRUE(ready.ready());
+  inference::ModelReadyRequest req;
+  inference::ModelReadyResponse model;
+  req.set_name("rope");
+  ASSERT_TRUE(oip_->ModelReady(&c3, req, &model).ok());
+  EXPECT_TRUE(model.ready());
+  req.set_name("bert");
+  ASSERT_TRUE(oip_->ModelReady(&c4, req, &model).ok());
+  EXPECT_FALSE(model.ready());
+  // grpc.health.v1 knows the service by name, as it knows posenc.v1.
+  auto health = grpc::health::v1::Health::NewStub(server_->Channel());
+  grpc::health::v1::HealthCheckRequest check;
+  check.set_service("inference.GRPCInferenceService");
+  grpc::health::v1::HealthCheckResponse serving;
+  grpc::ClientContext c5;
+  ASSERT_TRUE(health->Check(&c5, check, &serving).ok());
+  EXPECT_EQ(serving.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(InferenceTest, StreamAnswersInOrderAndAnErrorFailsOnlyItsRequest) {
+  grpc::ClientContext ctx;
+  auto stream = oip_->ModelStreamInfer(&ctx);
+  const int n = 12;
+  std::vector<ModelInferRequest> requests;
+  for (int i = 0; i < n; ++i) {
+    ModelInferRequest r = Request(i == 5 ? "no_such_model" : "sinusoidal", "s" + std::to_string(i));
+    AddRaw(r, "input", "FP32", {4, 8}, Bytes(std::vector<float>(32, 0.0f)));
+    SetParameter(r, "position_offset", int64_t{i * 10});
+    requests.push_back(r);
+  }
+  std::thread writer([&] {
+    for (const auto& r : requests) ASSERT_TRUE(stream->Write(r));
+    stream->WritesDone();
+  });
+  std::vector<ModelStreamInferResponse> responses;
+  ModelStreamInferResponse response;
+  while (stream->Read(&response)) responses.push_back(response);
+  writer.join();
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(responses.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(responses[i].infer_response().id(), "s" + std::to_string(i));
+    if (i == 5) {
+      EXPECT_NE(responses[i].error_message().find("no_such_model"), std::string::npos);
+      continue;
+    }
+    EXPECT_EQ(responses[i].error_message(), "");
+    InferResult unary = Infer(requests[i]);
+    ASSERT_TRUE(unary.status.ok());
+    EXPECT_TRUE(responses[i].infer_response().raw_output_contents(0) ==
+                unary.response.raw_output_contents(0));
+  }
+  // Different offsets, different answers: the order is visible.
+  EXPECT_NE(responses[1].infer_response().raw_output_contents(0),
+            responses[2].infer_response().raw_output_contents(0));
+}
+
+// The code and a fragment the message must contain, for each bad request.
+struct BadCase {
+  const char* what;
+  ModelInferRequest request;
+  grpc::StatusCode code;
+  const char* names;
+};
+
+std::vector<BadCase> BadCases() {
+  std::vector<BadCase> cases;
+  auto good = [] {
+    ModelInferRequest r = Request("sinusoidal");
+    AddRaw(r, "input", "FP32", {2, 4}, Bytes(std::vector<float>(8, 1.0f)));
+    return r;
+  };
+  ModelInferRequest r = good();
+  r.set_model_name("bert");
+  cases.push_back({"unknown model", r, grpc::StatusCode::NOT_FOUND, "'bert'"});
+  r = good();
+  r.set_model_version("2");
+  cases.push_back({"unknown version", r, grpc::StatusCode::NOT_FOUND, "version 2"});
+  r = good();
+  r.mutable_inputs(0)->set_name("inputs");
+  cases.push_back({"unknown input", r, grpc::StatusCode::INVALID_ARGUMENT, "'inputs'"});
+  r = good();
+  r.mutable_inputs(0)->set_datatype("INT32");
+  cases.push_back({"wrong datatype", r, grpc::StatusCode::INVALID_ARGUMENT, "'input' data-type"});
+  r = good();
+  r.mutable_inputs(0)->set_datatype("FP16");  // 8 elements need 16 bytes, 32 came
+  cases.push_back({"size mismatch", r, grpc::StatusCode::INVALID_ARGUMENT, "'input'"});
+  r = good();
+  r.mutable_raw_input_contents(0)->resize(31);
+  cases.push_back({"raw size mismatch", r, grpc::StatusCode::INVALID_ARGUMENT, "Expected 32, got 31"});
+  r = Request("sinusoidal");
+  AddRaw(r, "input", "FP32", {2, 4}, "");
+  r.clear_raw_input_contents();
+  r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
+  cases.push_back({"typed size mismatch", r, grpc::StatusCode::INVALID_ARGUMENT, "'input'"});
+  r = good();
+  r.mutable_inputs(0)->set_datatype("BF16");
+  r.mutable_inputs(0)->add_shape(2);  // [2, 4, 2]: 16 BF16 = 32 bytes
+  r.clear_raw_input_contents();
+  r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
+  cases.push_back({"bf16 typed", r, grpc::StatusCode::INVALID_ARGUMENT, "raw_input_contents"});
+  r = good();
+  SetParameter(r, "config", "{\"base\": ");
+  cases.push_back({"bad config JSON", r, grpc::StatusCode::INVALID_ARGUMENT, "'config'"});
+  r = good();
+  SetParameter(r, "config", "{\"bass\": 10}");
+  cases.push_back({"unknown config field", r, grpc::StatusCode::INVALID_ARGUMENT, "'config'"});
+  r = good();
+  SetParameter(r, "config", "{\"base\": -1}");
+  cases.push_back({"config value", r, grpc::StatusCode::INVALID_ARGUMENT, "base"});
+  r = good();
+  SetParameter(r, "config", int64_t{3});
+  cases.push_back({"config not a string", r, grpc::StatusCode::INVALID_ARGUMENT, "'config'"});
+  r = good();
+  SetParameter(r, "query_length", int64_t{3});
+  cases.push_back({"parameter of another model", r, grpc::StatusCode::INVALID_ARGUMENT, "'query_length'"});
+  r = good();
+  r.add_outputs()->set_name("logits");
+  cases.push_back({"unknown output", r, grpc::StatusCode::INVALID_ARGUMENT, "'logits'"});
+  r = Request("rope");
+  cases.push_back({"missing input", r, grpc::StatusCode::INVALID_ARGUMENT, "'input'"});
+  r = good();
+  r.add_raw_input_contents("extra");
+  cases.push_back({"raw count", r, grpc::StatusCode::INVALID_ARGUMENT, "raw_input_contents"});
+  r = Request("graph_laplacian");
+  AddRaw(r, "edges", "INT64", {4}, Bytes(std::vector<int64_t>{0, 1, 1, 2}));
+  cases.push_back({"edges shape", r, grpc::StatusCode::INVALID_ARGUMENT, "'edges'"});
+  r = good();
+  (*r.mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param("in0");
+  cases.push_back({"shm off", r, grpc::StatusCode::FAILED_PRECONDITION, "--shm"});
+  r = good();
+  r.mutable_inputs(0)->set_shape(1, -4);
+  cases.push_back({"negative dim", r, grpc::StatusCode::INVALID_ARGUMENT, "'input'"});
+  return cases;
+}
+
+TEST_F(InferenceTest, EveryBadInputGetsItsCodeAndNamesWhatIsWrong) {
+  for (const BadCase& c : BadCases()) {
+    SCOPED_TRACE(c.what);
+    InferResult got = Infer(c.request);
+    EXPECT_EQ(got.status.error_code(), c.code) << got.status.error_message();
+    EXPECT_NE(got.status.error_message().find(c.names), std::string::npos)
+        << got.status.error_message();
+  }
+  grpc::ClientContext ctx;
+  inference::SystemSharedMemoryRegisterRequest shm;
+  shm.set_name("r");
+  shm.set_key("/posenc_x");
+  shm.set_byte_size(64);
+  inference::SystemSharedMemoryRegisterResponse shm_response;
+  const grpc::Status s = oip_->SystemSharedMemoryRegister(&ctx, shm, &shm_response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("--shm"), std::string::npos);
+  // The server is unharmed.
+  ModelInferRequest r = Request("sinusoidal");
+  AddRaw(r, "input", "FP32", {2, 4}, Bytes(std::vector<float>(8, 1.0f)));
+  EXPECT_TRUE(Infer(r).status.ok());
+}
+
+// Sums the samples of `name` whose labels contain every fragment.
+double MetricSum(const std::string& text, const std::string& name,
+                 const std::vector<std::string>& fragments) {
+  double sum = 0;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
+    bool all = true;
+    for (const auto& f : fragments) all = all && line.find(f) != std::string::npos;
+    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  auto oip = inference::GRPCInferenceService::NewStub(server.Channel());
+  ModelInferRequest r = Request("rope");
+  AddRaw(r, "input", "FP32", {1, 2, 1, 4}, Bytes(RandomFloats(8, 11)));
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    ModelInferResponse response;
+    ASSERT_TRUE(oip->ModelInfer(&ctx, r, &response).ok());
+  }
+  r.mutable_inputs(0)->set_name("query");
+  {
+    grpc::ClientContext ctx;
+    ModelInferResponse response;
+    EXPECT_EQ(oip->ModelInfer(&ctx, r, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = oip->ModelStreamInfer(&ctx);
+    ModelInferRequest s = Request("alibi");
+    SetParameter(s, "config", "{\"num_heads\": 2}");
+    SetParameter(s, "query_length", int64_t{1});
+    SetParameter(s, "key_length", int64_t{3});
+    ASSERT_TRUE(stream->Write(s));
+    ASSERT_TRUE(stream->Write(s));
+    stream->WritesDone();
+    ModelStreamInferResponse response;
+    int n = 0;
+    while (stream->Read(&response)) n += response.error_message().empty();
+    EXPECT_EQ(n, 2);
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  const std::string text = HttpGet(server.metrics_port(), "/metrics");
+  const std::string total = "posenc_requests_total";
+  EXPECT_EQ(MetricSum(text, total, {"method=\"ModelInfer\"", "scheme=\"rope\"", "code=\"OK\""}), 3);
+  EXPECT_EQ(MetricSum(text, total, {"method=\"ModelInfer\"", "code=\"INVALID_ARGUMENT\""}), 1);
+  EXPECT_EQ(MetricSum(text, total,
+                      {"method=\"ModelStreamInfer\"", "scheme=\"alibi\"", "code=\"OK\""}), 2);
+  EXPECT_EQ(MetricSum(text, total, {"method=\"ModelStreamInfer\""}), 2);  // not the stream again
+  EXPECT_EQ(MetricSum(text, "posenc_inflight_requests", {}), 0);
+}
+
+// Shared memory through Triton's tensor parameters, on the one registry both fronts share.
+TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
+  ServerProcess server({"--shm"});
+  ASSERT_TRUE(server.started());
+  auto oip = inference::GRPCInferenceService::NewStub(server.Channel());
+  auto native = v1::PositionalEncoding::NewStub(server.Channel());
+  {
+    grpc::ClientContext ctx;
+    inference::ServerMetadataResponse meta;
+    ASSERT_TRUE(oip->ServerMetadata(&ctx, {}, &meta).ok());
+    EXPECT_EQ(std::vector<std::string>(meta.extensions().begin(), meta.extensions().end()),
+              std::vector<std::string>{"system_shared_memory"});
+  }
+  const std::string key = "/posenc_oip_" + std::to_string(getpid());
+  auto region = client::ShmRegion::Create(key, 1 << 20);
+  ASSERT_TRUE(region.ok()) << region.status();
+  {  // registered through the Open Inference Protocol...
+    inference::SystemSharedMemoryRegisterRequest reg;
+    reg.set_name("oip_region");
+    reg.set_key(key);
+    reg.set_byte_size(1 << 20);
+    grpc::ClientContext ctx;
+    inference::SystemSharedMemoryRegisterResponse resp;
+    ASSERT_TRUE(oip->SystemSharedMemoryRegister(&ctx, reg, &resp).ok());
+  }
+  {  // ...and seen by posenc.v1's status
+    grpc::ClientContext ctx;
+    v1::SharedMemoryStatusRequest req;
+    v1::SharedMemoryStatusResponse resp;
+    ASSERT_TRUE(native->SharedMemoryStatus(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.regions_size(), 1);
+    EXPECT_EQ(resp.regions(0).name(), "oip_region");
+  }
+  const std::vector<float> x = RandomFloats(2 * 8 * 4 * 16, 21);
+  v1::EncodeRequest inline_req;
+  inline_req.mutable_rope();
+  *inline_req.mutable_input() = NativeTensor({2, 8, 4, 16}, v1::FLOAT32, Bytes(x));
+  v1::EncodeResponse expected;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(native->Encode(&ctx, inline_req, &expected).ok());
+  }
+  std::memcpy(region->bytes().data() + 4096, x.data(), x.size() * 4);
+  ModelInferRequest r = Request("rope", "shm-1");
+  auto* in = r.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  for (int64_t d : {2, 8, 4, 16}) in->add_shape(d);
+  (*in->mutable_parameters())["shared_memory_region"].set_string_param("oip_region");
+  (*in->mutable_parameters())["shared_memory_byte_size"].set_int64_param(x.size() * 4);
+  (*in->mutable_parameters())["shared_memory_offset"].set_int64_param(4096);
+  ModelInferResponse resp;
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status st = oip->ModelInfer(&ctx, r, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  ASSERT_EQ(resp.outputs_size(), 1);
+  // An output in shared memory keeps its raw_output_contents slot, empty: no bytes travel.
+  ASSERT_EQ(resp.raw_output_contents_size(), 1);
+  EXPECT_TRUE(resp.raw_output_contents(0).empty());
+  EXPECT_EQ(resp.outputs(0).parameters().at("shared_memory_region").string_param(), "oip_region");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(region->bytes().data()) + 4096,
+                        x.size() * 4),
+            expected.output().data());
+  {  // unregistered through posenc.v1, gone for the protocol too
+    grpc::ClientContext ctx;
+    v1::UnregisterSharedMemoryRequest req;
+    v1::UnregisterSharedMemoryResponse out;
+    ASSERT_TRUE(native->UnregisterSharedMemory(&ctx, req, &out).ok());
+    grpc::ClientContext ctx2;
+    inference::SystemSharedMemoryStatusResponse status;
+    ASSERT_TRUE(oip->SystemSharedMemoryStatus(&ctx2, {}, &status).ok());
+    EXPECT_TRUE(status.regions().empty());
+  }
+}
+
+}  // namespace
+}  // namespace posenc::testing

@@ -1,9 +1,20 @@
 #include "server/metrics/metrics.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <array>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <vector>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
@@ -24,11 +35,73 @@ const char* const kCodeNames[kNumCodes] = {
     "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
     "UNAUTHENTICATED"};
 
-// 50 us to 10 s.
+// 5 us (a small Encode's kernel) to 30 s (a large graph solve), about three per decade.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
-  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
-          50e-3, 100e-3, 250e-3, 500e-3, 1.0,  2.5,    5.0,  10.0};
+  return {5e-6,  10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+          25e-3, 50e-3, 0.1,   0.25,  0.5,    1.0,    2.5,    5.0,  10.0,   30.0};
 }
+
+// The standard process_* metrics (as the Go and Python clients export them), read from
+// /proc/self on each scrape: prometheus-cpp has none of its own.
+class ProcessCollector final : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families;
+    const long ticks = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    std::ifstream stat("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    const size_t close = text.rfind(')');
+    std::vector<std::string> f;
+    if (close != std::string::npos) f = absl::StrSplit(text.substr(close + 2), ' ');
+    auto field = [&](size_t n) { return n - 3 < f.size() ? std::atof(f[n - 3].c_str()) : 0.0; };
+    static const double boot_time = BootTime();
+    Add(families, "process_cpu_seconds_total", "User and system CPU time, in seconds.",
+        prometheus::MetricType::Counter, (field(14) + field(15)) / static_cast<double>(ticks));
+    Add(families, "process_resident_memory_bytes", "Resident memory size in bytes.",
+        prometheus::MetricType::Gauge, field(24) * static_cast<double>(page));
+    Add(families, "process_virtual_memory_bytes", "Virtual memory size in bytes.",
+        prometheus::MetricType::Gauge, field(23));
+    Add(families, "process_start_time_seconds", "Start time since the epoch, in seconds.",
+        prometheus::MetricType::Gauge, boot_time + field(22) / static_cast<double>(ticks));
+    Add(families, "process_open_fds", "Open file descriptors.", prometheus::MetricType::Gauge,
+        static_cast<double>(OpenFds()));
+    struct rlimit limit {};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    Add(families, "process_max_fds", "Limit of open file descriptors.",
+        prometheus::MetricType::Gauge, static_cast<double>(limit.rlim_cur));
+    return families;
+  }
+
+ private:
+  static void Add(std::vector<prometheus::MetricFamily>& families, const char* name,
+                  const char* help, prometheus::MetricType type, double value) {
+    prometheus::MetricFamily family{name, help, type, {}};
+    prometheus::ClientMetric metric;
+    if (type == prometheus::MetricType::Counter) {
+      metric.counter.value = value;
+    } else {
+      metric.gauge.value = value;
+    }
+    family.metric.push_back(std::move(metric));
+    families.push_back(std::move(family));
+  }
+  static double BootTime() {
+    std::ifstream in("/proc/stat");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("btime ", 0) == 0) return std::atof(line.c_str() + 6);
+    }
+    return 0;
+  }
+  static int OpenFds() {
+    int n = 0;
+    if (DIR* dir = opendir("/proc/self/fd")) {
+      while (const dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+      closedir(dir);
+    }
+    return n - 1;  // the directory being read
+  }
+};
 
 // The schemes each method serves; only these (method, scheme) pairs get children.
 bool Serves(Method m, SchemeLabel s) {
@@ -86,6 +159,7 @@ const char* SchemeLabelName(SchemeLabel s) {
 struct ServiceMetrics::Impl {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
+  std::shared_ptr<ProcessCollector> process = std::make_shared<ProcessCollector>();
   // Pre-built children, indexed [method][scheme][code]; null for pairs never served.
   std::array<std::array<std::array<prometheus::Counter*, kNumCodes>, kNumSchemes>, kNumMethods>
       requests{};
@@ -93,6 +167,8 @@ struct ServiceMetrics::Impl {
   std::array<prometheus::Histogram*, kNumSchemes> kernels{};
   // [transport][direction: 0 in, 1 out]
   std::array<std::array<prometheus::Counter*, 2>, 2> bytes{};
+  prometheus::Counter* transport_failed = nullptr;
+  std::atomic<int64_t> transport_failed_seen{0};
   prometheus::Gauge* shm_regions = nullptr;
   prometheus::Gauge* shm_mapped_bytes = nullptr;
   prometheus::Gauge* inflight = nullptr;
@@ -147,6 +223,15 @@ std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& versio
                                       {"transport", t == 0 ? "inline" : "shm"}});
     }
   }
+  impl->transport_failed =
+      &prometheus::BuildCounter()
+           .Name("posenc_transport_failed_calls_total")
+           .Help("Calls gRPC's transport ended before any handler saw them: mostly messages "
+                 "over --max_message_bytes (RESOURCE_EXHAUSTED), or clients that gave up while "
+                 "uploading. From channelz; not in posenc_requests_total, whose method and "
+                 "code they have none of.")
+           .Register(reg)
+           .Add({});
   impl->shm_regions = &prometheus::BuildGauge()
                            .Name("posenc_shm_regions")
                            .Help("Shared-memory regions registered (--shm).")
@@ -215,6 +300,13 @@ void ServiceMetrics::AddBytes(Transport transport, uint64_t in, uint64_t out) {
   if (out) counters[1]->Increment(static_cast<double>(out));
 }
 
+void ServiceMetrics::SetTransportFailedCalls(int64_t total) {
+  int64_t seen = impl_->transport_failed_seen.load();
+  while (total > seen && !impl_->transport_failed_seen.compare_exchange_weak(seen, total)) {
+  }
+  if (total > seen) impl_->transport_failed->Increment(static_cast<double>(total - seen));
+}
+
 void ServiceMetrics::SetSharedMemory(int64_t regions, uint64_t mapped_bytes) {
   impl_->shm_regions->Set(static_cast<double>(regions));
   impl_->shm_mapped_bytes->Set(static_cast<double>(mapped_bytes));
@@ -235,6 +327,7 @@ absl::StatusOr<int> ServiceMetrics::StartExposer(const std::string& address) {
   try {  // civetweb reports a port it cannot bind by throwing
     impl_->exposer = std::make_unique<prometheus::Exposer>(address, 2);
     impl_->exposer->RegisterCollectable(impl_->registry);
+    impl_->exposer->RegisterCollectable(impl_->process);
     const auto ports = impl_->exposer->GetListeningPorts();
     if (ports.empty()) return absl::UnavailableError("metrics exposer bound no port");
     return static_cast<int>(ports.front());

@@ -38,6 +38,10 @@ class ServiceMetrics : public TableCacheObserver {
   void AddBytes(Transport transport, uint64_t in, uint64_t out);
   // The registered shared-memory regions and the bytes they map.
   void SetSharedMemory(int64_t regions, uint64_t mapped_bytes);
+  // Calls gRPC's transport ended before any handler saw them (a message over
+  // --max_message_bytes, a client that gave up mid-upload), counted so far. The counter only
+  // rises: a smaller value (calls still ending) is ignored.
+  void SetTransportFailedCalls(int64_t total);
   void InflightAdd(int delta);
 
   // TableCacheObserver

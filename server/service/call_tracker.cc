@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_context.h"
-#include "server/service/open_streams.h"
+#include "server/service/channelz.h"
 
 namespace posenc {
 namespace {
@@ -73,9 +73,10 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
   // Counted before the status leaves, so a client that has its answer sees its call counted
   // and no longer in flight.
   void Count(grpc::StatusCode code) {
-    ServiceMetrics* metrics = tracker_->metrics();
-    if (metrics == nullptr || counted_) return;
+    if (counted_) return;
     counted_ = true;
+    ServiceMetrics* metrics = tracker_->metrics();
+    if (metrics == nullptr) return;
     metrics->InflightAdd(-1);
     if (call_->counted.load()) return;
     metrics->RecordRequest(call_->method, call_->scheme.load(), static_cast<int>(code),
@@ -144,6 +145,7 @@ std::shared_ptr<TrackedCall> CallTracker::Arrive(const grpc::ServerContextBase* 
     if (!call->late) --it->second;
   }
   calls_[context] = call;
+  ++arrivals_;
   return call;
 }
 
@@ -173,6 +175,17 @@ void CallTracker::ArriveOther(const grpc::ServerContextBase* context) {
   std::string peer = context->peer();
   std::lock_guard<std::mutex> lock(mu_);
   others_[context] = std::move(peer);
+  ++arrivals_;
+}
+
+int64_t CallTracker::arrivals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arrivals_;
+}
+
+int64_t CallTracker::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(calls_.size() + others_.size());
 }
 
 void CallTracker::EndOther(const grpc::ServerContextBase* context) {

@@ -71,6 +71,9 @@ class CallTracker {
   std::shared_ptr<TrackedCall> Arrive(const grpc::ServerContextBase* context, Method method);
   void End(const grpc::ServerContextBase* context);
   void ArriveOther(const grpc::ServerContextBase* context);
+  // Calls of every service the interceptors have seen arrive, and those still running.
+  int64_t arrivals() const;
+  int64_t running() const;
   void EndOther(const grpc::ServerContextBase* context);
   ServiceMetrics* metrics() const { return metrics_; }
   // Logs a call's end: every failed call (at most 20 lines a second), and with log_requests
@@ -82,6 +85,7 @@ class CallTracker {
   const bool log_requests_;
   LogRateLimiter failed_calls_log_{20};
   std::atomic<bool> draining_{false};
+  int64_t arrivals_ = 0;  // guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable idle_;
   std::unordered_map<const grpc::ServerContextBase*, std::shared_ptr<TrackedCall>> calls_;

@@ -14,6 +14,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/common/status_macros.h"
+#include "server/service/channelz.h"
 #include "server/tables/table_file.h"
 
 namespace posenc {
@@ -189,7 +190,14 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     const bool progressing = pool_->OldestWait(Lane::kCheap) < stall_threshold;
     health_->Set("", progressing);
     health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
-    if (metrics_) metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
+    if (metrics_) {
+      metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
+      // Calls gRPC started that no interceptor saw, less those still uploading: the
+      // transport ended them before any handler.
+      const ServerCalls calls = CountServerCalls();
+      const int64_t uploading = std::max<int64_t>(0, calls.open_streams - tracker_->running());
+      metrics_->SetTransportFailedCalls(calls.started - tracker_->arrivals() - uploading);
+    }
     health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
     // glibc keeps freed large buffers in its arenas; hand them back when idle.
     if (admission_->inflight_calls() > 0) {

@@ -278,6 +278,22 @@ TEST(Reliability, UnparseableRequestIsInvalidArgumentAndCounted) {
   EXPECT_EQ(Metric(server, "posenc_inflight_requests", {}), 0);
 }
 
+TEST(Reliability, MessageTheTransportRefusesIsCounted) {
+  ServerProcess server({"--max_message_bytes=1048576"});
+  ASSERT_TRUE(server.started());
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  auto stub = v1::PositionalEncoding::NewStub(grpc::CreateCustomChannel(
+      server.grpc_address(), grpc::InsecureChannelCredentials(), args));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(CallEncode(*stub, ZerosRequest(1, 512, 1024)).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  EXPECT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the monitor's next tick
+  EXPECT_EQ(Metric(server, "posenc_transport_failed_calls_total", {}), 2);
+}
+
 TEST(Reliability, InflightGaugeCountsAnOpenStream) {
   ServerProcess server;
   ASSERT_TRUE(server.started());

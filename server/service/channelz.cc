@@ -1,4 +1,4 @@
-#include "server/service/open_streams.h"
+#include "server/service/channelz.h"
 
 #include <grpc/grpc.h>
 #include <grpc/support/alloc.h>
@@ -46,20 +46,36 @@ void AddServerSockets(intptr_t server_id, std::map<std::string, int64_t>& open) 
   }
 }
 
+// Calls `visit(server JSON)` for every gRPC server of the process.
+template <typename Visit>
+void ForEachServer(Visit visit) {
+  try {
+    nlohmann::json servers = Channelz(grpc_channelz_get_servers(0));
+    if (!servers.is_object()) return;
+    for (const auto& server : servers.value("server", nlohmann::json::array())) visit(server);
+  } catch (const std::exception&) {
+    // An unexpected channelz shape costs only what is derived from it, never the server.
+  }
+}
+
 }  // namespace
+
+ServerCalls CountServerCalls() {
+  int64_t started = 0;
+  ForEachServer([&](const nlohmann::json& server) {
+    started += Counter(server.value("data", nlohmann::json::object()), "callsStarted");
+  });
+  int64_t open = 0;
+  for (const auto& [peer, streams] : OpenStreamsByPeer()) open += streams;
+  return {started, open};
+}
 
 std::map<std::string, int64_t> OpenStreamsByPeer() {
   std::map<std::string, int64_t> open;
-  try {
-    nlohmann::json servers = Channelz(grpc_channelz_get_servers(0));
-    if (!servers.is_object()) return open;
-    for (const auto& server : servers.value("server", nlohmann::json::array())) {
-      const auto& ref = server.value("ref", nlohmann::json::object());
-      AddServerSockets(std::stoll(ref.value("serverId", "0")), open);
-    }
-  } catch (const std::exception&) {
-    // An unexpected channelz shape costs only the drain's view of uploads, never the server.
-  }
+  ForEachServer([&](const nlohmann::json& server) {
+    const auto& ref = server.value("ref", nlohmann::json::object());
+    AddServerSockets(std::stoll(ref.value("serverId", "0")), open);
+  });
   return open;
 }
 

@@ -1,0 +1,27 @@
+// What gRPC's channelz knows that the service cannot see: calls the transport holds before
+// any handler runs. Thread-safe (channelz is).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace posenc {
+
+// How many HTTP/2 streams each client connection has open right now, by peer address as
+// grpc::ServerContext::peer() spells it ("ipv4:127.0.0.1:41234"). The drain needs it: gRPC
+// hands a unary call to the service only once its whole message has arrived, so a call
+// still uploading at SIGTERM is invisible except as an open stream.
+std::map<std::string, int64_t> OpenStreamsByPeer();
+
+// Calls gRPC's servers in this process have started, and streams open now. With the calls
+// the interceptors saw, they tell how many the transport ended before any handler saw them
+// (a message over the size limit is refused as it arrives, and channelz counts it as
+// started, never as failed).
+struct ServerCalls {
+  int64_t started = 0;
+  int64_t open_streams = 0;
+};
+ServerCalls CountServerCalls();
+
+}  // namespace posenc

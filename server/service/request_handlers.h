@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "posenc/v1/posenc.pb.h"
+#include "server/graph/laplacian.h"
 #include "server/metrics/metrics.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/tables/named_tables.h"
@@ -22,6 +23,8 @@ struct ServiceState {
   const NamedTables* tables = nullptr;  // not owned; read-only while serving
   ServiceMetrics* metrics = nullptr;    // not owned; may be null in tests
   SchemeLimits limits;
+  // GraphEncode's bounds; max_output_elements is always taken from limits.max_output_bytes.
+  GraphLimits graph_limits;
   std::string version;
 };
 

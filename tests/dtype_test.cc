@@ -65,5 +65,19 @@ TEST(TensorView, CheckedNumElementsRejectsHugeAndNegative) {
   EXPECT_NE(negative.status().message().find("key.shape[1]"), std::string::npos);
 }
 
+// Found by fuzzing: an empty tensor carried dimensions whose products overflowed int64 in
+// the schemes ([0, 2^62, 2^62] sinusoidal: UB in the row-width check).
+TEST(TensorView, CheckedNumElementsBoundsTheDimensionsOfEmptyTensors) {
+  EXPECT_EQ(*CheckedNumElements({0, 8, 16}, "input"), 0);
+  EXPECT_EQ(*CheckedNumElements({0, int64_t{1} << 40}, "input"), 0);
+  for (Shape shape : {Shape{0, int64_t{1} << 62, int64_t{1} << 62}, Shape{4, 0, int64_t{1} << 40},
+                      Shape{int64_t{1} << 41, 0}}) {
+    auto r = CheckedNumElements(shape, "input");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << ShapeString(shape);
+    EXPECT_NE(r.status().message().find("non-zero dimensions"), std::string::npos)
+        << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace posenc

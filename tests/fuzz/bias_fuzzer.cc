@@ -1,5 +1,8 @@
 // AttentionBias: the bytes are one BiasRequest (ALiBi or T5, with or without scores).
 #include "tests/fuzz/fuzz_state.h"
+#include "tests/fuzz/proto_mutator.h"
+
+POSENC_FUZZ_PROTO_MUTATOR(posenc::v1::BiasRequest)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   posenc::v1::BiasRequest request;

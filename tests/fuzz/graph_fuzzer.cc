@@ -1,5 +1,8 @@
 // GraphEncode: the bytes are one GraphRequest (edges, k, optional node features).
 #include "tests/fuzz/fuzz_state.h"
+#include "tests/fuzz/proto_mutator.h"
+
+POSENC_FUZZ_PROTO_MUTATOR(posenc::v1::GraphRequest)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   posenc::v1::GraphRequest request;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tests/fuzz/fuzz_state.h"
+#include "tests/fuzz/proto_mutator.h"
 
 namespace {
 
@@ -20,6 +21,8 @@ void Chunk(const posenc::v1::TableRequest& request, int64_t first, int64_t rows)
 }
 
 }  // namespace
+
+POSENC_FUZZ_PROTO_MUTATOR(posenc::v1::TableRequest)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   posenc::v1::TableRequest request;

@@ -21,6 +21,9 @@ TEST(DType, HalfRoundTripsEveryBitPattern) {
 }
 
 TEST(DType, HalfRoundingMatchesCompilerFloat16) {
+#ifndef __FLT16_MAX__
+  GTEST_SKIP() << "this compiler has no _Float16 on this target (clang 14 on x86)";
+#else
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> mant(-2.0f, 2.0f);
   std::uniform_int_distribution<int> exp(-28, 17);
@@ -31,6 +34,7 @@ TEST(DType, HalfRoundingMatchesCompilerFloat16) {
     std::memcpy(&ref_bits, &ref, 2);
     ASSERT_EQ(FloatToHalf(f), ref_bits) << std::hexfloat << f;
   }
+#endif
 }
 
 TEST(DType, KnownHalfValues) {

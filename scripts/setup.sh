@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libeigen3-dev libspectra-dev
   python3-numpy python3-grpcio python3-yaml
   prometheus curl openssl
+  clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and OpenMP for clang
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -428,6 +428,33 @@ TEST(SizeLimits, ConcatOutputSizeIsCheckedNotWrapped) {
                "the CONCAT output would be more than 2^63 bytes");
 }
 
+// Found by fuzzing: an empty input has no bytes to bound d_model, and the hierarchical and
+// continuous encoders allocated d_model-wide rows (2^40 here) before noticing nothing was
+// to be done.
+TEST(AbsoluteSchemes, EmptyInputWithAHugeDModelIsRefusedBeforeAllocating) {
+  TableCache cache(1 << 20);
+  float dummy = 0;
+  const TensorView empty{DType::kFloat32, {0, 1, int64_t{1} << 40}, &dummy};
+  const std::vector<int64_t> no_ids;
+  const std::vector<HierarchicalLevel> levels = {{no_ids, 10000.0, 1.0f}};
+  const PositionsSpec none;
+  const LearnedSpec learned{"t", LearnedTable(4, 8), Overflow::kError};
+  const CombineSpec concat{1.0f, 1.0f, Fusion::kConcat, 8};
+  const absl::Status statuses[] = {
+      ApplySinusoidal({}, concat, empty, none, cache, {}).status(),
+      ApplyLearned(learned, concat, empty, none, {}).status(),
+      ApplyHierarchical(levels, empty, {}).status(),
+      ApplyContinuous({}, empty, none, {}).status()};
+  for (const absl::Status& status : statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+    EXPECT_NE(status.message().find("d_model 1099511627776"), std::string::npos) << status;
+  }
+  // An empty input of an ordinary width is fine, and stays empty.
+  auto ok = ApplyHierarchical(levels, TensorView{DType::kFloat32, {0, 1, 16}, &dummy}, {});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->shape, (Shape{0, 1, 16}));
+}
+
 TEST(AddKernel, OneDnnAndLoopAgree) {
   const int64_t b = 2, s = 7, d = 33;
   std::vector<float> pe(s * d), x1(b * s * d), x2;

@@ -135,7 +135,7 @@ TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
   ASSERT_TRUE(AddEncodingInPlace(TensorView{DType::kFloat32, {1, 2, 8}, x.data()}, pe.data(),
                                  1, 1)
                   .ok());
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+  if (simd::HasAvx2F16c()) {
     EXPECT_STREQ(LastAddImplementation(), "avx2");
   }
   EXPECT_EQ(x[0], 1.5f);

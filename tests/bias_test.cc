@@ -415,6 +415,13 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   ExpectInvalid(ValidateBiasGeometry({2, std::numeric_limits<int64_t>::max(), 0}),
                 "key_length");
   EXPECT_TRUE(ValidateBiasGeometry({5, 3, 0}).ok());
+  // Found by fuzzing (UBSan in scripts/sanitize.sh): the default offset 32 - (-2^63) overflowed.
+  const BiasGeometry most_negative =
+      MakeBiasGeometry(std::numeric_limits<int64_t>::min(), 32);
+  EXPECT_EQ(most_negative.query_offset, 0);
+  ExpectInvalid(ValidateBiasGeometry(most_negative), "query_length is -9223372036854775808");
+  ExpectInvalid(ValidateBiasGeometry(MakeBiasGeometry(4, std::numeric_limits<int64_t>::min())),
+                "key_length");
 
   ExpectInvalid(ValidateT5TableShape({32, 128, true}, {16, 4}), "t5.table.shape[0] is 16");
   ExpectInvalid(ValidateT5TableShape({32, 128, true}, {32}), "t5.table");

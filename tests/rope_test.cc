@@ -661,6 +661,29 @@ struct ErrorCase {
   const char* message;
 };
 
+// Found by fuzzing: an empty query [56, 0, 0, 262144000] has no bytes to bound its
+// head_dim, and the frequencies (head_dim / 2 doubles, 1 GB) were allocated before noticing
+// there was nothing to rotate.
+TEST(ApplyRope, EmptyQueryWithAHugeHeadDimIsRefusedBeforeAllocating) {
+  TableCache cache(1 << 20);
+  float dummy = 0;
+  RopeSpec spec;
+  const TensorView empty{DType::kFloat16, {56, 0, 0, 262144000}, &dummy};
+  const absl::Status status = ApplyRope(spec, empty, nullptr, {}, cache);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("(head_dim) is 262144000; at most 1048576"), std::string::npos)
+      << status;
+  spec.rotary_dim = (1 << 20) + 2;
+  const absl::Status explicit_dim =
+      ApplyRope(spec, {DType::kFloat32, {0, 1, 1, int64_t{1} << 22}, &dummy}, nullptr, {}, cache);
+  EXPECT_NE(explicit_dim.message().find("(rope.rotary_dim) is 1048578"), std::string::npos)
+      << explicit_dim;
+  // The widest served rotary dimension on an empty query is fine (and does nothing).
+  spec.rotary_dim = 1 << 20;
+  EXPECT_TRUE(
+      ApplyRope(spec, {DType::kFloat32, {0, 1, 1, 1 << 20}, &dummy}, nullptr, {}, cache).ok());
+}
+
 TEST(ApplyRope, ErrorsNameTheField) {
   using T = RopeScalingSpec::Type;
   using L = RopeSpec::Layout;

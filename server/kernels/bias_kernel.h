@@ -35,9 +35,13 @@ struct BiasGeometry {
   int64_t query_offset = 0;
 };
 
-// The API default: a query block at the end of the keys (decoding with a cache).
+// The API default: a query block at the end of the keys (decoding with a cache). Negative
+// lengths are refused by ValidateBiasGeometry; they get offset 0 here, as key_length - (-2^63)
+// would overflow first.
 inline BiasGeometry MakeBiasGeometry(int64_t query_length, int64_t key_length) {
-  return BiasGeometry{query_length, key_length, key_length - query_length};
+  const bool lengths_signed_ok = query_length >= 0 && key_length >= 0;
+  return BiasGeometry{query_length, key_length,
+                      lengths_signed_ok ? key_length - query_length : 0};
 }
 
 // Largest position (query_offset + query_length, key_length) accepted: keeps every

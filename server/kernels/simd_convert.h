@@ -7,6 +7,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstdint>
@@ -16,7 +17,11 @@
 namespace posenc::simd {
 
 inline bool HasAvx2F16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1: clang 14's __builtin_cpu_supports does not know "f16c".
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  }();
   return has;
 }
 

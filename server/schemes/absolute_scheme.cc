@@ -18,7 +18,8 @@ struct Embeddings {
   int64_t batch, seq, dim;
 };
 
-absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input) {
+absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input,
+                                           const SchemeLimits& limits) {
   if (!IsFloat(input.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("input.dtype is ", DTypeName(input.dtype),
@@ -38,6 +39,13 @@ absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input) {
   if (e.dim < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input.shape is ", ShapeString(input.shape), "; d_model must be >= 1"));
+  }
+  // A row of d_model always fits the limit when the input has data; an empty input
+  // ([0, 1, 2^40]) could otherwise make the encoders allocate d_model-wide rows.
+  if (static_cast<uint64_t>(e.dim) > limits.max_output_bytes / DTypeSize(input.dtype)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "input.shape is ", ShapeString(input.shape), "; one row of d_model ", e.dim,
+        " is over --max_message_bytes (", limits.max_output_bytes, " bytes)"));
   }
   return e;
 }
@@ -172,7 +180,7 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
                                                TensorView input,
                                                const PositionsSpec& positions,
                                                TableCache& cache, const SchemeLimits& limits) {
-  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "sinusoidal"));
   ASSIGN_OR_RETURN(spec.dim, EncodingWidth(combine, e.dim, "sinusoidal"));
   RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
@@ -225,7 +233,7 @@ absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned,
                                             const CombineSpec& combine, TensorView input,
                                             const PositionsSpec& positions,
                                             const SchemeLimits& limits) {
-  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "learned"));
   const Table& table = *learned.table;
   const int64_t max_positions = table.rows;
@@ -280,7 +288,7 @@ absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned,
 absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLevel> levels,
                                                  TensorView input,
                                                  const SchemeLimits& limits) {
-  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   if (levels.empty()) {
     return absl::InvalidArgumentError("hierarchical.levels is empty; give at least one level");
   }
@@ -341,7 +349,7 @@ absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
                                                TensorView input,
                                                const PositionsSpec& positions,
                                                const SchemeLimits& limits) {
-  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input));
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   const auto n = static_cast<int64_t>(positions.values.size());
   if (n != e.seq && n != e.batch * e.seq) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -108,6 +108,17 @@ absl::Status CheckKey(const Dims& q, const Dims& k, Layout layout) {
   return absl::OkStatus();
 }
 
+// The frequencies and every cos/sin row cost rotary_dim: bounded even when the input is
+// empty ([0, 1, 1, 2^28] has no bytes to bound its head_dim).
+absl::StatusOr<int> CheckRotaryWidth(int rotary_dim, absl::string_view what) {
+  if (rotary_dim > kMaxRotaryDim) {
+    return absl::ResourceExhaustedError(absl::StrCat("the rotary dimension (", what, ") is ",
+                                                     rotary_dim, "; at most ", kMaxRotaryDim,
+                                                     " is served"));
+  }
+  return rotary_dim;
+}
+
 absl::StatusOr<int> ResolveRotaryDim(const RopeSpec& spec, const Dims& q, Layout layout) {
   const int head_dim_axis = AxesOf(layout).head_dim;
   if (!spec.rotary_dim.has_value()) {
@@ -116,7 +127,7 @@ absl::StatusOr<int> ResolveRotaryDim(const RopeSpec& spec, const Dims& q, Layout
           absl::StrCat("input.shape[", head_dim_axis, "] (head_dim) is ", q.head_dim,
                        "; rope needs an even head_dim > 0, or an even rope.rotary_dim"));
     }
-    return static_cast<int>(q.head_dim);
+    return CheckRotaryWidth(static_cast<int>(q.head_dim), "head_dim");
   }
   const int rotary_dim = *spec.rotary_dim;
   if (rotary_dim > q.head_dim) {
@@ -124,7 +135,7 @@ absl::StatusOr<int> ResolveRotaryDim(const RopeSpec& spec, const Dims& q, Layout
                                                    "; it must be <= head_dim (input.shape[",
                                                    head_dim_axis, "] = ", q.head_dim, ")"));
   }
-  return rotary_dim;
+  return CheckRotaryWidth(rotary_dim, "rope.rotary_dim");
 }
 
 absl::StatusOr<PositionGrid> ResolveRopePositions(const PositionsSpec& positions, const Dims& q,

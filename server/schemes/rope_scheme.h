@@ -14,6 +14,9 @@
 
 namespace posenc {
 
+// Widest rotary dimension served (head_dim, or rope.rotary_dim), as GetTable's dim.
+inline constexpr int kMaxRotaryDim = 1 << 20;
+
 // Rotates `query` and, when given, `*key` in place (shared/API.md "Rope").
 //  - query: FLOAT32, FLOAT16 or BFLOAT16 in spec.layout: BSHD [batch, seq, heads, head_dim],
 //    BHSD [batch, heads, seq, head_dim], THD [tokens, heads, head_dim].
@@ -25,7 +28,8 @@ namespace posenc {
 //    `values` is not accepted.
 // DYNAMIC and LONGROPE take seq_len = the largest position in the request + 1.
 // Errors: INVALID_ARGUMENT naming the field (input.shape[3], key.shape[2], input.dtype,
-// rope.rotary_dim, rope.scaling.factor, positions.ids, ...). Nothing is written on error.
+// rope.rotary_dim, rope.scaling.factor, positions.ids, ...); RESOURCE_EXHAUSTED for a rotary
+// dimension over kMaxRotaryDim. Nothing is written on error.
 // Results are finite or refused: the spec's ranges (rope_frequencies.h) keep every cos/sin
 // row finite, and the rows are checked before the rotation as a backstop. A NaN or inf in
 // the queries or keys is the client's data: it propagates, and the call is OK.

@@ -329,7 +329,7 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
   spec.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
   spec.k = request.k();
   spec.normalized = request.normalized();
-  GraphLimits limits;
+  GraphLimits limits = state_.graph_limits;
   limits.max_output_elements = static_cast<int64_t>(state_.limits.max_output_bytes / 4);
   // The input is checked before the (possibly long) eigen-solve.
   std::optional<TensorView> input;

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "server/common/cancel.h"
 #include "posenc/v1/posenc.pb.h"
+#include "server/graph/laplacian.h"
 #include "server/metrics/metrics.h"
 #include "server/service/request_tensors.h"
 #include "server/shm/shared_memory_registry.h"
@@ -27,6 +28,8 @@ struct ServiceState {
   const SharedMemoryRegistry* shm = nullptr;  // not owned; null: no shared memory
   SchemeLimits limits;
   size_t max_message_bytes = size_t{64} << 20;  // a whole response, framing included
+  // GraphEncode's bounds; max_output_elements is always taken from limits.max_output_bytes.
+  GraphLimits graph_limits;
   std::string version;
 };
 

@@ -1,5 +1,7 @@
 #include "server/tensor/tensor_view.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -7,20 +9,26 @@ namespace posenc {
 
 absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape,
                                            absl::string_view field) {
-  int64_t n = 1;
+  // The non-zero dimensions are bounded too: an empty tensor [0, 2^62, 2^62] must not carry
+  // dimensions whose products (row widths, byte counts) overflow further on.
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+  int64_t nonzero = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     const int64_t d = shape[i];
     if (d < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".shape[", i, "] is ", d, "; dimensions must be >= 0"));
     }
-    if (d != 0 && n > kMaxElements / d) {
+    if (d == 0) continue;
+    if (nonzero > kMaxElements / d) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, ".shape ", ShapeString(shape), " has more than 2^40 elements"));
+          field, ".shape ", ShapeString(shape),
+          empty ? " has non-zero dimensions whose product is more than 2^40"
+              : " has more than 2^40 elements"));
     }
-    n *= d;
+    nonzero *= d;
   }
-  return n;
+  return empty ? 0 : nonzero;
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {

@@ -18,7 +18,8 @@ using Shape = std::vector<int64_t>;
 inline constexpr int64_t kMaxElements = int64_t{1} << 40;
 
 // product(shape), or an INVALID_ARGUMENT naming `field` when a dimension is negative or the
-// product exceeds kMaxElements. Nothing is allocated.
+// product of the non-zero dimensions exceeds kMaxElements (so every dimension, and every
+// product of dimensions, is at most 2^40 even in an empty tensor). Nothing is allocated.
 absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape,
                                            absl::string_view field);
 

@@ -1,0 +1,41 @@
+// GetTable: the bytes are one TableRequest; PlanTable, then the first two chunks and the
+// last one (the largest positions), as the streaming handler would send them.
+#include <algorithm>
+
+#include "tests/fuzz/fuzz_state.h"
+#include "tests/fuzz/proto_mutator.h"
+
+namespace {
+
+void Chunk(const posenc::v1::TableRequest& request, int64_t first, int64_t rows) {
+  const int64_t n = std::min(rows, request.length() - first);
+  posenc::v1::TableChunk chunk;
+  const absl::Status status = posenc::fuzz::Handlers().TableChunk(request, first, n, chunk);
+  posenc::fuzz::CheckStatus(status, "TableChunk");
+  if (!status.ok()) return;
+  if (chunk.first_position() != first || chunk.rows().shape_size() < 1 ||
+      chunk.rows().shape(0) != n) {
+    __builtin_trap();
+  }
+  posenc::fuzz::CheckTensor(chunk.rows(), "TableChunk rows");
+}
+
+}  // namespace
+
+POSENC_FUZZ_PROTO_MUTATOR(posenc::v1::TableRequest)
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  posenc::v1::TableRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return -1;
+  posenc::SchemeLabel scheme = posenc::SchemeLabel::kNone;
+  const absl::StatusOr<int64_t> rows = posenc::fuzz::Handlers().PlanTable(request, &scheme);
+  posenc::fuzz::CheckStatus(rows.status(), "PlanTable");
+  if (!rows.ok()) return 0;
+  if (*rows < 1) __builtin_trap();
+  const auto ticket = posenc::fuzz::Admit(posenc::CostOf(request, *rows));
+  if (!ticket) return 0;
+  const int64_t chunks = (request.length() - 1) / *rows + 1;
+  for (int64_t c = 0; c < std::min<int64_t>(chunks, 2); ++c) Chunk(request, c * *rows, *rows);
+  if (chunks > 2) Chunk(request, (chunks - 1) * *rows, *rows);
+  return 0;
+}

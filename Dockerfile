@@ -1,6 +1,7 @@
 # posenc-server as a small runtime image. Everything comes from Debian 12's packages.
-#   podman build -t posenc:dev .   (or docker build)
-#   podman run --rm -p 50051:50051 -p 9464:9464 posenc:dev
+#   docker build -t posenc:dev .            (or podman build)
+#   docker run --rm -p 50051:50051 -p 127.0.0.1:9464:9464 posenc:dev
+# The server drains within --shutdown_grace (8 s), inside docker/podman stop's default 10 s.
 FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
@@ -13,6 +14,7 @@ COPY CMakeLists.txt ./
 COPY proto proto
 COPY server server
 COPY client client
+COPY deploy/docker deploy/docker
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DPOSENC_BUILD_TESTS=OFF -DPOSENC_BUILD_BENCH=OFF \
     && ninja -C build posenc-server posenc-client \
@@ -25,9 +27,12 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home posenc
 COPY --from=build /src/build/server/posenc-server /src/build/client/posenc-client /usr/local/bin/
+COPY deploy/docker/healthcheck.sh /usr/local/bin/posenc-healthcheck
 USER 10001
 EXPOSE 50051 9464
-# Health for plain Docker; Kubernetes uses its native gRPC probe (deploy/kubernetes).
-HEALTHCHECK --interval=10s --timeout=3s CMD ["posenc-client", "health", "--target=127.0.0.1:50051"]
+# Health for plain Docker, on the address --listen names; Kubernetes uses its native gRPC
+# probe (deploy/kubernetes).
+HEALTHCHECK --interval=10s --timeout=3s CMD ["posenc-healthcheck"]
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["posenc-server"]
 CMD ["--listen=0.0.0.0:50051", "--metrics_listen=0.0.0.0:9464"]

@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# Builds the image from the Dockerfile with podman, runs it, and checks health, ListSchemes,
-# an Encode and /metrics from outside the container. Not part of ctest (it needs podman and
-# several minutes); run it by hand or in a pipeline that has podman.
+# Builds the image from the Dockerfile with docker or podman (CONTAINER=docker|podman picks;
+# default: whichever is installed, docker first), runs it on a non-default port, and checks
+# the image's own HEALTHCHECK script, health, ListSchemes, an Encode and /metrics from
+# outside, then that `stop` drains and exits 0 within its 10 s. Not part of ctest (it needs a
+# container runtime and several minutes); run it by hand or in a pipeline that has one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=localhost/posenc:test
-if [ -f ../shared/tools/container-env.sh ]; then bash ../shared/tools/container-env.sh >/dev/null; fi
-podman build --isolation=chroot --pull=never --network host -t "$tag" . >/tmp/posenc-container-build.log
+engine=${CONTAINER:-$(command -v docker >/dev/null && echo docker || echo podman)}
+command -v "$engine" >/dev/null || { echo "container_test: neither docker nor podman is installed"; exit 1; }
+run=("$engine")
+build_flags=(--network host)
+if [ "$engine" = podman ]; then
+  run=(podman --runtime "${PODMAN_RUNTIME:-runc}")
+  build_flags+=(--isolation=chroot --pull=never)
+fi
+"$engine" build "${build_flags[@]}" -t "$tag" . >/tmp/posenc-container-build.log
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mport=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 name=posenc-test-$$
-podman --runtime runc run -d --rm --name "$name" --network host "$tag" \
+"${run[@]}" run -d --name "$name" --network host "$tag" \
   --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$mport >/dev/null
-trap 'podman --runtime runc stop -t 5 "$name" >/dev/null 2>&1 || true' EXIT
+trap '"${run[@]}" rm -f "$name" >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$mport/metrics" >/dev/null && break; sleep 0.2; done
 cli=build/client/posenc-client
 [ -x "$cli" ] || scripts/build.sh
@@ -20,5 +29,11 @@ $cli health --target=127.0.0.1:$port
 $cli list --target=127.0.0.1:$port | head -3
 $cli encode --target=127.0.0.1:$port --shape=1,8,16 >/dev/null
 curl -sf "http://127.0.0.1:$mport/metrics" | grep -q 'posenc_requests_total{code="OK",method="Encode"'
-size=$(podman image inspect "$tag" --format '{{.Size}}')
-echo "PASS: container $tag ($((size / 1048576)) MiB) serves gRPC and metrics"
+# The image's HEALTHCHECK follows --listen (not :50051).
+"${run[@]}" exec "$name" posenc-healthcheck | grep -q SERVING
+# stop sends SIGTERM and waits 10 s: the drain (8 s at most) ends first, with exit 0.
+"${run[@]}" stop -t 10 "$name" >/dev/null
+status=$("${run[@]}" inspect "$name" --format '{{.State.ExitCode}}')
+[ "$status" = 0 ] || { echo "FAIL: the container exited $status on stop"; exit 1; }
+size=$("$engine" image inspect "$tag" --format '{{.Size}}')
+echo "PASS: container $tag ($((size / 1048576)) MiB, $engine) serves gRPC and metrics, its health check follows --listen, stop drains to exit 0"

@@ -156,6 +156,13 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->inference_.get());
   builder.RegisterService(server->health_.get());
+  server->reflection_v1_ = std::make_unique<ReflectionV1Service>(std::vector<std::string>{
+      v1::PositionalEncoding::service_full_name(),
+      inference::GRPCInferenceService::service_full_name(),
+      grpc::health::v1::Health::service_full_name(),
+      grpc::reflection::v1::ServerReflection::service_full_name(),
+      "grpc.reflection.v1alpha.ServerReflection"});
+  builder.RegisterService(server->reflection_v1_.get());
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || (!absl::StartsWith(options.listen, "unix:") && bound_port == 0)) {
     server->server_.reset();

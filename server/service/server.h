@@ -20,6 +20,7 @@
 #include "server/service/call_tracker.h"
 #include "server/service/grpc_service.h"
 #include "server/service/health_service.h"
+#include "server/service/reflection_v1.h"
 #include "server/service/inference_service.h"
 #include "server/service/work_pool.h"
 #include "server/shm/shared_memory_registry.h"
@@ -82,6 +83,7 @@ class PosencServer {
   std::unique_ptr<SharedMemoryRegistry> shm_;
   std::unique_ptr<WorkPool> pool_;
   std::unique_ptr<HealthService> health_;
+  std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<PositionalEncodingService> service_;
   std::unique_ptr<InferenceService> inference_;
   std::unique_ptr<grpc::Server> server_;

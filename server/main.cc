@@ -26,6 +26,8 @@ constexpr char kUsage[] = R"(posenc-server: transformer positional encodings ove
 flags (--name=value or --name value):
   --listen ADDR            gRPC address, host:port or unix:/path (default 0.0.0.0:50051;
                            port 0 picks a free port and prints it; a busy port is an error)
+  --listen_socket_mode M   permission bits of a unix: socket (default 0660: the group may
+                           connect)
   --metrics_listen ADDR    Prometheus /metrics address (default 0.0.0.0:9464; empty = off)
   --table NAME=PATH.npy | NAME=PATH.safetensors:TENSOR   a named table (repeatable)
   --cache_bytes N          budget of the precomputed-table cache (default 268435456)
@@ -129,6 +131,13 @@ bool SetFlag(Flags& flags, const std::string& name, const std::string& value) {
     s.shm.max_bytes = ParseCount(name, value);
   } else if (name == "shm_max_regions") {
     s.shm.max_regions = static_cast<int>(std::min<uint64_t>(ParseCount(name, value), 1 << 20));
+  } else if (name == "listen_socket_mode") {
+    char* end = nullptr;
+    const unsigned long mode = std::strtoul(value.c_str(), &end, 8);
+    if (value.empty() || *end != '\0' || mode > 0777) {
+      UsageError(absl::StrCat("--listen_socket_mode=", value, " is not an octal mode (0660)"));
+    }
+    s.listen_socket_mode = static_cast<uint32_t>(mode);
   } else if (name == "log_format") {
     if (!posenc::ParseLogFormat(value, &flags.log_format)) {
       UsageError(absl::StrCat("--log_format=", value, " is not text or json"));

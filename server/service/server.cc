@@ -1,6 +1,10 @@
 #include "server/service/server.h"
 
 #include <malloc.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <openssl/bio.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -173,6 +177,12 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   server->port_ = bound_port;
   if (absl::StartsWith(options.listen, "unix:")) {
     server->address_ = options.listen;
+    const std::string path = options.listen.substr(5);
+    if (chmod(path.c_str(), static_cast<mode_t>(options.listen_socket_mode)) != 0) {
+      server->Shutdown(std::chrono::milliseconds(0));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "--listen_socket_mode: cannot chmod ", path, ": ", std::strerror(errno)));
+    }
   } else {
     const size_t colon = options.listen.rfind(':');
     server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);

@@ -47,6 +47,9 @@ struct ServerOptions {
   std::chrono::milliseconds stall_threshold{2000};
   SharedMemoryRegistry::Options shm;     // --shm, --shm_key_prefix, --shm_max_bytes, ...
   bool log_requests = false;             // log every call, not only failed ones
+  // Permission bits of a unix:/path socket: group-accessible by default, so a client
+  // container running under another uid but the same group (a sidecar's app) can connect.
+  uint32_t listen_socket_mode = 0660;
 };
 
 class PosencServer {

@@ -3,6 +3,7 @@
 // the drain loses no accepted call, start-up errors exit cleanly naming their flag, and
 // every refused or unparseable call is answered and counted with its code.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -373,6 +374,19 @@ TEST(Reliability, ABusyPortIsAnErrorNotASharedPort) {
   const auto [status, err] = RunServer({"--listen=" + address});
   EXPECT_GT(status, 0) << err;
   EXPECT_NE(LastLine(err).find("--listen"), std::string::npos) << err;
+}
+
+TEST(Reliability, UnixSocketIsGroupAccessibleOrAsConfigured) {
+  for (const auto& [flag, mode] : {std::pair<std::string, int>{"", 0660}, {"0600", 0600}}) {
+    const std::string path = ::testing::TempDir() + "/mode" + flag + ".sock";
+    std::vector<std::string> flags = {"--listen=unix:" + path};
+    if (!flag.empty()) flags.push_back("--listen_socket_mode=" + flag);
+    ServerProcess server(flags);
+    ASSERT_TRUE(server.started());
+    struct stat st {};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, mode) << flag;
+  }
 }
 
 TEST(Reliability, VersionFlagPrintsTheVersion) {

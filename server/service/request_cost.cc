@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -53,6 +54,14 @@ int64_t ElementSize(v1::DType dtype) {
     case v1::INT64: return 8;
     default: return 4;
   }
+}
+
+// a + b for non-negative sizes, pinned at INT64_MAX (which Bytes::Product then refuses).
+int64_t SizeSum(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  return __builtin_add_overflow(std::max<int64_t>(a, 0), std::max<int64_t>(b, 0), &sum)
+             ? std::numeric_limits<int64_t>::max()
+             : sum;
 }
 
 int64_t Dim(const v1::Tensor& t, int i) {  // i < 0 counts from the end; 0 when absent
@@ -120,7 +129,7 @@ absl::StatusOr<CallCost> InMemoryCost(const v1::EncodeRequest& r) {
   // Encoding rows for each token (the worst case, when no cached table slice serves).
   const Bytes scratch = Bytes::Product({levels, rows, f.pe_dim, 4});
   if (!f.concat) return (in + in + scratch).Cost(Lane::kCheap, "input.shape and the levels");
-  const Bytes out = Bytes::Product({rows, d + f.pe_dim, elem});
+  const Bytes out = Bytes::Product({rows, SizeSum(d, f.pe_dim), elem});
   return (in + out + out + scratch).Cost(Lane::kCheap, "input.shape and pe_dim");
 }
 
@@ -147,7 +156,7 @@ absl::StatusOr<CallCost> CostOf(const v1::GraphRequest& r) {
   const int64_t d = r.has_input() ? Dim(r.input(), -1) : 0;
   const int64_t elem = r.has_input() ? ElementSize(r.input().dtype()) : 4;
   const Bytes in(r.input().data().size());
-  const Bytes out = Bytes::Product({n, d + k, elem});
+  const Bytes out = Bytes::Product({n, SizeSum(d, k), elem});
   // The Lanczos basis (about n * (2k + 34) doubles), the sparse Laplacian and its factor,
   // and the dense solver's n^2 blocks for components of up to 500 nodes.
   const Bytes solver = Bytes::Product({n, 2 * k + 34, 8}) +

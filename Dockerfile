@@ -7,7 +7,7 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
       cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
       prometheus-cpp-dev nlohmann-json3-dev \
-      libeigen3-dev libspectra-dev \
+      libeigen3-dev libspectra-dev libpng-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -23,7 +23,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 FROM debian:bookworm-slim
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libabsl20220623 libc-ares2 libcivetweb1 libdnnl2 libgomp1 libgrpc++1.51 libgrpc29 \
-      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libssl3 \
+      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libssl3 libpng16-16 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home posenc
 COPY --from=build /src/build/server/posenc-server /src/build/client/posenc-client /usr/local/bin/

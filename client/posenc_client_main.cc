@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "client/hf_config.h"
 #include "client/load_command.h"
+#include "client/plot_command.h"
 #include "client/infer_command.h"
 #include "client/posenc_client.h"
 #include "client/tensor_proto.h"
@@ -46,6 +47,7 @@ commands:
   table    GetTable (sinusoidal rows or rope cos/sin) into an .npy file
   list     ListSchemes
   infer    ModelInfer of the Open Inference Protocol (--model MODEL); posenc-client infer --help
+  plot     a table, bias or graph encoding as a PNG heatmap (plot --help)
   health   grpc.health.v1 Check (exit 1 unless SERVING)
   load     concurrent calls for a duration; throughput, p50/p99, errors by code (load --help)
 
@@ -744,6 +746,7 @@ int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "load") return RunLoadCommand(args);
   if (command == "infer") return RunInferCommand(args);
+  if (command == "plot") return posenc::client::RunPlotCommand(args);
   std::set<std::string> known;
   if (command == "encode" || command == "stream") {
     known = Union({&kSinusoidalFlags, &kRopeFlags, &kEncodeOnly});

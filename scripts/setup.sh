@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libeigen3-dev libspectra-dev
+  nlohmann-json3-dev libeigen3-dev libspectra-dev libpng-dev
   python3-numpy python3-grpcio python3-yaml
   prometheus curl openssl
   clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and OpenMP for clang

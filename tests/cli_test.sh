@@ -60,6 +60,24 @@ set -e
 [ "$code" = 1 ] || fail "missing table should exit 1, got $code"
 grep -q NOT_FOUND "$work/err" || fail "missing table should print NOT_FOUND: $(cat "$work/err")"
 
+# plot: a PNG of the right size whose pixels follow the signs of sin/cos.
+cli plot --scheme=sinusoidal --length=16 --dim=8 --cell=2 --output="$work/pe.png" >/dev/null ||
+  fail "plot"
+/usr/bin/python3 - "$work/pe.png" <<'PY'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+w, h = struct.unpack(">II", data[16:24])
+assert (w, h) == (16, 32), (w, h)
+idat = b"".join(data[i + 8:i + 8 + struct.unpack(">I", data[i:i + 4])[0]]
+                for i in range(8, len(data)) if data[i + 4:i + 8] == b"IDAT")
+raw = zlib.decompress(idat)
+row = lambda y: raw[y * (1 + 3 * w) + 1:(y + 1) * (1 + 3 * w)]
+# position 0: sin(0) = 0 is white, cos(0) = 1 is the reddest colour
+assert row(0)[0:3] == b"\xff\xff\xff", row(0)[0:3]
+r, g, b = row(0)[6:9]
+assert r > 150 and g < 60 and b < 70, (r, g, b)
+PY
 POSENC_PYTHON_STUBS="$build/client/python/posenc" /usr/bin/python3 "$src/client/python/posenc_example.py" --target="$target" >"$work/py" 2>&1 \
   || { cat "$work/py"; fail "python example"; }
 echo "PASS: posenc-client and the Python example against a real server"

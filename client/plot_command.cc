@@ -1,0 +1,150 @@
+#include "client/plot_command.h"
+
+#include <cstring>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/heatmap_png.h"
+#include "client/posenc_client.h"
+
+namespace posenc::client {
+namespace {
+
+constexpr char kUsage[] = R"(usage: posenc-client plot --scheme=SCHEME --output=FILE.png [flags]
+
+Draws what the server computes as a PNG heatmap (blue < 0 < red, black = -inf).
+  --target ADDR        server (default 127.0.0.1:50051)
+  --scheme S           sinusoidal | rope | alibi | t5 | graph
+  --output FILE.png    where to write the picture
+  --length L --dim D   sinusoidal rows [L, D]; rope cos|sin of L positions, rotary dim D
+                       (defaults 128, 64)
+  --heads H --query-length Q --key-length K --mode causal|symmetric
+                       alibi / t5 bias [H, Q, K], one panel per head (defaults 4, 32, 32)
+  --side N --k K       graph: the first K eigenvectors of an N x N grid (defaults 16, 6)
+  --cell PX            pixels per value (default 3)
+)";
+
+using Flags = std::map<std::string, std::string>;
+
+int64_t Int(const Flags& f, const std::string& name, int64_t fallback) {
+  auto it = f.find(name);
+  int64_t v = fallback;
+  if (it != f.end() && !absl::SimpleAtoi(it->second, &v)) {
+    std::cerr << "posenc-client plot: --" << name << "=" << it->second << " is not a number\n";
+    std::exit(2);
+  }
+  return v;
+}
+
+Heatmap FromTensor(const v1::Tensor& t, int64_t rows, int64_t cols, int cell) {
+  Heatmap h{std::vector<float>(static_cast<size_t>(rows * cols)), rows, cols, cell};
+  if (t.dtype() == v1::INT32) {
+    const auto* p = reinterpret_cast<const int32_t*>(t.data().data());
+    for (size_t i = 0; i < h.values.size(); ++i) h.values[i] = static_cast<float>(p[i]);
+  } else {
+    std::memcpy(h.values.data(), t.data().data(), h.values.size() * sizeof(float));
+  }
+  return h;
+}
+
+// Panels of [rows, cols] each, laid side by side: heads of a bias, vectors of a graph.
+Heatmap Panels(const std::vector<float>& values, int64_t panels, int64_t rows, int64_t cols,
+               int cell, bool transpose_columns) {
+  std::vector<Heatmap> parts;
+  for (int64_t p = 0; p < panels; ++p) {
+    Heatmap h{std::vector<float>(static_cast<size_t>(rows * cols)), rows, cols, cell};
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      h.values[i] = transpose_columns ? values[i * panels + p] : values[p * rows * cols + i];
+    }
+    parts.push_back(std::move(h));
+  }
+  return SideBySide(parts);
+}
+
+absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::string& scheme) {
+  const int cell = static_cast<int>(Int(f, "cell", 3));
+  if (scheme == "sinusoidal" || scheme == "rope") {
+    v1::TableRequest req;
+    req.set_length(Int(f, "length", 128));
+    req.set_dim(static_cast<int32_t>(Int(f, "dim", 64)));
+    if (scheme == "rope") req.mutable_rope(); else req.mutable_sinusoidal();
+    absl::StatusOr<v1::Tensor> t = client.GetTableTensor(req);
+    if (!t.ok()) return t.status();
+    return FromTensor(*t, req.length(), req.dim(), cell);  // rope: cos | sin per row
+  }
+  if (scheme == "alibi" || scheme == "t5") {
+    v1::BiasRequest req;
+    const int64_t heads = Int(f, "heads", 4);
+    req.set_query_length(Int(f, "query-length", 32));
+    req.set_key_length(Int(f, "key-length", 32));
+    if (scheme == "alibi") {
+      req.mutable_alibi()->set_num_heads(static_cast<int32_t>(heads));
+      auto mode = f.find("mode");
+      req.mutable_alibi()->set_mode(mode != f.end() && mode->second == "symmetric"
+                                        ? v1::SYMMETRIC : v1::CAUSAL);
+    } else {
+      req.mutable_t5()->set_bidirectional(true);
+    }
+    absl::StatusOr<v1::BiasResponse> r = client.AttentionBias(req);
+    if (!r.ok()) return r.status();
+    const int64_t panels = scheme == "alibi" ? heads : 1;  // T5 without a table: bucket ids
+    Heatmap all = FromTensor(r->output(), panels * req.query_length(), req.key_length(), cell);
+    return Panels(all.values, panels, req.query_length(), req.key_length(), cell, false);
+  }
+  if (scheme == "graph") {
+    const int64_t side = Int(f, "side", 16), k = Int(f, "k", 6);
+    v1::GraphRequest req;
+    req.set_num_nodes(side * side);
+    req.set_k(static_cast<int32_t>(k));
+    for (int64_t r = 0; r < side; ++r) {
+      for (int64_t c = 0; c < side; ++c) {
+        if (c + 1 < side) { req.add_edges(r * side + c); req.add_edges(r * side + c + 1); }
+        if (r + 1 < side) { req.add_edges(r * side + c); req.add_edges((r + 1) * side + c); }
+      }
+    }
+    absl::StatusOr<v1::GraphResponse> g = client.GraphEncode(req);
+    if (!g.ok()) return g.status();
+    Heatmap all = FromTensor(g->output(), side * side, k, cell);
+    return Panels(all.values, k, side, side, cell, /*transpose_columns=*/true);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--scheme=", scheme, " is not sinusoidal, rope, alibi, t5 or graph"));
+}
+
+}  // namespace
+
+int RunPlotCommand(const std::vector<std::string>& args) {
+  Flags f;
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
+      std::cerr << "posenc-client plot: '" << a << "' is not --name=value\n" << kUsage;
+      return 2;
+    }
+    f[a.substr(2, eq - 2)] = a.substr(eq + 1);
+  }
+  if (!f.count("scheme") || !f.count("output")) {
+    std::cerr << "posenc-client plot: --scheme and --output are required\n" << kUsage;
+    return 2;
+  }
+  ClientOptions options;
+  options.target = f.count("target") ? f["target"] : "127.0.0.1:50051";
+  absl::StatusOr<std::unique_ptr<PosencClient>> client = PosencClient::Create(options);
+  absl::StatusOr<Heatmap> map = client.ok() ? Fetch(**client, f, f["scheme"]) : client.status();
+  absl::Status written = map.ok() ? WriteHeatmapPng(f["output"], *map) : map.status();
+  if (!written.ok()) {
+    std::cerr << "posenc-client plot: " << written << "\n";
+    return written.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::cout << "wrote " << f["output"] << " (" << map->cols * map->cell << " x "
+            << map->rows * map->cell << " px)\n";
+  return 0;
+}
+
+}  // namespace posenc::client

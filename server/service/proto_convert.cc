@@ -206,6 +206,50 @@ absl::StatusOr<AlibiSpec> AlibiFromProto(const v1::Alibi& a) {
   return spec;
 }
 
+T5Spec T5FromProto(const v1::T5Bias& t) {
+  T5Spec spec;
+  if (t.has_num_buckets()) spec.num_buckets = t.num_buckets();
+  if (t.has_max_distance()) spec.max_distance = t.max_distance();
+  spec.bidirectional = t.bidirectional();
+  return spec;
+}
+
+absl::StatusOr<BiasSpec> BiasFromProto(const v1::BiasRequest& request) {
+  BiasSpec spec;
+  spec.geom = MakeBiasGeometry(request.query_length(), request.key_length());
+  if (request.has_query_offset()) spec.geom.query_offset = request.query_offset();
+  spec.add_to_scores = request.has_scores();
+  if (request.has_alibi()) {
+    ASSIGN_OR_RETURN(spec.alibi, AlibiFromProto(request.alibi()));
+  } else if (request.has_t5()) {
+    spec.t5 = T5FromProto(request.t5());
+    spec.t5_table = request.t5().table();
+  }
+  return spec;
+}
+
+std::vector<HierarchicalLevel> HierarchicalFromProto(const v1::Hierarchical& h) {
+  std::vector<HierarchicalLevel> levels;
+  levels.reserve(h.levels_size());
+  for (const v1::Level& level : h.levels()) {
+    HierarchicalLevel l;
+    l.ids = absl::MakeConstSpan(level.ids().data(), level.ids_size());
+    if (level.has_base()) l.base = level.base();
+    if (level.has_scale()) l.scale = level.scale();
+    levels.push_back(l);
+  }
+  return levels;
+}
+
+GraphSpec GraphFromProto(const v1::GraphRequest& request) {
+  GraphSpec spec;
+  spec.num_nodes = request.num_nodes();
+  spec.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
+  spec.k = request.k();
+  spec.normalized = request.normalized();
+  return spec;
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());

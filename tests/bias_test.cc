@@ -13,27 +13,22 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/fixture_path.h"
+#include "tests/support/fixtures.h"
 
 namespace posenc {
 namespace {
 
 using ::posenc::testing::FixturePath;
+using ::posenc::testing::ReadFixtureLines;
 
 // --- ALiBi slopes. -----------------------------------------------------------------------
 
 TEST(AlibiSlopes, MatchPaperGetSlopesForOneTo64Heads) {
-  std::ifstream in(FixturePath("alibi_slopes.txt"));
-  ASSERT_TRUE(in) << FixturePath("alibi_slopes.txt");
-  std::string line;
   int rows = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    int n;
-    fields >> n;
+  for (const std::vector<std::string>& words : ReadFixtureLines("alibi_slopes.txt")) {
+    const int n = std::stoi(words[0]);
     std::vector<double> want;
-    for (double s; fields >> s;) want.push_back(s);
+    for (size_t i = 1; i < words.size(); ++i) want.push_back(std::stod(words[i]));
     ASSERT_EQ(static_cast<int>(want.size()), n);
     const std::vector<double> got = AlibiSlopes(n);
     ASSERT_EQ(got.size(), want.size());

@@ -17,32 +17,25 @@
 #include "server/kernels/rope_kernel.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/rope_frequencies.h"
+#include "tests/support/fixtures.h"
 
 namespace posenc {
 namespace {
 
 using Fields = std::map<std::string, std::vector<double>>;
 
-std::string FixturePath() {
-  const char* root = std::getenv("POSENC_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/tests/fixtures/rope_reference.txt";
-}
+constexpr char kFixture[] = "rope_reference.txt";
 
+// "case NAME", then "FIELD v1 v2 ..." lines, then "end".
 std::map<std::string, Fields> LoadFixture() {
   std::map<std::string, Fields> cases;
-  std::ifstream in(FixturePath());
-  std::string line, current;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::string key;
-    words >> key;
-    if (key == "case") {
-      words >> current;
-    } else if (key != "end") {
-      std::vector<double>& v = cases[current][key];
-      std::string w;
-      while (words >> w) v.push_back(std::strtod(w.c_str(), nullptr));
+  std::string current;
+  for (const std::vector<std::string>& words : testing::ReadFixtureLines(kFixture)) {
+    if (words[0] == "case") {
+      current = words.size() > 1 ? words[1] : "";
+    } else if (words[0] != "end") {
+      std::vector<double>& v = cases[current][words[0]];
+      for (size_t i = 1; i < words.size(); ++i) v.push_back(std::strtod(words[i].c_str(), nullptr));
     }
   }
   return cases;
@@ -97,7 +90,7 @@ class RopeFixtureTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(RopeFixtureTest, FrequenciesMatchHfFormulas) {
-  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << FixturePath();
+  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << testing::FixturePath(kFixture);
   const Fields& f = Cases().at(GetParam());
   const RopeSpec spec = SpecFromFields(f);
   const int rotary_dim = spec.rotary_dim.value_or(static_cast<int>(HeadDimOf(f)));
@@ -114,7 +107,7 @@ TEST_P(RopeFixtureTest, FrequenciesMatchHfFormulas) {
 }
 
 TEST_P(RopeFixtureTest, RotatedQueriesAndKeysMatch) {
-  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << FixturePath();
+  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << testing::FixturePath(kFixture);
   const Fields& f = Cases().at(GetParam());
   const RopeSpec spec = SpecFromFields(f);
   std::vector<float> q(f.at("q").begin(), f.at("q").end());

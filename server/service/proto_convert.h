@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/support/status.h"
 #include "posenc/v1/posenc.pb.h"
+#include "proto/dtype_proto.h"
 #include "server/graph/laplacian.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/bias_scheme.h"
@@ -17,8 +18,7 @@
 
 namespace posenc {
 
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field);
-v1::DType DTypeToProto(DType dtype);
+// DTypeFromProto and DTypeToProto: proto/dtype_proto.h.
 
 // A view over a request tensor's bytes, after checking its dtype, shape and that `data`
 // holds exactly product(shape) * sizeof(dtype) bytes. Nothing is copied or allocated.

@@ -875,14 +875,58 @@ TEST(ApplyRope, EdgesOfTheFiniteRangesStayFiniteAtTheLastPosition) {
   for (float v : rows->data) ASSERT_TRUE(std::isfinite(v));
 }
 
-TEST(ApplyRope, GqaAndMqaKeysAccepted) {
+// NEOX rotation of one [head_dim] vector at `position` with base 10000, written from the
+// definition (HF's rotate_half: pairs (i, i + d/2), angle position * base^(-2i/d)).
+std::vector<float> NeoxRotated(const float* x, int64_t d, int64_t position) {
+  std::vector<float> out(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d / 2; ++i) {
+    const double angle = position * std::pow(10000.0, -2.0 * i / d);
+    const double a = x[i], b = x[i + d / 2];
+    out[i] = static_cast<float>(a * std::cos(angle) - b * std::sin(angle));
+    out[i + d / 2] = static_cast<float>(b * std::cos(angle) + a * std::sin(angle));
+  }
+  return out;
+}
+
+// GQA/MQA: fewer key heads than query heads. Every key head of every token is rotated by
+// its token's position (not skipped, not indexed as if it had the query's head count).
+TEST(ApplyRope, GqaAndMqaKeysRotatedByTheirPositions) {
   RopeSpec spec;
   TableCache cache(1 << 20);
+  constexpr int64_t kBatch = 2, kSeq = 3, kHeads = 4, kDim = 8;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (int64_t kv_heads : {1, 2, 4}) {
-    std::vector<float> q(2 * 3 * 4 * 8, 0.5f), k(2 * 3 * kv_heads * 8, 0.5f);
-    TensorView kv{DType::kFloat32, {2, 3, kv_heads, 8}, k.data()};
-    EXPECT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 3, 4, 8}, q.data()}, &kv, {}, cache).ok())
+    std::vector<float> q(kBatch * kSeq * kHeads * kDim), k(kBatch * kSeq * kv_heads * kDim);
+    for (float& v : q) v = uniform(rng);
+    for (float& v : k) v = uniform(rng);
+    const std::vector<float> q0 = q, k0 = k;
+    TensorView kv{DType::kFloat32, {kBatch, kSeq, kv_heads, kDim}, k.data()};
+    ASSERT_TRUE(
+        ApplyRope(spec, {DType::kFloat32, {kBatch, kSeq, kHeads, kDim}, q.data()}, &kv, {}, cache)
+            .ok())
         << kv_heads;
+    for (int64_t b = 0; b < kBatch; ++b) {
+      for (int64_t s = 0; s < kSeq; ++s) {
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          const int64_t at = ((b * kSeq + s) * kv_heads + h) * kDim;
+          const std::vector<float> want = NeoxRotated(k0.data() + at, kDim, s);
+          for (int64_t i = 0; i < kDim; ++i) {
+            ASSERT_NEAR(k[at + i], want[i], 1e-5)
+                << "kv_heads " << kv_heads << " b " << b << " s " << s << " head " << h;
+          }
+        }
+        for (int64_t h = 0; h < kHeads; ++h) {
+          const int64_t at = ((b * kSeq + s) * kHeads + h) * kDim;
+          const std::vector<float> want = NeoxRotated(q0.data() + at, kDim, s);
+          for (int64_t i = 0; i < kDim; ++i) ASSERT_NEAR(q[at + i], want[i], 1e-5);
+        }
+      }
+    }
+    if (kv_heads == 1) {  // position 0 is the identity; later tokens must have moved
+      EXPECT_NE(std::vector<float>(k.begin() + kDim, k.begin() + 2 * kDim),
+                std::vector<float>(k0.begin() + kDim, k0.begin() + 2 * kDim));
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/cli_flags.h"
 #include "client/posenc_client.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/common/status_macros.h"
@@ -46,56 +47,11 @@ models: sinusoidal learned rope hierarchical continuous alibi t5 graph_laplacian
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitRpc = 1;
-constexpr int kExitUsage = 2;
-
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
-using Flags = std::multimap<std::string, std::string>;
-
-const std::set<std::string> kFlags = {
-    "target", "timeout", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "model",
-    "input", "shape", "seed", "datatype", "key", "key-shape", "scores", "edges",
-    "position-ids", "config", "param", "output", "print", "id", "help"};
-
-// --name=value or --name value ('_' and '-' alike); --tls and --help take no value.
-absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
-  Flags flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[i], "'"));
-    }
-    std::string name = args[i].substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) value = name.substr(eq + 1), name = name.substr(0, eq);
-    std::replace(name.begin(), name.end(), '_', '-');
-    if (kFlags.count(name) == 0) return absl::InvalidArgumentError("unknown flag --" + name);
-    if (eq == std::string::npos && name != "tls" && name != "help") {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError("--" + name + " needs a value");
-      value = args[++i];
-    }
-    flags.emplace(name, value);
-  }
-  return flags;
-}
-
-std::string Get(const Flags& f, const std::string& name, const std::string& fallback = "") {
-  auto it = f.find(name);
-  return it == f.end() ? fallback : it->second;
-}
-
-absl::StatusOr<std::vector<int64_t>> Ints(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(",-x"), absl::SkipEmpty())) {
-    int64_t v;
-    if (!absl::SimpleAtoi(part, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, " '", text, "' is not a list of integers"));
-    }
-    out.push_back(v);
-  }
-  return out;
-}
+const std::set<std::string> kInferFlags = {
+    "model", "input", "shape", "seed", "datatype", "key", "key-shape", "scores", "edges",
+    "position-ids", "config", "param", "output", "print", "id"};
 
 absl::StatusOr<DType> FloatType(const std::string& datatype) {
   if (datatype == "FP32") return DType::kFloat32;
@@ -128,10 +84,10 @@ void AddInput(ModelInferRequest& r, const std::string& name, const char* datatyp
 absl::Status AddFloatInput(const Flags& f, ModelInferRequest& r, const std::string& name,
                            const std::string& file_flag, const std::string& shape_flag,
                            uint64_t seed) {
-  const std::string datatype = Get(f, "datatype");
-  if (f.count(file_flag) != 0) {
-    ASSIGN_OR_RETURN(NpyArray a, ReadNpyFile(Get(f, file_flag)));
-    if (!IsFloat(a.dtype)) return absl::InvalidArgumentError(Get(f, file_flag) + " is not a float array");
+  const std::string datatype = f.Str("datatype");
+  if (f.Has(file_flag)) {
+    ASSIGN_OR_RETURN(NpyArray a, ReadNpyFile(f.Str(file_flag)));
+    if (!IsFloat(a.dtype)) return absl::InvalidArgumentError(f.Str(file_flag) + " is not a float array");
     DType want = a.dtype;
     if (!datatype.empty()) { ASSIGN_OR_RETURN(want, FloatType(datatype)); }
     std::vector<float> values(a.data.size() / DTypeSize(a.dtype));
@@ -141,8 +97,8 @@ absl::Status AddFloatInput(const Flags& f, ModelInferRequest& r, const std::stri
     AddInput(r, name, DatatypeOf(want), {a.shape.begin(), a.shape.end()}, std::move(bytes));
     return absl::OkStatus();
   }
-  if (f.count(shape_flag) == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<int64_t> shape, Ints(shape_flag, Get(f, shape_flag)));
+  if (shape_flag.empty() || !f.Has(shape_flag)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, f.IntList(shape_flag, ",-x"));
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (shape.empty() || n <= 0 || n > (int64_t{1} << 28)) {
@@ -160,15 +116,14 @@ absl::Status AddFloatInput(const Flags& f, ModelInferRequest& r, const std::stri
 }
 
 absl::Status AddParams(const Flags& f, ModelInferRequest& r) {
-  if (f.count("config") != 0) (*r.mutable_parameters())["config"].set_string_param(Get(f, "config"));
-  auto [begin, end] = f.equal_range("param");
-  for (auto it = begin; it != end; ++it) {
-    const size_t eq = it->second.find('=');
+  if (f.Has("config")) (*r.mutable_parameters())["config"].set_string_param(f.Str("config"));
+  for (const std::string& param : f.All("param")) {
+    const size_t eq = param.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return absl::InvalidArgumentError("--param '" + it->second + "' is not NAME=VALUE");
+      return absl::InvalidArgumentError("--param '" + param + "' is not NAME=VALUE");
     }
-    const std::string value = it->second.substr(eq + 1);
-    inference::InferParameter& p = (*r.mutable_parameters())[it->second.substr(0, eq)];
+    const std::string value = param.substr(eq + 1);
+    inference::InferParameter& p = (*r.mutable_parameters())[param.substr(0, eq)];
     int64_t i;
     if (absl::SimpleAtoi(value, &i)) {
       p.set_int64_param(i);
@@ -183,19 +138,16 @@ absl::Status AddParams(const Flags& f, ModelInferRequest& r) {
 
 absl::StatusOr<ModelInferRequest> BuildRequest(const Flags& f) {
   ModelInferRequest r;
-  r.set_model_name(Get(f, "model"));
+  r.set_model_name(f.Str("model"));
   if (r.model_name().empty()) return absl::InvalidArgumentError("infer needs --model MODEL");
-  r.set_id(Get(f, "id"));
-  int64_t seed = 0;
-  if (f.count("seed") != 0 && !absl::SimpleAtoi(Get(f, "seed"), &seed)) {
-    return absl::InvalidArgumentError("--seed is not an integer");
-  }
+  r.set_id(f.Str("id"));
+  ASSIGN_OR_RETURN(const int64_t seed, f.Int("seed", 0));
   RETURN_IF_ERROR(AddFloatInput(f, r, "input", "input", "shape", static_cast<uint64_t>(seed)));
   RETURN_IF_ERROR(AddFloatInput(f, r, "key", "key", "key-shape", static_cast<uint64_t>(seed) + 1));
   RETURN_IF_ERROR(AddFloatInput(f, r, "scores", "scores", "", 0));
   for (const char* flag : {"edges", "position-ids"}) {
-    if (f.count(flag) == 0) continue;
-    ASSIGN_OR_RETURN(std::vector<int64_t> v, Ints(flag, Get(f, flag)));
+    if (!f.Has(flag)) continue;
+    ASSIGN_OR_RETURN(std::vector<int64_t> v, f.IntList(flag, ",-x"));
     const bool edges = std::string(flag) == "edges";
     if (edges && v.size() % 2 != 0) return absl::InvalidArgumentError("--edges needs pairs u-v");
     const std::vector<int64_t> shape = edges ? std::vector<int64_t>{static_cast<int64_t>(v.size() / 2), 2}
@@ -241,15 +193,14 @@ std::string FirstValues(const std::string& datatype, const std::string& raw, siz
 }
 
 int Report(const Flags& f, const ModelInferResponse& response, absl::Duration elapsed) {
-  size_t print = 8;
-  if (f.count("print") != 0 && !absl::SimpleAtoi(Get(f, "print"), &print)) print = 8;
+  const size_t print = static_cast<size_t>(f.IntIn("print", 0, INT32_MAX, 8).value_or(8));
   std::cout << "model " << response.model_name() << " version " << response.model_version() << "\n";
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& o = response.outputs(i);
     const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
     std::cout << o.name() << ": shape [" << absl::StrJoin(o.shape(), ",") << "] " << o.datatype()
               << "  first: " << FirstValues(o.datatype(), raw, print) << "\n";
-    if (o.name() != "output" || f.count("output") == 0) continue;
+    if (o.name() != "output" || !f.Has("output")) continue;
     std::vector<int64_t> shape(o.shape().begin(), o.shape().end());
     DType type = o.datatype() == "FP16" ? DType::kFloat16 : o.datatype() == "INT32" ? DType::kInt32 : DType::kFloat32;
     std::string bytes = raw;
@@ -257,11 +208,11 @@ int Report(const Flags& f, const ModelInferResponse& response, absl::Duration el
       bytes.assign(raw.size() * 2, '\0');
       ToFloat32(DType::kBFloat16, raw.data(), reinterpret_cast<float*>(bytes.data()), raw.size() / 2);
     }
-    if (absl::Status s = WriteNpyFile(Get(f, "output"), type, shape, bytes); !s.ok()) {
+    if (absl::Status s = WriteNpyFile(f.Str("output"), type, shape, bytes); !s.ok()) {
       std::cerr << "posenc-client: writing --output: " << s.message() << "\n";
       return kExitUsage;
     }
-    std::cout << "wrote " << Get(f, "output") << "\n";
+    std::cout << "wrote " << f.Str("output") << "\n";
   }
   std::cout << absl::StrFormat("elapsed %.3f ms\n", absl::ToDoubleMilliseconds(elapsed));
   return kExitOk;
@@ -275,33 +226,21 @@ int Usage(const absl::Status& s) {
 }  // namespace
 
 int RunInferCommand(const std::vector<std::string>& args) {
-  absl::StatusOr<Flags> f = ParseFlags(args);
+  absl::StatusOr<Flags> f = ParseCommandFlags(args, kInferFlags);
   if (!f.ok()) return Usage(f.status());
-  if (f->count("help") != 0) {
+  if (f->Has("help")) {
     std::cout << kInferUsage;
     return kExitOk;
   }
   absl::StatusOr<ModelInferRequest> request = BuildRequest(*f);
   if (!request.ok()) return Usage(request.status());
-  ClientOptions options;
-  options.target = Get(*f, "target", options.target);
-  double seconds = 30;
-  if (f->count("timeout") != 0 && !absl::SimpleAtod(Get(*f, "timeout"), &seconds)) {
-    absl::Duration d;
-    if (!absl::ParseDuration(Get(*f, "timeout"), &d)) return Usage(absl::InvalidArgumentError("--timeout is not a duration"));
-    seconds = absl::ToDoubleSeconds(d);
-  }
-  options.timeout = absl::Seconds(seconds);
-  options.tls = f->count("tls") != 0;
-  options.tls_ca_file = Get(*f, "tls-ca");
-  options.tls_cert_file = Get(*f, "tls-cert");
-  options.tls_key_file = Get(*f, "tls-key");
-  options.tls_server_name = Get(*f, "tls-server-name");
-  absl::StatusOr<std::unique_ptr<PosencClient>> client = PosencClient::Create(options);
+  absl::StatusOr<ClientOptions> options = ClientOptionsFromFlags(*f);
+  if (!options.ok()) return Usage(options.status());
+  absl::StatusOr<std::unique_ptr<PosencClient>> client = PosencClient::Create(*options);
   if (!client.ok()) return Usage(client.status());
   auto stub = inference::GRPCInferenceService::NewStub((*client)->channel());
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options->timeout));
   ModelInferResponse response;
   const absl::Time start = absl::Now();
   const grpc::Status status = stub->ModelInfer(&context, *request, &response);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/cli_flags.h"
 #include "client/posenc_client.h"
 #include "client/tensor_proto.h"
 #include "grpc/grpc.h"
@@ -64,9 +65,7 @@ gRPC code. Exit 0 when every call was OK, 1 when any failed, 2 for bad flags.
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
+constexpr int kExitFailed = kExitRpc;  // a call failed or no channel connected
 
 // --------------------------------------------------------------------------------------
 // Mix.
@@ -223,39 +222,9 @@ int64_t CallStats::errors() const {
 
 namespace {
 
-// --------------------------------------------------------------------------------------
-// Flags: --name=value, --name value, or a bare --name for booleans; '_' and '-' are equal.
-
 const std::set<std::string> kLoadFlags = {
-    "target", "timeout", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "help",
     "concurrency", "duration", "max-requests", "deadline", "mix", "channels", "lb", "retry",
     "retry-buffer-bytes", "max-reconnect-backoff", "seed", "json"};
-const std::set<std::string> kLoadBooleans = {"tls", "help", "retry", "json"};
-
-absl::StatusOr<std::map<std::string, std::string>> ParseLoadFlags(
-    const std::vector<std::string>& args) {
-  std::map<std::string, std::string> values;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].size() < 3 || args[i].compare(0, 2, "--") != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[i], "'"));
-    }
-    std::string name = args[i].substr(2);
-    std::string value = "true";
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    }
-    std::replace(name.begin(), name.end(), '_', '-');
-    if (kLoadFlags.count(name) == 0) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    if (eq == std::string::npos && kLoadBooleans.count(name) == 0) {
-      if (i + 1 == args.size()) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      value = args[++i];
-    }
-    values[name] = value;
-  }
-  return values;
-}
 
 struct LoadConfig {
   ClientOptions client;  // target, TLS, timeout (= the per-call deadline)
@@ -272,69 +241,30 @@ struct LoadConfig {
   std::vector<MixItem> mix;
 };
 
-class FlagReader {
- public:
-  explicit FlagReader(const std::map<std::string, std::string>& values) : values_(values) {}
-  bool Has(const std::string& name) const { return values_.count(name) != 0; }
-  std::string Str(const std::string& name, const std::string& fallback = "") const {
-    auto it = values_.find(name);
-    return it == values_.end() ? fallback : it->second;
-  }
-  absl::Status Int(const std::string& name, int64_t lo, int64_t hi, int64_t* out) const {
-    if (!Has(name)) return absl::OkStatus();
-    if (!absl::SimpleAtoi(Str(name), out) || *out < lo || *out > hi) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " '", Str(name), "' is not an integer in [", lo, ", ", hi, "]"));
-    }
-    return absl::OkStatus();
-  }
-  // "10", "10s", "500ms", "5m"; must be > 0.
-  absl::Status Duration(const std::string& name, absl::Duration* out) const {
-    if (!Has(name)) return absl::OkStatus();
-    double seconds;
-    if (absl::SimpleAtod(Str(name), &seconds)) {
-      *out = absl::Seconds(seconds);
-    } else if (!absl::ParseDuration(Str(name), out)) {
-      *out = absl::ZeroDuration();
-    }
-    if (*out <= absl::ZeroDuration() || *out > absl::Hours(24)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " '", Str(name), "' is not a duration in (0, 24h] (10s, 500ms, 5m)"));
-    }
-    return absl::OkStatus();
-  }
-  bool Bool(const std::string& name) const {
-    const std::string v = absl::AsciiStrToLower(Str(name, "false"));
-    return v == "true" || v == "1" || v == "yes";
-  }
+// A duration flag of the load run: in (0, 24h].
+absl::StatusOr<absl::Duration> LoadDuration(const Flags& f, const std::string& name,
+                                            absl::Duration fallback) {
+  return f.Duration(name, fallback, absl::ZeroDuration(), absl::Hours(24), /*lo_exclusive=*/true);
+}
 
- private:
-  const std::map<std::string, std::string>& values_;
-};
-
-absl::StatusOr<LoadConfig> ReadLoadConfig(const FlagReader& f) {
+absl::StatusOr<LoadConfig> ReadLoadConfig(const Flags& f) {
   LoadConfig config;
-  config.client.target = f.Str("target", config.client.target);
-  config.client.tls = f.Bool("tls");
-  config.client.tls_ca_file = f.Str("tls-ca");
-  config.client.tls_cert_file = f.Str("tls-cert");
-  config.client.tls_key_file = f.Str("tls-key");
-  config.client.tls_server_name = f.Str("tls-server-name");
-  RETURN_IF_ERROR(f.Duration("timeout", &config.client.timeout));
-  RETURN_IF_ERROR(f.Duration("deadline", &config.client.timeout));
-  RETURN_IF_ERROR(f.Int("concurrency", 1, 1024, &config.concurrency));
-  RETURN_IF_ERROR(f.Duration("duration", &config.duration));
-  RETURN_IF_ERROR(f.Int("max-requests", 0, int64_t{1} << 40, &config.max_requests));
-  RETURN_IF_ERROR(f.Int("channels", 1, 256, &config.channels));
-  RETURN_IF_ERROR(f.Int("retry-buffer-bytes", 1, INT32_MAX, &config.retry_buffer_bytes));
-  RETURN_IF_ERROR(f.Duration("max-reconnect-backoff", &config.max_reconnect_backoff));
-  RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &config.seed));
+  ASSIGN_OR_RETURN(config.client, ClientOptionsFromFlags(f));
+  ASSIGN_OR_RETURN(config.client.timeout, LoadDuration(f, "deadline", config.client.timeout));
+  ASSIGN_OR_RETURN(config.concurrency, f.IntIn("concurrency", 1, 1024, config.concurrency));
+  ASSIGN_OR_RETURN(config.duration, LoadDuration(f, "duration", config.duration));
+  ASSIGN_OR_RETURN(config.max_requests, f.IntIn("max-requests", 0, int64_t{1} << 40, 0));
+  ASSIGN_OR_RETURN(config.channels, f.IntIn("channels", 1, 256, config.channels));
+  ASSIGN_OR_RETURN(config.retry_buffer_bytes, f.IntIn("retry-buffer-bytes", 1, INT32_MAX, 0));
+  ASSIGN_OR_RETURN(config.max_reconnect_backoff,
+                   LoadDuration(f, "max-reconnect-backoff", config.max_reconnect_backoff));
+  ASSIGN_OR_RETURN(config.seed, f.IntIn("seed", 0, INT64_MAX, 0));
   config.lb = f.Str("lb");
   if (!config.lb.empty() && config.lb != "round_robin" && config.lb != "pick_first") {
     return absl::InvalidArgumentError(absl::StrCat("--lb '", config.lb, "' is not round_robin or pick_first"));
   }
-  config.retry = f.Bool("retry");
-  config.json = f.Bool("json");
+  ASSIGN_OR_RETURN(config.retry, f.Bool("retry"));
+  ASSIGN_OR_RETURN(config.json, f.Bool("json"));
   ASSIGN_OR_RETURN(config.mix, ParseMix(f.Str("mix", "mixed")));
   return config;
 }
@@ -597,14 +527,13 @@ int UsageError(const absl::Status& status) {
 }  // namespace
 
 int RunLoadCommand(const std::vector<std::string>& args) {
-  auto values = ParseLoadFlags(args);
-  if (!values.ok()) return UsageError(values.status());
-  const FlagReader flags(*values);
-  if (flags.Has("help")) {
+  auto flags = ParseCommandFlags(args, kLoadFlags, {"retry", "json"});
+  if (!flags.ok()) return UsageError(flags.status());
+  if (flags->Has("help")) {
     std::cout << kLoadUsage;
     return kExitOk;
   }
-  auto config = ReadLoadConfig(flags);
+  auto config = ReadLoadConfig(*flags);
   if (!config.ok()) return UsageError(config.status());
   auto calls = PrepareCalls(*config);
   if (!calls.ok()) return UsageError(calls.status());

@@ -2,12 +2,11 @@
 
 #include <cstring>
 #include <iostream>
-#include <map>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/heatmap_png.h"
 #include "client/posenc_client.h"
+#include "server/common/flags.h"
 
 namespace posenc::client {
 namespace {
@@ -26,16 +25,16 @@ Draws what the server computes as a PNG heatmap (blue < 0 < red, black = -inf).
   --cell PX            pixels per value (default 3)
 )";
 
-using Flags = std::map<std::string, std::string>;
+using Flags = CommandFlags;
 
+// A positive size flag, or `fallback`; a bad value ends the command (exit 2).
 int64_t Int(const Flags& f, const std::string& name, int64_t fallback) {
-  auto it = f.find(name);
-  int64_t v = fallback;
-  if (it != f.end() && !absl::SimpleAtoi(it->second, &v)) {
-    std::cerr << "posenc-client plot: --" << name << "=" << it->second << " is not a number\n";
+  absl::StatusOr<int64_t> v = f.Count(name, fallback);
+  if (!v.ok()) {
+    std::cerr << "posenc-client plot: " << v.status().message() << "\n";
     std::exit(2);
   }
-  return v;
+  return *v;
 }
 
 Heatmap FromTensor(const v1::Tensor& t, int64_t rows, int64_t cols, int cell) {
@@ -81,9 +80,7 @@ absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::s
     req.set_key_length(Int(f, "key-length", 32));
     if (scheme == "alibi") {
       req.mutable_alibi()->set_num_heads(static_cast<int32_t>(heads));
-      auto mode = f.find("mode");
-      req.mutable_alibi()->set_mode(mode != f.end() && mode->second == "symmetric"
-                                        ? v1::SYMMETRIC : v1::CAUSAL);
+      req.mutable_alibi()->set_mode(f.Str("mode") == "symmetric" ? v1::SYMMETRIC : v1::CAUSAL);
     } else {
       req.mutable_t5()->set_bidirectional(true);
     }
@@ -116,33 +113,36 @@ absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::s
 }  // namespace
 
 int RunPlotCommand(const std::vector<std::string>& args) {
-  Flags f;
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
       std::cout << kUsage;
       return 0;
     }
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
-      std::cerr << "posenc-client plot: '" << a << "' is not --name=value\n" << kUsage;
-      return 2;
-    }
-    f[a.substr(2, eq - 2)] = a.substr(eq + 1);
   }
-  if (!f.count("scheme") || !f.count("output")) {
-    std::cerr << "posenc-client plot: --scheme and --output are required\n" << kUsage;
+  static const Flags::Options kOptions{
+      {"target", "scheme", "output", "length", "dim", "heads", "query-length", "key-length",
+       "mode", "side", "k", "cell"},
+      {},
+      '-'};
+  absl::StatusOr<Flags> parsed = Flags::Parse(args, kOptions);
+  if (!parsed.ok() || !parsed->Has("scheme") || !parsed->Has("output")) {
+    std::cerr << "posenc-client plot: "
+              << (parsed.ok() ? "--scheme and --output are required"
+                              : std::string(parsed.status().message()))
+              << "\n" << kUsage;
     return 2;
   }
+  const Flags& f = *parsed;
   ClientOptions options;
-  options.target = f.count("target") ? f["target"] : "127.0.0.1:50051";
+  options.target = f.Str("target", "127.0.0.1:50051");
   absl::StatusOr<std::unique_ptr<PosencClient>> client = PosencClient::Create(options);
-  absl::StatusOr<Heatmap> map = client.ok() ? Fetch(**client, f, f["scheme"]) : client.status();
-  absl::Status written = map.ok() ? WriteHeatmapPng(f["output"], *map) : map.status();
+  absl::StatusOr<Heatmap> map = client.ok() ? Fetch(**client, f, f.Str("scheme")) : client.status();
+  absl::Status written = map.ok() ? WriteHeatmapPng(f.Str("output"), *map) : map.status();
   if (!written.ok()) {
     std::cerr << "posenc-client plot: " << written << "\n";
     return written.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::cout << "wrote " << f["output"] << " (" << map->cols * map->cell << " x "
+  std::cout << "wrote " << f.Str("output") << " (" << map->cols * map->cell << " x "
             << map->rows * map->cell << " px)\n";
   return 0;
 }

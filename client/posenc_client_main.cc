@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli_flags.h"
 #include "client/hf_config.h"
 #include "client/load_command.h"
 #include "client/plot_command.h"
@@ -32,10 +33,6 @@
 
 namespace posenc::client {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitRpc = 1;
-constexpr int kExitUsage = 2;
 
 constexpr char kUsage[] = R"(usage: posenc-client COMMAND [flags]
 
@@ -90,127 +87,6 @@ table:  --scheme sinusoidal|rope --length L --dim D [--dtype] [--rows-per-chunk 
 health: [--service NAME]
 )";
 
-// --------------------------------------------------------------------------------------
-// Flags: --name=value, --name value, or a bare --name for booleans; '_' and '-' are equal.
-
-class Flags {
- public:
-  static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args,
-                                     const std::set<std::string>& known,
-                                     const std::set<std::string>& booleans) {
-    Flags flags;
-    for (size_t i = 0; i < args.size(); ++i) {
-      const std::string& arg = args[i];
-      if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-      }
-      std::string name = arg.substr(2);
-      std::optional<std::string> value;
-      if (const size_t eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-      }
-      std::replace(name.begin(), name.end(), '_', '-');
-      if (known.count(name) == 0) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-      }
-      if (!value) {
-        if (booleans.count(name) != 0) {
-          value = "true";
-        } else if (i + 1 < args.size()) {
-          value = args[++i];
-        } else {
-          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-        }
-      }
-      flags.values_[name] = *value;
-    }
-    return flags;
-  }
-
-  bool Has(const std::string& name) const { return values_.count(name) != 0; }
-  std::string Str(const std::string& name, const std::string& fallback = "") const {
-    auto it = values_.find(name);
-    return it == values_.end() ? fallback : it->second;
-  }
-
-  absl::StatusOr<std::optional<double>> OptDouble(const std::string& name) const {
-    if (!Has(name)) return std::optional<double>();
-    double v;
-    if (!absl::SimpleAtod(Str(name), &v)) return Bad(name, "a number");
-    return std::optional<double>(v);
-  }
-  absl::StatusOr<std::optional<int64_t>> OptInt(const std::string& name) const {
-    if (!Has(name)) return std::optional<int64_t>();
-    int64_t v;
-    if (!absl::SimpleAtoi(Str(name), &v)) return Bad(name, "an integer");
-    return std::optional<int64_t>(v);
-  }
-  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback) const {
-    ASSIGN_OR_RETURN(std::optional<int64_t> v, OptInt(name));
-    return v.value_or(fallback);
-  }
-  absl::StatusOr<bool> Bool(const std::string& name) const {
-    if (!Has(name)) return false;
-    const std::string v = absl::AsciiStrToLower(Str(name));
-    if (v == "true" || v == "1" || v == "yes") return true;
-    if (v == "false" || v == "0" || v == "no") return false;
-    return Bad(name, "true or false");
-  }
-  // "2,16,64"; also accepts 'x' as separator ("2x16x64").
-  absl::StatusOr<std::vector<int64_t>> IntList(const std::string& name) const {
-    std::vector<int64_t> out;
-    if (!Has(name)) return out;
-    for (absl::string_view part : absl::StrSplit(Str(name), absl::ByAnyChar(",x"), absl::SkipEmpty())) {
-      int64_t v;
-      if (!absl::SimpleAtoi(part, &v)) return Bad(name, "a comma-separated list of integers");
-      out.push_back(v);
-    }
-    return out;
-  }
-  absl::StatusOr<std::vector<double>> DoubleList(const std::string& name) const {
-    std::vector<double> out;
-    if (!Has(name)) return out;
-    for (absl::string_view part : absl::StrSplit(Str(name), ',', absl::SkipEmpty())) {
-      double v;
-      if (!absl::SimpleAtod(part, &v)) return Bad(name, "a comma-separated list of numbers");
-      out.push_back(v);
-    }
-    return out;
-  }
-
-  // A proto enum value by case-insensitive name ('-' for '_'), e.g. --layout concatenated.
-  template <typename E>
-  absl::StatusOr<std::optional<E>> Enum(const std::string& name,
-                                        bool (*parse)(const std::string&, E*),
-                                        const google::protobuf::EnumDescriptor* descriptor) const {
-    if (!Has(name)) return std::optional<E>();
-    std::string upper = absl::AsciiStrToUpper(Str(name));
-    std::replace(upper.begin(), upper.end(), '-', '_');
-    E value;
-    if (!parse(upper, &value)) {
-      std::vector<std::string> names;
-      for (int i = 0; i < descriptor->value_count(); ++i) {
-        names.push_back(absl::AsciiStrToLower(descriptor->value(i)->name()));
-      }
-      return absl::InvalidArgumentError(absl::StrCat("--", name, " '", Str(name), "' is not one of ",
-                                                     absl::StrJoin(names, ", ")));
-    }
-    return std::optional<E>(value);
-  }
-
- private:
-  absl::Status Bad(const std::string& name, absl::string_view expected) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " '", Str(name), "' is not ", expected));
-  }
-
-  std::map<std::string, std::string> values_;
-};
-
-const std::set<std::string> kCommonFlags = {
-    "target", "timeout", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "request-id", "help"};
-const std::set<std::string> kBooleanFlags = {"tls", "help", "bidirectional", "normalized"};
 const std::set<std::string> kSinusoidalFlags = {"base", "layout", "timescale", "input-scale",
                                                 "pe-scale", "fusion", "pe-dim", "value-scale"};
 const std::set<std::string> kRopeFlags = {"base", "rotary-dim", "style", "rope-layout", "hf-config",
@@ -218,7 +94,7 @@ const std::set<std::string> kRopeFlags = {"base", "rotary-dim", "style", "rope-l
 
 std::set<std::string> Union(std::initializer_list<const std::set<std::string>*> sets,
                             std::initializer_list<const char*> extra = {}) {
-  std::set<std::string> out(kCommonFlags);
+  std::set<std::string> out = {"request-id"};
   for (const auto* s : sets) out.insert(s->begin(), s->end());
   for (const char* e : extra) out.insert(e);
   return out;
@@ -238,23 +114,8 @@ int RpcError(absl::string_view rpc, const absl::Status& status) {
   return kExitRpc;
 }
 
-absl::StatusOr<absl::Duration> ParseTimeout(const std::string& text) {
-  double seconds;
-  if (absl::SimpleAtod(text, &seconds)) return absl::Seconds(seconds);
-  absl::Duration d;
-  if (absl::ParseDuration(text, &d)) return d;
-  return absl::InvalidArgumentError(absl::StrCat("--timeout '", text, "' is not a duration (10, 10s, 500ms)"));
-}
-
 absl::StatusOr<std::unique_ptr<PosencClient>> MakeClient(const Flags& flags) {
-  ClientOptions options;
-  options.target = flags.Str("target", options.target);
-  if (flags.Has("timeout")) { ASSIGN_OR_RETURN(options.timeout, ParseTimeout(flags.Str("timeout"))); }
-  ASSIGN_OR_RETURN(options.tls, flags.Bool("tls"));
-  options.tls_ca_file = flags.Str("tls-ca");
-  options.tls_cert_file = flags.Str("tls-cert");
-  options.tls_key_file = flags.Str("tls-key");
-  options.tls_server_name = flags.Str("tls-server-name");
+  ASSIGN_OR_RETURN(const ClientOptions options, ClientOptionsFromFlags(flags));
   return PosencClient::Create(options);
 }
 
@@ -329,17 +190,17 @@ double Millis(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 absl::Status FillSinusoidal(const Flags& f, v1::Sinusoidal* s) {
   ASSIGN_OR_RETURN(auto base, f.OptDouble("base"));
   if (base) s->set_base(*base);
-  ASSIGN_OR_RETURN(auto layout, f.Enum<v1::SinusoidalLayout>("layout", v1::SinusoidalLayout_Parse,
+  ASSIGN_OR_RETURN(auto layout, EnumFlag<v1::SinusoidalLayout>(f, "layout", v1::SinusoidalLayout_Parse,
                                                               v1::SinusoidalLayout_descriptor()));
   if (layout) s->set_layout(*layout);
-  ASSIGN_OR_RETURN(auto timescale, f.Enum<v1::Timescale>("timescale", v1::Timescale_Parse,
+  ASSIGN_OR_RETURN(auto timescale, EnumFlag<v1::Timescale>(f, "timescale", v1::Timescale_Parse,
                                                           v1::Timescale_descriptor()));
   if (timescale) s->set_timescale(*timescale);
   ASSIGN_OR_RETURN(auto input_scale, f.OptDouble("input-scale"));
   if (input_scale) s->set_input_scale(static_cast<float>(*input_scale));
   ASSIGN_OR_RETURN(auto pe_scale, f.OptDouble("pe-scale"));
   if (pe_scale) s->set_pe_scale(static_cast<float>(*pe_scale));
-  ASSIGN_OR_RETURN(auto fusion, f.Enum<v1::Fusion>("fusion", v1::Fusion_Parse, v1::Fusion_descriptor()));
+  ASSIGN_OR_RETURN(auto fusion, EnumFlag<v1::Fusion>(f, "fusion", v1::Fusion_Parse, v1::Fusion_descriptor()));
   if (fusion) s->set_fusion(*fusion);
   ASSIGN_OR_RETURN(auto pe_dim, f.OptInt("pe-dim"));
   if (pe_dim) s->set_pe_dim(static_cast<int32_t>(*pe_dim));
@@ -357,12 +218,12 @@ absl::Status FillRope(const Flags& f, v1::Rope* rope, std::optional<HfRopeConfig
   if (base) rope->set_base(*base);
   ASSIGN_OR_RETURN(auto rotary_dim, f.OptInt("rotary-dim"));
   if (rotary_dim) rope->set_rotary_dim(static_cast<int32_t>(*rotary_dim));
-  ASSIGN_OR_RETURN(auto style, f.Enum<v1::RopeStyle>("style", v1::RopeStyle_Parse, v1::RopeStyle_descriptor()));
+  ASSIGN_OR_RETURN(auto style, EnumFlag<v1::RopeStyle>(f, "style", v1::RopeStyle_Parse, v1::RopeStyle_descriptor()));
   if (style) rope->set_style(*style);
-  ASSIGN_OR_RETURN(auto layout, f.Enum<v1::RopeLayout>("rope-layout", v1::RopeLayout_Parse,
+  ASSIGN_OR_RETURN(auto layout, EnumFlag<v1::RopeLayout>(f, "rope-layout", v1::RopeLayout_Parse,
                                                         v1::RopeLayout_descriptor()));
   if (layout) rope->set_layout(*layout);
-  ASSIGN_OR_RETURN(auto scaling, f.Enum<v1::RopeScalingType>("scaling", v1::RopeScalingType_Parse,
+  ASSIGN_OR_RETURN(auto scaling, EnumFlag<v1::RopeScalingType>(f, "scaling", v1::RopeScalingType_Parse,
                                                               v1::RopeScalingType_descriptor()));
   if (scaling) rope->mutable_scaling()->set_type(*scaling);
   ASSIGN_OR_RETURN(auto factor, f.OptDouble("factor"));
@@ -383,7 +244,7 @@ absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const Flags& f) {
     v1::Learned* learned = request.mutable_learned();
     if (!f.Has("table")) return absl::InvalidArgumentError("--scheme learned needs --table NAME");
     learned->set_table(f.Str("table"));
-    ASSIGN_OR_RETURN(auto overflow, f.Enum<v1::Overflow>("overflow", v1::Overflow_Parse, v1::Overflow_descriptor()));
+    ASSIGN_OR_RETURN(auto overflow, EnumFlag<v1::Overflow>(f, "overflow", v1::Overflow_Parse, v1::Overflow_descriptor()));
     if (overflow) learned->set_overflow(*overflow);
     v1::Sinusoidal tmp;  // shares the scale and fusion flags
     RETURN_IF_ERROR(FillSinusoidal(f, &tmp));
@@ -587,7 +448,7 @@ int RunBias(const Flags& f) {
       ASSIGN_OR_RETURN(auto heads, f.OptInt("heads"));
       if (!heads) return absl::InvalidArgumentError("--scheme alibi needs --heads");
       alibi->set_num_heads(static_cast<int32_t>(*heads));
-      ASSIGN_OR_RETURN(auto mode, f.Enum<v1::AlibiMode>("mode", v1::AlibiMode_Parse, v1::AlibiMode_descriptor()));
+      ASSIGN_OR_RETURN(auto mode, EnumFlag<v1::AlibiMode>(f, "mode", v1::AlibiMode_Parse, v1::AlibiMode_descriptor()));
       if (mode) alibi->set_mode(*mode);
       ASSIGN_OR_RETURN(auto max_bias, f.OptDouble("max-bias"));
       if (max_bias) alibi->set_max_bias(*max_bias);
@@ -766,7 +627,7 @@ int Main(int argc, char** argv) {
   } else {
     return UsageError(absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'")));
   }
-  auto flags = Flags::Parse(args, known, kBooleanFlags);
+  auto flags = ParseCommandFlags(args, known, {"bidirectional", "normalized"});
   if (!flags.ok()) return UsageError(flags.status());
   if (flags->Has("help")) {
     std::cout << kUsage;

@@ -8,31 +8,6 @@
 
 namespace posenc::client {
 
-absl::StatusOr<DType> FromProtoDType(v1::DType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::FLOAT32: return DType::kFloat32;
-    case v1::FLOAT16: return DType::kFloat16;
-    case v1::BFLOAT16: return DType::kBFloat16;
-    case v1::INT32: return DType::kInt32;
-    case v1::INT64: return DType::kInt64;
-    default: break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ".dtype is ", v1::DType_Name(dtype), " (", static_cast<int>(dtype),
-                   "); expected FLOAT32, FLOAT16, BFLOAT16, INT32 or INT64"));
-}
-
-v1::DType ToProtoDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return v1::FLOAT32;
-    case DType::kFloat16: return v1::FLOAT16;
-    case DType::kBFloat16: return v1::BFLOAT16;
-    case DType::kInt32: return v1::INT32;
-    case DType::kInt64: return v1::INT64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
 absl::StatusOr<v1::DType> ParseDTypeName(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "float32" || n == "fp32" || n == "f32" || n == "float") return v1::FLOAT32;
@@ -46,7 +21,7 @@ absl::StatusOr<v1::DType> ParseDTypeName(absl::string_view name) {
 
 absl::StatusOr<v1::Tensor> MakeTensor(absl::Span<const float> values,
                                       absl::Span<const int64_t> shape, v1::DType dtype) {
-  ASSIGN_OR_RETURN(const DType host_dtype, FromProtoDType(dtype, "tensor"));
+  ASSIGN_OR_RETURN(const DType host_dtype, DTypeFromProto(dtype, "tensor.dtype"));
   if (!IsFloat(host_dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MakeTensor converts float32 values to FLOAT32, FLOAT16 or BFLOAT16, not ",
@@ -77,13 +52,13 @@ absl::StatusOr<v1::Tensor> MakeTensorFromBytes(DType dtype, absl::Span<const int
   }
   v1::Tensor tensor;
   tensor.mutable_shape()->Add(shape.begin(), shape.end());
-  tensor.set_dtype(ToProtoDType(dtype));
+  tensor.set_dtype(DTypeToProto(dtype));
   tensor.set_data(std::string(bytes));
   return tensor;
 }
 
 absl::StatusOr<ConstTensorView> ViewTensor(const v1::Tensor& tensor, absl::string_view field) {
-  ASSIGN_OR_RETURN(const DType dtype, FromProtoDType(tensor.dtype(), field));
+  ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype")));
   Shape shape(tensor.shape().begin(), tensor.shape().end());
   ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape, field));
   const size_t expected = static_cast<size_t>(n) * DTypeSize(dtype);

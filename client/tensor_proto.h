@@ -12,7 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "absl/strings/str_cat.h"
 #include "posenc/v1/posenc.pb.h"
+#include "proto/dtype_proto.h"
 #include "server/tensor/dtype.h"
 #include "server/tensor/tensor_view.h"
 
@@ -20,9 +22,12 @@ namespace posenc::client {
 
 namespace v1 = ::posenc::v1;
 
-// INVALID_ARGUMENT naming `field` for DTYPE_UNSPECIFIED and unknown values.
-absl::StatusOr<DType> FromProtoDType(v1::DType dtype, absl::string_view field);
-v1::DType ToProtoDType(DType dtype);
+// The one DType mapping (proto/dtype_proto.h), under the client library's names.
+// FromProtoDType: INVALID_ARGUMENT naming `field`.dtype for DTYPE_UNSPECIFIED and unknown values.
+inline absl::StatusOr<DType> FromProtoDType(v1::DType dtype, absl::string_view field) {
+  return ::posenc::DTypeFromProto(dtype, absl::StrCat(field, ".dtype"));
+}
+inline v1::DType ToProtoDType(DType dtype) { return ::posenc::DTypeToProto(dtype); }
 
 // "float32", "fp16", "half", "bf16", "bfloat16", "int32", ... (case-insensitive).
 absl::StatusOr<v1::DType> ParseDTypeName(absl::string_view name);

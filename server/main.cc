@@ -10,10 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/common/flags.h"
 #include "server/common/log.h"
 #include "server/kernels/threads.h"
 #include "server/metrics/metrics.h"
@@ -66,98 +65,26 @@ struct Flags {
   std::exit(2);
 }
 
-uint64_t ParseCount(const std::string& name, const std::string& value) {
-  uint64_t n = 0;
-  if (!absl::SimpleAtoi(value, &n) || n == 0) {
-    UsageError(absl::StrCat("--", name, "=", value, " is not a positive whole number"));
-  }
-  return n;
+template <typename T>
+T OrExit(absl::StatusOr<T> value) {
+  if (!value.ok()) UsageError(std::string(value.status().message()));
+  return *std::move(value);
 }
 
-bool ParseBool(const std::string& name, const std::string& value) {
-  if (value == "true" || value == "1") return true;
-  if (value == "false" || value == "0") return false;
-  UsageError(absl::StrCat("--", name, "=", value, " is not true or false"));
+const posenc::CommandFlags::Options& FlagOptions() {
+  static const auto* options = new posenc::CommandFlags::Options{
+      {"listen", "metrics_listen", "table", "cache_bytes", "max_message_bytes", "threads",
+       "max_inflight_bytes", "max_concurrent_calls", "stall_threshold", "tls_cert", "tls_key",
+       "tls_client_ca", "shutdown_grace", "shm", "shm_key_prefix", "shm_max_bytes",
+       "shm_max_regions", "log_format", "log_requests", "listen_socket_mode"},
+      {"shm", "log_requests"}};
+  return *options;
 }
 
-// "10s", "500ms", or a bare number of seconds.
-absl::Duration ParseDurationFlag(const std::string& name, const std::string& value) {
-  absl::Duration d;
-  double seconds = 0;
-  if (absl::SimpleAtod(value, &seconds)) {
-    d = absl::Seconds(seconds);
-  } else if (!absl::ParseDuration(value, &d)) {
-    UsageError(absl::StrCat("--", name, "=", value, " is not a duration (10s, 500ms)"));
-  }
-  if (d < absl::ZeroDuration()) UsageError(absl::StrCat("--", name, "=", value, " is negative"));
-  return d;
-}
-
-// Applies one --name=value; false when the name is not a flag.
-bool SetFlag(Flags& flags, const std::string& name, const std::string& value) {
-  posenc::ServerOptions& s = flags.server;
-  if (name == "listen") {
-    s.listen = value;
-  } else if (name == "metrics_listen") {
-    flags.metrics_listen = value;
-  } else if (name == "table") {
-    s.tables.push_back(value);
-  } else if (name == "cache_bytes") {
-    s.cache_bytes = ParseCount(name, value);
-  } else if (name == "max_message_bytes") {
-    s.max_message_bytes = ParseCount(name, value);
-  } else if (name == "max_inflight_bytes") {
-    s.admission.max_inflight_bytes = ParseCount(name, value);
-  } else if (name == "max_concurrent_calls") {
-    s.admission.max_concurrent_calls = static_cast<int64_t>(
-        std::min<uint64_t>(ParseCount(name, value), uint64_t{1} << 30));
-  } else if (name == "threads") {
-    if (!absl::SimpleAtoi(value, &flags.threads) || flags.threads < 0 || flags.threads > 1024) {
-      UsageError(absl::StrCat("--threads=", value, " is not a thread count (0-1024)"));
-    }
-  } else if (name == "stall_threshold") {
-    s.stall_threshold = absl::ToChronoMilliseconds(ParseDurationFlag(name, value));
-  } else if (name == "tls_cert") {
-    s.tls_cert = value;
-  } else if (name == "tls_key") {
-    s.tls_key = value;
-  } else if (name == "tls_client_ca") {
-    s.tls_client_ca = value;
-  } else if (name == "shm") {
-    s.shm.enabled = ParseBool(name, value);
-  } else if (name == "shm_key_prefix") {
-    s.shm.key_prefix = value;
-  } else if (name == "shm_max_bytes") {
-    s.shm.max_bytes = ParseCount(name, value);
-  } else if (name == "shm_max_regions") {
-    s.shm.max_regions = static_cast<int>(std::min<uint64_t>(ParseCount(name, value), 1 << 20));
-  } else if (name == "listen_socket_mode") {
-    char* end = nullptr;
-    const unsigned long mode = std::strtoul(value.c_str(), &end, 8);
-    if (value.empty() || *end != '\0' || mode > 0777) {
-      UsageError(absl::StrCat("--listen_socket_mode=", value, " is not an octal mode (0660)"));
-    }
-    s.listen_socket_mode = static_cast<uint32_t>(mode);
-  } else if (name == "log_format") {
-    if (!posenc::ParseLogFormat(value, &flags.log_format)) {
-      UsageError(absl::StrCat("--log_format=", value, " is not text or json"));
-    }
-  } else if (name == "log_requests") {
-    s.log_requests = ParseBool(name, value);
-  } else if (name == "shutdown_grace") {
-    flags.shutdown_grace = ParseDurationFlag(name, value);
-  } else {
-    return false;
-  }
-  return true;
-}
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  flags.server.admission.max_inflight_bytes = posenc::DefaultMaxInflightBytes();
-  flags.server.admission.max_concurrent_calls = posenc::DefaultMaxConcurrentCalls();
+// --help and --version answer wherever they stand, before any other flag is checked.
+void AnswerHelpOrVersion(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+    const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -166,21 +93,50 @@ Flags ParseFlags(int argc, char** argv) {
       std::cout << "posenc-server " << posenc::kVersion << "\n";
       std::exit(0);
     }
-    if (!absl::StartsWith(arg, "--")) UsageError(absl::StrCat("unexpected argument '", arg, "'"));
-    std::string name = arg.substr(2), value;
-    if (name == "shm" || name == "log_requests") {  // booleans: the flag alone turns it on
-      name += "=true";
-    }
-    if (const size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      UsageError(absl::StrCat("--", name, " needs a value"));
-    }
-    if (!SetFlag(flags, name, value)) UsageError(absl::StrCat("unknown flag --", name));
   }
+}
+
+Flags ParseFlags(int argc, char** argv) {
+  AnswerHelpOrVersion(argc, argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const posenc::CommandFlags f = OrExit(posenc::CommandFlags::Parse(args, FlagOptions()));
+  Flags flags;
+  posenc::ServerOptions& s = flags.server;
+  s.listen = f.Str("listen", s.listen);
+  flags.metrics_listen = f.Str("metrics_listen", flags.metrics_listen);
+  s.tables = f.All("table");
+  s.cache_bytes = OrExit(f.Count("cache_bytes", s.cache_bytes));
+  s.max_message_bytes = OrExit(f.Count("max_message_bytes", s.max_message_bytes));
+  s.admission.max_inflight_bytes =
+      OrExit(f.Count("max_inflight_bytes", posenc::DefaultMaxInflightBytes()));
+  s.admission.max_concurrent_calls = std::min<int64_t>(
+      OrExit(f.Count("max_concurrent_calls", posenc::DefaultMaxConcurrentCalls())),
+      int64_t{1} << 30);
+  flags.threads = static_cast<int>(OrExit(f.IntIn("threads", 0, 1024, 0)));
+  s.stall_threshold = absl::ToChronoMilliseconds(OrExit(
+      f.Duration("stall_threshold", absl::FromChrono(s.stall_threshold))));
+  s.tls_cert = f.Str("tls_cert");
+  s.tls_key = f.Str("tls_key");
+  s.tls_client_ca = f.Str("tls_client_ca");
+  s.shm.enabled = OrExit(f.Bool("shm"));
+  s.shm.key_prefix = f.Str("shm_key_prefix", s.shm.key_prefix);
+  s.shm.max_bytes = OrExit(f.Count("shm_max_bytes", s.shm.max_bytes));
+  s.shm.max_regions = static_cast<int>(
+      std::min<int64_t>(OrExit(f.Count("shm_max_regions", s.shm.max_regions)), 1 << 20));
+  if (f.Has("log_format") && !posenc::ParseLogFormat(f.Str("log_format"), &flags.log_format)) {
+    UsageError(std::string(f.Bad("log_format", "text or json").message()));
+  }
+  s.log_requests = OrExit(f.Bool("log_requests"));
+  if (f.Has("listen_socket_mode")) {
+    const std::string mode = f.Str("listen_socket_mode");
+    char* end = nullptr;
+    const unsigned long bits = std::strtoul(mode.c_str(), &end, 8);
+    if (mode.empty() || *end != '\0' || bits > 0777) {
+      UsageError(std::string(f.Bad("listen_socket_mode", "an octal mode such as 0660").message()));
+    }
+    s.listen_socket_mode = static_cast<uint32_t>(bits);
+  }
+  flags.shutdown_grace = OrExit(f.Duration("shutdown_grace", flags.shutdown_grace));
   return flags;
 }
 

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/fixture_path.h"
+#include "tests/support/fixtures.h"
 #include "nlohmann/json.hpp"
 #include "server/kernels/add_kernel.h"
 

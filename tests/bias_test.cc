@@ -3,6 +3,7 @@
 // gen_bias_reference.py), and the fast kernels against per-element formulas.
 #include "server/kernels/bias_kernel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -13,27 +14,22 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/fixture_path.h"
+#include "tests/support/fixtures.h"
 
 namespace posenc {
 namespace {
 
 using ::posenc::testing::FixturePath;
+using ::posenc::testing::ReadFixtureLines;
 
 // --- ALiBi slopes. -----------------------------------------------------------------------
 
 TEST(AlibiSlopes, MatchPaperGetSlopesForOneTo64Heads) {
-  std::ifstream in(FixturePath("alibi_slopes.txt"));
-  ASSERT_TRUE(in) << FixturePath("alibi_slopes.txt");
-  std::string line;
   int rows = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    int n;
-    fields >> n;
+  for (const std::vector<std::string>& words : ReadFixtureLines("alibi_slopes.txt")) {
+    const int n = std::stoi(words[0]);
     std::vector<double> want;
-    for (double s; fields >> s;) want.push_back(s);
+    for (size_t i = 1; i < words.size(); ++i) want.push_back(std::stod(words[i]));
     ASSERT_EQ(static_cast<int>(want.size()), n);
     const std::vector<double> got = AlibiSlopes(n);
     ASSERT_EQ(got.size(), want.size());
@@ -188,6 +184,37 @@ TEST(AlibiBias, AddInPlaceAllFloatDtypes) {
 
 // --- T5 buckets against the HF-formula fixture. -------------------------------------------
 
+// HF transformers' T5Attention._relative_position_bucket, written here from its source
+// (not the kernel's T5RelativeBucket), in its float32 arithmetic: the position / max_exact,
+// the log, the divide by log(max_distance / max_exact) and the multiply are float32, then
+// .to(long) truncates. The float32 log is taken as the double log rounded once.
+int32_t HfRelativePositionBucket(int64_t relative_position, bool bidirectional,
+                                 int32_t num_buckets, int32_t max_distance) {
+  int64_t buckets = 0;
+  int64_t n = num_buckets;
+  if (bidirectional) {
+    n /= 2;
+    if (relative_position > 0) buckets += n;
+    relative_position = relative_position < 0 ? -relative_position : relative_position;
+  } else {
+    relative_position = -std::min<int64_t>(relative_position, 0);
+  }
+  const int64_t max_exact = n / 2;
+  if (relative_position < max_exact) return static_cast<int32_t>(buckets + relative_position);
+  const float ratio = static_cast<float>(relative_position) / static_cast<float>(max_exact);
+  const float log_ratio = static_cast<float>(std::log(static_cast<double>(ratio)));
+  const float scale = static_cast<float>(std::log(static_cast<double>(max_distance) / max_exact));
+  const float large = log_ratio / scale * static_cast<float>(n - max_exact);
+  const int64_t if_large = std::min<int64_t>(max_exact + static_cast<int64_t>(large), n - 1);
+  return static_cast<int32_t>(buckets + if_large);
+}
+
+// The bucket of (query i, key j): relative position key - query, query at offset + i.
+int32_t HfBucket(const T5Spec& spec, const BiasGeometry& g, int64_t i, int64_t j) {
+  return HfRelativePositionBucket(j - (g.query_offset + i), spec.bidirectional,
+                                  spec.num_buckets, spec.max_distance);
+}
+
 TEST(T5Buckets, MatchHfFormulaFixture) {
   std::ifstream in(FixturePath("t5_buckets.txt"));
   ASSERT_TRUE(in) << FixturePath("t5_buckets.txt");
@@ -206,6 +233,10 @@ TEST(T5Buckets, MatchHfFormulaFixture) {
     for (size_t r = 0; r < runs.size(); ++r) {
       const int64_t end = r + 1 < runs.size() ? runs[r + 1].start : hi + 1;
       for (int64_t rel = runs[r].start; rel < end; ++rel) {
+        ASSERT_EQ(HfRelativePositionBucket(rel, spec.bidirectional, spec.num_buckets,
+                                           spec.max_distance),
+                  runs[r].bucket)
+            << "the test's own formula disagrees with HF's fixture at " << rel;
         ASSERT_EQ(T5RelativeBucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance),
                   runs[r].bucket)
             << "relative_position " << rel << " bidirectional " << spec.bidirectional
@@ -270,7 +301,7 @@ TEST(T5Buckets, BuildMatchesPerElement) {
       ASSERT_TRUE(BuildT5Buckets(spec, g, out.data()).ok());
       for (int64_t i = 0; i < c.q; ++i) {
         for (int64_t j = 0; j < c.k; ++j) {
-          ASSERT_EQ(out[i * c.k + j], T5BucketReference(spec, g, i, j));
+          ASSERT_EQ(out[i * c.k + j], HfBucket(spec, g, i, j));
         }
       }
     }
@@ -307,7 +338,7 @@ TEST(T5Bias, BuildIsTableLookup) {
       for (int h = 0; h < heads; ++h) {
         for (int64_t i = 0; i < c.q; ++i) {
           for (int64_t j = 0; j < c.k; ++j) {
-            const int32_t bucket = T5BucketReference(spec, g, i, j);
+            const int32_t bucket = HfBucket(spec, g, i, j);
             ASSERT_EQ(out[(h * c.q + i) * c.k + j], table[bucket * heads + h]);
           }
         }
@@ -347,7 +378,7 @@ TEST(BiasBuild, LargeOutputsMatchPerElement) {
       for (int64_t i = 0; i < g.query_length; ++i) {
         for (int64_t j = 0; j < g.key_length; ++j) {
           ASSERT_EQ(buffer[1 + h * head + i * g.key_length + j],
-                    table[T5BucketReference(spec, g, i, j) * heads + h])
+                    table[HfBucket(spec, g, i, j) * heads + h])
               << "h " << h << " i " << i << " j " << j;
         }
       }
@@ -360,7 +391,7 @@ TEST(BiasBuild, LargeOutputsMatchPerElement) {
     ASSERT_EQ(buffer[0], -7);
     for (int64_t i = 0; i < big.query_length; ++i) {
       for (int64_t j = 0; j < big.key_length; ++j) {
-        ASSERT_EQ(buffer[1 + i * big.key_length + j], T5BucketReference(spec, big, i, j))
+        ASSERT_EQ(buffer[1 + i * big.key_length + j], HfBucket(spec, big, i, j))
             << "i " << i << " j " << j;
       }
     }
@@ -378,7 +409,7 @@ TEST(T5Bias, AddInPlaceAllFloatDtypes) {
           dtype, 3, heads, g,
           [&](const TensorView& v) { return AddT5Bias(spec, g, table.data(), heads, v); },
           [&](int64_t h, int64_t i, int64_t j) {
-            return table[T5BucketReference(spec, g, i, j) * heads + h];
+            return table[HfBucket(spec, g, i, j) * heads + h];
           });
     }
   }

@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/fixture_path.h"
+#include "tests/support/fixtures.h"
 #include "tests/support/graphs.h"
 
 namespace posenc {
 namespace {
 
 using ::posenc::testing::FixturePath;
+using ::posenc::testing::ReadFixtureLines;
 
 // y = L x for the graph, written independently of the library: dense adjacency sets.
 std::vector<double> ApplyLaplacian(int64_t n, const std::vector<int64_t>& edges, bool normalized,
@@ -103,25 +104,18 @@ struct FixtureGraph {
   std::vector<double> eigenvalues;
 };
 
+// "graph NAME N NORMALIZED", then its "edges ..." and "eigvalsh ..." lines.
 std::vector<FixtureGraph> LoadFixtureGraphs() {
-  std::ifstream in(FixturePath("graph_spectra.txt"));
   std::vector<FixtureGraph> graphs;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream f(line);
-    std::string kind;
-    f >> kind;
-    if (kind == "graph") {
-      FixtureGraph g;
-      int normalized;
-      f >> g.name >> g.n >> normalized;
-      g.normalized = normalized != 0;
-      graphs.push_back(g);
-    } else if (kind == "edges") {
-      for (int64_t e; f >> e;) graphs.back().edges.push_back(e);
-    } else if (kind == "eigvalsh") {
-      for (double x; f >> x;) graphs.back().eigenvalues.push_back(x);
+  for (const std::vector<std::string>& words : ReadFixtureLines("graph_spectra.txt")) {
+    if (words[0] == "graph" && words.size() >= 4) {
+      graphs.push_back({words[1], std::stoll(words[2]), words[3] != "0", {}, {}});
+    } else if (words[0] == "edges" && !graphs.empty()) {
+      for (size_t i = 1; i < words.size(); ++i) graphs.back().edges.push_back(std::stoll(words[i]));
+    } else if (words[0] == "eigvalsh" && !graphs.empty()) {
+      for (size_t i = 1; i < words.size(); ++i) {
+        graphs.back().eigenvalues.push_back(std::stod(words[i]));
+      }
     }
   }
   return graphs;

@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/fixture_path.h"
+#include "tests/support/fixtures.h"
 
 namespace posenc::client {
 namespace {

@@ -17,32 +17,25 @@
 #include "server/kernels/rope_kernel.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/rope_frequencies.h"
+#include "tests/support/fixtures.h"
 
 namespace posenc {
 namespace {
 
 using Fields = std::map<std::string, std::vector<double>>;
 
-std::string FixturePath() {
-  const char* root = std::getenv("POSENC_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/tests/fixtures/rope_reference.txt";
-}
+constexpr char kFixture[] = "rope_reference.txt";
 
+// "case NAME", then "FIELD v1 v2 ..." lines, then "end".
 std::map<std::string, Fields> LoadFixture() {
   std::map<std::string, Fields> cases;
-  std::ifstream in(FixturePath());
-  std::string line, current;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::string key;
-    words >> key;
-    if (key == "case") {
-      words >> current;
-    } else if (key != "end") {
-      std::vector<double>& v = cases[current][key];
-      std::string w;
-      while (words >> w) v.push_back(std::strtod(w.c_str(), nullptr));
+  std::string current;
+  for (const std::vector<std::string>& words : testing::ReadFixtureLines(kFixture)) {
+    if (words[0] == "case") {
+      current = words.size() > 1 ? words[1] : "";
+    } else if (words[0] != "end") {
+      std::vector<double>& v = cases[current][words[0]];
+      for (size_t i = 1; i < words.size(); ++i) v.push_back(std::strtod(words[i].c_str(), nullptr));
     }
   }
   return cases;
@@ -97,7 +90,7 @@ class RopeFixtureTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(RopeFixtureTest, FrequenciesMatchHfFormulas) {
-  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << FixturePath();
+  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << testing::FixturePath(kFixture);
   const Fields& f = Cases().at(GetParam());
   const RopeSpec spec = SpecFromFields(f);
   const int rotary_dim = spec.rotary_dim.value_or(static_cast<int>(HeadDimOf(f)));
@@ -114,7 +107,7 @@ TEST_P(RopeFixtureTest, FrequenciesMatchHfFormulas) {
 }
 
 TEST_P(RopeFixtureTest, RotatedQueriesAndKeysMatch) {
-  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << FixturePath();
+  ASSERT_TRUE(Cases().count(GetParam())) << "missing case in " << testing::FixturePath(kFixture);
   const Fields& f = Cases().at(GetParam());
   const RopeSpec spec = SpecFromFields(f);
   std::vector<float> q(f.at("q").begin(), f.at("q").end());
@@ -905,14 +898,58 @@ TEST(ApplyRope, EdgesOfTheFiniteRangesStayFiniteAtTheLastPosition) {
   for (float v : rows->data) ASSERT_TRUE(std::isfinite(v));
 }
 
-TEST(ApplyRope, GqaAndMqaKeysAccepted) {
+// NEOX rotation of one [head_dim] vector at `position` with base 10000, written from the
+// definition (HF's rotate_half: pairs (i, i + d/2), angle position * base^(-2i/d)).
+std::vector<float> NeoxRotated(const float* x, int64_t d, int64_t position) {
+  std::vector<float> out(static_cast<size_t>(d));
+  for (int64_t i = 0; i < d / 2; ++i) {
+    const double angle = position * std::pow(10000.0, -2.0 * i / d);
+    const double a = x[i], b = x[i + d / 2];
+    out[i] = static_cast<float>(a * std::cos(angle) - b * std::sin(angle));
+    out[i + d / 2] = static_cast<float>(b * std::cos(angle) + a * std::sin(angle));
+  }
+  return out;
+}
+
+// GQA/MQA: fewer key heads than query heads. Every key head of every token is rotated by
+// its token's position (not skipped, not indexed as if it had the query's head count).
+TEST(ApplyRope, GqaAndMqaKeysRotatedByTheirPositions) {
   RopeSpec spec;
   TableCache cache(1 << 20);
+  constexpr int64_t kBatch = 2, kSeq = 3, kHeads = 4, kDim = 8;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (int64_t kv_heads : {1, 2, 4}) {
-    std::vector<float> q(2 * 3 * 4 * 8, 0.5f), k(2 * 3 * kv_heads * 8, 0.5f);
-    TensorView kv{DType::kFloat32, {2, 3, kv_heads, 8}, k.data()};
-    EXPECT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 3, 4, 8}, q.data()}, &kv, {}, cache).ok())
+    std::vector<float> q(kBatch * kSeq * kHeads * kDim), k(kBatch * kSeq * kv_heads * kDim);
+    for (float& v : q) v = uniform(rng);
+    for (float& v : k) v = uniform(rng);
+    const std::vector<float> q0 = q, k0 = k;
+    TensorView kv{DType::kFloat32, {kBatch, kSeq, kv_heads, kDim}, k.data()};
+    ASSERT_TRUE(
+        ApplyRope(spec, {DType::kFloat32, {kBatch, kSeq, kHeads, kDim}, q.data()}, &kv, {}, cache)
+            .ok())
         << kv_heads;
+    for (int64_t b = 0; b < kBatch; ++b) {
+      for (int64_t s = 0; s < kSeq; ++s) {
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          const int64_t at = ((b * kSeq + s) * kv_heads + h) * kDim;
+          const std::vector<float> want = NeoxRotated(k0.data() + at, kDim, s);
+          for (int64_t i = 0; i < kDim; ++i) {
+            ASSERT_NEAR(k[at + i], want[i], 1e-5)
+                << "kv_heads " << kv_heads << " b " << b << " s " << s << " head " << h;
+          }
+        }
+        for (int64_t h = 0; h < kHeads; ++h) {
+          const int64_t at = ((b * kSeq + s) * kHeads + h) * kDim;
+          const std::vector<float> want = NeoxRotated(q0.data() + at, kDim, s);
+          for (int64_t i = 0; i < kDim; ++i) ASSERT_NEAR(q[at + i], want[i], 1e-5);
+        }
+      }
+    }
+    if (kv_heads == 1) {  // position 0 is the identity; later tokens must have moved
+      EXPECT_NE(std::vector<float>(k.begin() + kDim, k.begin() + 2 * kDim),
+                std::vector<float>(k0.begin() + kDim, k0.begin() + 2 * kDim));
+    }
   }
 }
 

@@ -3,6 +3,8 @@
 #include "server/tables/table_cache.h"
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -70,10 +72,21 @@ TEST(TableCache, EvictsLeastRecentlyUsedWithinBudget) {
 }
 
 TEST(TableCache, EvictedTableStaysValidForItsHolder) {
-  TableCache cache(400);
+  CountingObserver obs;
+  TableCache cache(400, &obs);  // room for one table of 100 floats
   auto held = *cache.GetOrCompute("a", [] { return absl::StatusOr<Table>(MakeTable(10, 10, 7)); });
-  cache.GetOrCompute("b", [] { return absl::StatusOr<Table>(MakeTable(10, 10, 0)); }).IgnoreError();
-  EXPECT_EQ(held->data[99], 7.0f);
+  ASSERT_TRUE(cache.GetOrCompute("b", [] { return absl::StatusOr<Table>(MakeTable(10, 10, 0)); }).ok());
+  EXPECT_EQ(obs.evictions, 1);  // "a" made room for "b"
+  EXPECT_EQ(cache.entries(), 1u);
+  int recomputed = 0;
+  auto again = cache.GetOrCompute("a", [&] {
+    ++recomputed;
+    return absl::StatusOr<Table>(MakeTable(10, 10, 8));
+  });
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(recomputed, 1) << "\"a\" was still cached";
+  EXPECT_EQ(held->data[99], 7.0f);  // the holder's copy is untouched
+  EXPECT_NE(again->get(), held.get());
 }
 
 TEST(TableCache, OversizeTableIsReturnedButNotKept) {
@@ -97,15 +110,31 @@ TEST(TableCache, ErrorsAreNotCached) {
   EXPECT_EQ(calls, 2);
 }
 
+// Spins (yielding) until `done` or 10 s pass; false on timeout.
+template <typename Done>
+bool WaitFor(const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 TEST(TableCache, ConcurrentMissesComputeOnce) {
-  TableCache cache(1 << 20);
+  CountingObserver obs;
+  TableCache cache(1 << 20, &obs);
+  constexpr int kThreads = 8;
   std::atomic<int> computed{0};
+  std::atomic<bool> all_waiting{false};
   std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
       auto t = cache.GetOrCompute("shared", [&] {
         ++computed;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        // Every other caller must be waiting on this computation (each counts a hit before
+        // it waits) before it finishes: the overlap is certain, not left to timing.
+        all_waiting = WaitFor([&] { return obs.hits == kThreads - 1; });
         return absl::StatusOr<Table>(MakeTable(8, 8, 3));
       });
       ASSERT_TRUE(t.ok());
@@ -113,25 +142,62 @@ TEST(TableCache, ConcurrentMissesComputeOnce) {
     });
   }
   for (auto& t : threads) t.join();
+  EXPECT_TRUE(all_waiting) << "the other callers never waited on the computation";
   EXPECT_EQ(computed, 1);
+  EXPECT_EQ(obs.misses, 1);
+  EXPECT_EQ(obs.hits, kThreads - 1);
 }
 
 TEST(TableCache, SlowComputeDoesNotBlockOtherKeys) {
   TableCache cache(1 << 20);
   cache.GetOrCompute("fast", [] { return absl::StatusOr<Table>(MakeTable(1, 1, 1)); }).IgnoreError();
-  std::atomic<bool> release{false};
+  std::atomic<bool> started{false}, release{false};
   std::thread slow([&] {
     cache.GetOrCompute("slow", [&] {
-      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      started = true;
+      WaitFor([&] { return release.load(); });
       return absl::StatusOr<Table>(MakeTable(1, 1, 2));
     }).IgnoreError();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(WaitFor([&] { return started.load(); }));
   // Would deadlock (and time out) if the slow computation held the cache lock.
   auto fast = cache.GetOrCompute("fast", [] { return absl::StatusOr<Table>(MakeTable(1, 1, 9)); });
   EXPECT_EQ((*fast)->data[0], 1.0f);
   release = true;
   slow.join();
+}
+
+// The header's contract: observers run outside the cache lock, so one may call back into
+// the cache. Each callback asks the cache for its size from another thread; under the lock
+// that would not answer.
+struct ReentrantObserver : TableCacheObserver {
+  TableCache* cache = nullptr;
+  std::atomic<int> blocked{0};
+  void Probe() {
+    auto answered = std::make_shared<std::promise<void>>();
+    std::future<void> done = answered->get_future();
+    // Detached: under the lock it could only finish after this callback returns.
+    std::thread([c = cache, answered] {
+      c->entries();
+      answered->set_value();
+    }).detach();
+    if (done.wait_for(std::chrono::seconds(2)) != std::future_status::ready) ++blocked;
+  }
+  void OnHit() override { Probe(); }
+  void OnMiss() override { Probe(); }
+  void OnEvict(size_t) override { Probe(); }
+  void OnBytes(size_t) override { Probe(); }
+};
+
+TEST(TableCache, ObserversRunOutsideTheLock) {
+  ReentrantObserver obs;
+  TableCache cache(400, &obs);
+  obs.cache = &cache;
+  auto make = [] { return absl::StatusOr<Table>(MakeTable(10, 10, 1)); };
+  ASSERT_TRUE(cache.GetOrCompute("a", make).ok());  // miss, bytes
+  ASSERT_TRUE(cache.GetOrCompute("a", make).ok());  // hit
+  ASSERT_TRUE(cache.GetOrCompute("b", make).ok());  // miss, evict, bytes
+  EXPECT_EQ(obs.blocked, 0) << "an observer ran while the cache lock was held";
 }
 
 }  // namespace

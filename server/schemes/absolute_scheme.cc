@@ -8,6 +8,7 @@
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/add_kernel.h"
+#include "server/schemes/dense_table.h"
 
 namespace posenc {
 namespace {
@@ -91,12 +92,6 @@ absl::Status RowsFromTable(std::shared_ptr<const Table> table, const PositionGri
   }
   rows.table = std::move(table);
   return absl::OkStatus();
-}
-
-int64_t NextPowerOfTwo(int64_t v) {
-  int64_t p = 1;
-  while (p < v) p <<= 1;
-  return p;
 }
 
 // Combines rows with the embeddings: in place for ADD, into a new buffer for CONCAT.
@@ -194,22 +189,15 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
     return Combine(e, input, EncodingRows{spec.dim, {}, nullptr, {}}, combine, limits);
   }
 
-  // A dense prefix table serves positions 0..R-1 from the cache; when the largest position
-  // is far beyond what the request holds, only the positions present are computed.
-  // rows_needed <= 2^41 and dim <= 2^40: the product is checked, not assumed to fit.
-  const int64_t rows_needed = NextPowerOfTwo(std::max<int64_t>(grid.max_position + 1, 256));
-  const int64_t tokens = grid.groups() * grid.seq;
-  const std::optional<int64_t> table_bytes =
-      CheckedProduct({rows_needed, spec.dim, int64_t{sizeof(float)}});
-  const bool dense = table_bytes.has_value() &&
-                     static_cast<uint64_t>(*table_bytes) <= cache.budget_bytes() / 4 &&
-                     rows_needed <= 16 * tokens + 4096;
+  const std::optional<int64_t> rows_needed =
+      DenseTableRows(kSinusoidalDensePolicy, grid.max_position, grid.groups() * grid.seq,
+                     spec.dim * int64_t{sizeof(float)}, cache.budget_bytes());
   EncodingRows rows;
-  if (dense) {
+  if (rows_needed) {
     ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
-                     cache.GetOrCompute(SinusoidalTableKey(spec, rows_needed),
+                     cache.GetOrCompute(SinusoidalTableKey(spec, *rows_needed),
                                         [&]() -> absl::StatusOr<Table> {
-                                          Table t = ComputeSinusoidalTable(spec, 0, rows_needed);
+                                          Table t = ComputeSinusoidalTable(spec, 0, *rows_needed);
                                           RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal"));
                                           return t;
                                         }));

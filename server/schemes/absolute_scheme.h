@@ -43,7 +43,7 @@ inline constexpr int64_t kMaxPeDim = int64_t{1} << 16;
 // Most hierarchical levels: each costs a sin/cos row per token.
 inline constexpr int64_t kMaxHierarchicalLevels = 64;
 
-// How the encoding meets the embeddings (shared/API.md "Sinusoidal").
+// How the encoding meets the embeddings (proto/posenc/v1/posenc.proto, Sinusoidal).
 struct CombineSpec {
   float input_scale = 1.0f;
   float pe_scale = 1.0f;

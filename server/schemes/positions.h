@@ -1,5 +1,5 @@
 // Positions of the tokens of a [batch, seq] grid, resolved from the request's
-// offsets / ids (shared/API.md "Positions"). Plain values; thread-compatible.
+// offsets / ids (proto/posenc/v1/posenc.proto, Positions). Plain values; thread-compatible.
 #pragma once
 
 #include <cstdint>

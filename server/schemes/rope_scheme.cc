@@ -9,20 +9,12 @@
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/rope_kernel.h"
+#include "server/schemes/dense_table.h"
 
 namespace posenc {
 namespace {
 
 using Layout = RopeSpec::Layout;
-
-// Tables start at this many rows and double, so a growing context rebuilds rarely.
-constexpr int64_t kMinDenseRows = 256;
-// A dense prefix table is used only when it costs at most this many rows per token of the
-// request, plus a fixed allowance: a few tokens far out never build a huge table.
-constexpr int64_t kDenseRowsPerToken = 64;
-constexpr int64_t kDenseRowsAllowance = 8192;
-// ... and only when it takes at most this fraction of the cache budget.
-constexpr size_t kDenseBudgetDivisor = 8;
 
 // Where each axis sits in the shape.
 struct AxisIndex {
@@ -188,12 +180,6 @@ RopeGeometry GeometryOf(const Dims& d, Layout layout) {
   return g;
 }
 
-int64_t DenseRowsFor(int64_t max_position) {
-  int64_t rows = kMinDenseRows;
-  while (rows < max_position + 1) rows *= 2;
-  return rows;
-}
-
 }  // namespace
 
 absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
@@ -220,18 +206,17 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
   std::vector<const float*> token_rows(static_cast<size_t>(tokens));
   std::shared_ptr<const Table> dense;
   std::vector<float> sparse;
-  const int64_t dense_rows = DenseRowsFor(grid.max_position);
-  const bool use_dense = dense_rows <= kDenseRowsPerToken * tokens + kDenseRowsAllowance &&
-                         static_cast<size_t>(dense_rows) * rotary_dim * sizeof(float) <=
-                             cache.budget_bytes() / kDenseBudgetDivisor;
-  if (use_dense) {
+  const std::optional<int64_t> dense_rows =
+      DenseTableRows(kRopeDensePolicy, grid.max_position, tokens,
+                     rotary_dim * int64_t{sizeof(float)}, cache.budget_bytes());
+  if (dense_rows) {
     ASSIGN_OR_RETURN(dense, cache.GetOrCompute(
-                                RopeCacheKey(freqs, 0, dense_rows), [&]() -> absl::StatusOr<Table> {
+                                RopeCacheKey(freqs, 0, *dense_rows), [&]() -> absl::StatusOr<Table> {
                                   Table t;
-                                  t.rows = dense_rows;
+                                  t.rows = *dense_rows;
                                   t.cols = rotary_dim;
-                                  t.data.resize(static_cast<size_t>(dense_rows) * rotary_dim);
-                                  FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
+                                  t.data.resize(static_cast<size_t>(*dense_rows) * rotary_dim);
+                                  FillRopeRowRange(freqs, 0, *dense_rows, t.data.data());
                                   RETURN_IF_ERROR(CheckRowsFinite(t.data, "rope.scaling"));
                                   return t;
                                 }));

@@ -17,7 +17,7 @@ namespace posenc {
 // Widest rotary dimension served (head_dim, or rope.rotary_dim), as GetTable's dim.
 inline constexpr int kMaxRotaryDim = 1 << 20;
 
-// Rotates `query` and, when given, `*key` in place (shared/API.md "Rope").
+// Rotates `query` and, when given, `*key` in place (proto/posenc/v1/posenc.proto, Rope).
 //  - query: FLOAT32, FLOAT16 or BFLOAT16 in spec.layout: BSHD [batch, seq, heads, head_dim],
 //    BHSD [batch, heads, seq, head_dim], THD [tokens, heads, head_dim].
 //  - key: the same layout, batch, seq and head_dim; its head count must divide the query's

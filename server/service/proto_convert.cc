@@ -6,32 +6,6 @@
 
 namespace posenc {
 
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::FLOAT32: return DType::kFloat32;
-    case v1::FLOAT16: return DType::kFloat16;
-    case v1::BFLOAT16: return DType::kBFloat16;
-    case v1::INT32: return DType::kInt32;
-    case v1::INT64: return DType::kInt64;
-    case v1::DTYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError(absl::StrCat(field, " is DTYPE_UNSPECIFIED; set it"));
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " is ", static_cast<int>(dtype), ", not a known DType"));
-  }
-}
-
-v1::DType DTypeToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return v1::FLOAT32;
-    case DType::kFloat16: return v1::FLOAT16;
-    case DType::kBFloat16: return v1::BFLOAT16;
-    case DType::kInt32: return v1::INT32;
-    case DType::kInt64: return v1::INT64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
 absl::StatusOr<TensorView> ViewOfTensor(v1::Tensor* tensor, absl::string_view field) {
   auto dtype = DTypeFromProto(tensor->dtype(), absl::StrCat(field, ".dtype"));
   if (!dtype.ok()) return dtype.status();
@@ -203,6 +177,50 @@ absl::StatusOr<AlibiSpec> AlibiFromProto(const v1::Alibi& a) {
   RETURN_IF_ERROR(CheckKnown(a.mode(), v1::AlibiMode_descriptor(), "alibi.mode"));
   spec.causal = a.mode() == v1::CAUSAL;
   if (a.has_max_bias()) spec.max_bias = a.max_bias();
+  return spec;
+}
+
+T5Spec T5FromProto(const v1::T5Bias& t) {
+  T5Spec spec;
+  if (t.has_num_buckets()) spec.num_buckets = t.num_buckets();
+  if (t.has_max_distance()) spec.max_distance = t.max_distance();
+  spec.bidirectional = t.bidirectional();
+  return spec;
+}
+
+absl::StatusOr<BiasSpec> BiasFromProto(const v1::BiasRequest& request) {
+  BiasSpec spec;
+  spec.geom = MakeBiasGeometry(request.query_length(), request.key_length());
+  if (request.has_query_offset()) spec.geom.query_offset = request.query_offset();
+  spec.add_to_scores = request.has_scores();
+  if (request.has_alibi()) {
+    ASSIGN_OR_RETURN(spec.alibi, AlibiFromProto(request.alibi()));
+  } else if (request.has_t5()) {
+    spec.t5 = T5FromProto(request.t5());
+    spec.t5_table = request.t5().table();
+  }
+  return spec;
+}
+
+std::vector<HierarchicalLevel> HierarchicalFromProto(const v1::Hierarchical& h) {
+  std::vector<HierarchicalLevel> levels;
+  levels.reserve(h.levels_size());
+  for (const v1::Level& level : h.levels()) {
+    HierarchicalLevel l;
+    l.ids = absl::MakeConstSpan(level.ids().data(), level.ids_size());
+    if (level.has_base()) l.base = level.base();
+    if (level.has_scale()) l.scale = level.scale();
+    levels.push_back(l);
+  }
+  return levels;
+}
+
+GraphSpec GraphFromProto(const v1::GraphRequest& request) {
+  GraphSpec spec;
+  spec.num_nodes = request.num_nodes();
+  spec.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
+  spec.k = request.k();
+  spec.normalized = request.normalized();
   return spec;
 }
 

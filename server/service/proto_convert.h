@@ -3,20 +3,22 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/support/status.h"
 #include "posenc/v1/posenc.pb.h"
-#include "server/kernels/bias_kernel.h"
+#include "proto/dtype_proto.h"
+#include "server/graph/laplacian.h"
 #include "server/schemes/absolute_scheme.h"
+#include "server/schemes/bias_scheme.h"
 #include "server/schemes/positions.h"
 #include "server/tables/rope_frequencies.h"
 #include "server/tensor/tensor_view.h"
 
 namespace posenc {
 
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field);
-v1::DType DTypeToProto(DType dtype);
+// DTypeFromProto and DTypeToProto: proto/dtype_proto.h.
 
 // A view over a request tensor's bytes, after checking its dtype, shape and that `data`
 // holds exactly product(shape) * sizeof(dtype) bytes. Nothing is copied or allocated.
@@ -40,6 +42,14 @@ absl::StatusOr<Overflow> OverflowFromProto(v1::Overflow o);
 absl::StatusOr<ContinuousSpec> ContinuousFromProto(const v1::Continuous& c);
 absl::StatusOr<RopeSpec> RopeFromProto(const v1::Rope& r);
 absl::StatusOr<AlibiSpec> AlibiFromProto(const v1::Alibi& a);
+T5Spec T5FromProto(const v1::T5Bias& t);
+// The bias, its geometry (query_offset defaulting to key_length - query_length) and whether
+// scores are given; neither scheme set leaves both alibi and t5 empty.
+absl::StatusOr<BiasSpec> BiasFromProto(const v1::BiasRequest& request);
+// Spans point into `h`.
+std::vector<HierarchicalLevel> HierarchicalFromProto(const v1::Hierarchical& h);
+// Spans point into `request`.
+GraphSpec GraphFromProto(const v1::GraphRequest& request);
 
 // The status a client sees: same code, message prefixed with the request id if any.
 grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id = "");

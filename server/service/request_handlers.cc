@@ -9,8 +9,8 @@
 #include "server/common/status_macros.h"
 #include "server/service/proto_convert.h"
 #include "server/service/request_tensors.h"
-#include "server/graph/laplacian.h"
-#include "server/kernels/bias_kernel.h"
+#include "server/schemes/bias_scheme.h"
+#include "server/schemes/graph_scheme.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/sinusoidal_table.h"
 
@@ -195,14 +195,8 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
         break;
       }
       case v1::EncodeRequest::kHierarchical: {
-        std::vector<HierarchicalLevel> levels;
-        for (const v1::Level& level : request.hierarchical().levels()) {
-          HierarchicalLevel l;
-          l.ids = absl::MakeConstSpan(level.ids().data(), level.ids_size());
-          if (level.has_base()) l.base = level.base();
-          if (level.has_scale()) l.scale = level.scale();
-          levels.push_back(l);
-        }
+        const std::vector<HierarchicalLevel> levels =
+            HierarchicalFromProto(request.hierarchical());
         result = ApplyHierarchical(levels, input, state_.limits);
         break;
       }
@@ -228,91 +222,32 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
             : request.has_t5()  ? SchemeLabel::kT5
                                 : SchemeLabel::kNone;
   response.set_request_id(request.request_id());
-  if (*scheme == SchemeLabel::kNone) {
-    return absl::InvalidArgumentError("scheme is not set; set alibi or t5");
-  }
-  BiasGeometry geom = MakeBiasGeometry(request.query_length(), request.key_length());
-  if (request.has_query_offset()) geom.query_offset = request.query_offset();
-  RETURN_IF_ERROR(ValidateBiasGeometry(geom));
-
-  AlibiSpec alibi;
-  T5Spec t5;
-  const Table* t5_table = nullptr;
-  int64_t heads = 0;
-  if (request.has_alibi()) {
-    ASSIGN_OR_RETURN(alibi, AlibiFromProto(request.alibi()));
-    RETURN_IF_ERROR(ValidateAlibiSpec(alibi));
-    heads = alibi.num_heads;
-  } else {
-    const v1::T5Bias& t = request.t5();
-    if (t.has_num_buckets()) t5.num_buckets = t.num_buckets();
-    if (t.has_max_distance()) t5.max_distance = t.max_distance();
-    t5.bidirectional = t.bidirectional();
-    RETURN_IF_ERROR(ValidateT5Spec(t5));
-    if (!t.table().empty()) {
-      const NamedTable* named = state_.tables->Find(t.table());
-      if (!named) {
-        return absl::NotFoundError(
-            absl::StrCat("t5.table '", t.table(), "' is not loaded (see ListSchemes)"));
-      }
-      t5_table = named->table.get();
-      const int64_t shape[2] = {t5_table->rows, t5_table->cols};
-      RETURN_IF_ERROR(ValidateT5TableShape(t5, shape));
-      heads = t5_table->cols;
-    }
-  }
-
+  ASSIGN_OR_RETURN(const BiasSpec spec, BiasFromProto(request));
+  ASSIGN_OR_RETURN(const BiasPlan plan, PlanBias(spec, *state_.tables));
   const uint64_t in_bytes = request.scores().data().size();
   RequestTensors tensors(state_.shm);
   KernelTimer timer(state_.metrics, *scheme);
-  if (request.has_scores()) {
-    if (request.has_t5() && !t5_table) {
-      return absl::InvalidArgumentError(
-          "scores is set but t5.table is empty; adding T5 biases needs a [num_buckets, heads] "
-          "table");
-    }
+  if (spec.add_to_scores) {
     ASSIGN_OR_RETURN(const TensorView in, tensors.View(request.mutable_scores(), "scores"));
     ASSIGN_OR_RETURN(const Placement placed, PlaceInPlace(tensors, request.scores(), in,
                                                           request.output_shm(), "output_shm"));
-    const TensorView& scores = placed.view;
-    RETURN_IF_ERROR(ValidateScores(geom, heads,
-                                   request.has_alibi() ? "alibi.num_heads" : "t5.table", scores));
-    RETURN_IF_ERROR(request.has_alibi()
-                        ? AddAlibiBias(alibi, geom, scores)
-                        : AddT5Bias(t5, geom, t5_table->data.data(),
-                                    static_cast<int32_t>(heads), scores));
+    RETURN_IF_ERROR(AddBias(plan, placed.view));
     RETURN_IF_ERROR(tensors.CheckIntact());
     // Added in place: the scores' own buffer (or slice) becomes the output.
     Answer(placed, request.mutable_scores()->mutable_data(), response.mutable_output());
   } else {
-    const bool bucket_ids = request.has_t5() && !t5_table;
-    const Shape shape = bucket_ids ? Shape{geom.query_length, geom.key_length}
-                                   : Shape{heads, geom.query_length, geom.key_length};
-    const DType dtype = bucket_ids ? DType::kInt32 : DType::kFloat32;
     std::string out;
-    Placement placed{TensorView{dtype, shape, nullptr}, nullptr};
+    Placement placed{TensorView{plan.output_dtype, plan.output_shape, nullptr}, nullptr};
     if (IsSet(request.output_shm())) {  // built straight into the client's slice
-      ASSIGN_OR_RETURN(placed.view,
-                       tensors.Output(request.output_shm(), shape, dtype, nullptr, "output_shm"));
+      ASSIGN_OR_RETURN(placed.view, tensors.Output(request.output_shm(), plan.output_shape,
+                                                   plan.output_dtype, nullptr, "output_shm"));
       placed.ref = &request.output_shm();
     } else {
-      // Checked before anything proportional to the output is allocated.
-      ASSIGN_OR_RETURN(const int64_t bytes,
-                       SizeWithin({4, shape[0], shape[1], shape.size() == 3 ? shape[2] : 1},
-                                  static_cast<int64_t>(state_.limits.max_output_bytes),
-                                  absl::StrCat("the bias ", ShapeString(shape)),
-                                  "--max_message_bytes (or pass output_shm)"));
+      ASSIGN_OR_RETURN(const int64_t bytes, BiasOutputBytes(plan, state_.limits));
       out.assign(static_cast<size_t>(bytes), '\0');
       placed.view.data = out.data();
     }
-    if (bucket_ids) {
-      RETURN_IF_ERROR(BuildT5Buckets(t5, geom, placed.view.As<int32_t>()));
-    } else if (request.has_alibi()) {
-      RETURN_IF_ERROR(BuildAlibiBias(alibi, geom, placed.view.As<float>()));
-    } else {
-      RETURN_IF_ERROR(BuildT5Bias(t5, geom, t5_table->data.data(), static_cast<int32_t>(heads),
-                                  placed.view.As<float>()));
-    }
+    RETURN_IF_ERROR(BuildBias(plan, placed.view));
     RETURN_IF_ERROR(tensors.CheckIntact());
     Answer(placed, &out, response.mutable_output());
   }
@@ -324,55 +259,19 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
                                           v1::GraphResponse& response,
                                           const CancelCheck& cancelled) const {
   response.set_request_id(request.request_id());
-  GraphSpec spec;
-  spec.num_nodes = request.num_nodes();
-  spec.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
-  spec.k = request.k();
-  spec.normalized = request.normalized();
-  GraphLimits limits = state_.graph_limits;
-  limits.max_output_elements = static_cast<int64_t>(state_.limits.max_output_bytes / 4);
-  // The input is checked before the (possibly long) eigen-solve.
-  std::optional<TensorView> input;
+  std::optional<ConstTensorView> input;
   if (request.has_input()) {
     ASSIGN_OR_RETURN(input, ViewOfTensor(request.mutable_input(), "input"));
-    if (!IsFloat(input->dtype) || input->shape.size() != 2 ||
-        input->shape[0] != request.num_nodes()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input is ", ShapeString(input->shape), " ", DTypeName(input->dtype),
-          "; GraphEncode needs [num_nodes (", request.num_nodes(),
-          "), d] FLOAT32, FLOAT16 or BFLOAT16"));
-    }
-    // d <= 2^40 (a checked shape) and k < 2^31, so d + k cannot overflow.
-    RETURN_IF_ERROR(SizeWithin({request.num_nodes(), input->shape[1] + std::max(request.k(), 0),
-                                static_cast<int64_t>(DTypeSize(input->dtype))},
-                               static_cast<int64_t>(state_.limits.max_output_bytes),
-                               "the output", "--max_message_bytes")
-                        .status());
   }
-  GraphEncoding encoding;
+  GraphResult result;
   {
     KernelTimer timer(state_.metrics, SchemeLabel::kGraphLaplacian);
-    ASSIGN_OR_RETURN(encoding, ComputeLaplacianEncoding(spec, limits, cancelled));
+    ASSIGN_OR_RETURN(result,
+                     ApplyGraph(GraphFromProto(request), input, state_.limits,
+                                state_.graph_limits, cancelled));
   }
-  const int64_t n = encoding.num_nodes, k = encoding.k;
-  for (double e : encoding.eigenvalues) response.add_eigenvalues(e);
-  if (!input) {
-    std::string out(reinterpret_cast<const char*>(encoding.vectors.data()),
-                    encoding.vectors.size() * sizeof(float));
-    MoveIntoTensor(&out, {n, k}, DType::kFloat32, response.mutable_output());
-    return absl::OkStatus();
-  }
-  // [n, d + k] in the input's dtype: each row is the input row, then the encoding.
-  const int64_t d = input->shape[1];
-  const size_t elem = DTypeSize(input->dtype);
-  std::string out(static_cast<size_t>(n * (d + k)) * elem, '\0');
-  for (int64_t r = 0; r < n; ++r) {
-    std::memcpy(out.data() + r * (d + k) * elem, static_cast<const char*>(input->data) + r * d * elem,
-                d * elem);
-    FromFloat32(encoding.vectors.data() + r * k, input->dtype,
-                out.data() + (r * (d + k) + d) * elem, k);
-  }
-  MoveIntoTensor(&out, {n, d + k}, input->dtype, response.mutable_output());
+  for (double e : result.eigenvalues) response.add_eigenvalues(e);
+  MoveIntoTensor(&result.data, result.shape, result.dtype, response.mutable_output());
   return absl::OkStatus();
 }
 

@@ -31,7 +31,7 @@ inline constexpr double kMinSinusoidalBase = 1e-6;
 // kMinSinusoidalBase, or dim < 1. With it OK every row for positions in [0, 2^40] is finite.
 absl::Status ValidateSinusoidal(const SinusoidalSpec& spec, absl::string_view field);
 
-// Maps a position to its encoding row. Column rules (shared/API.md):
+// Maps a position to its encoding row. Column rules (proto/posenc/v1/posenc.proto, Sinusoidal):
 //   INTERLEAVED: column 2i = sin(p*w_i), 2i+1 = cos(p*w_i); ceil(d/2) sin, floor(d/2) cos.
 //   CONCATENATED+PER_DIM (Marian): ceil(d/2) sin columns then floor(d/2) cos columns.
 //   CONCATENATED+HALF_MINUS_ONE (fairseq): floor(d/2) sin, floor(d/2) cos, a zero column if odd.

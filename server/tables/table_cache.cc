@@ -41,22 +41,24 @@ size_t TableCache::EvictFor(size_t incoming) {
 absl::StatusOr<std::shared_ptr<const Table>> TableCache::GetOrCompute(
     const std::string& key, const std::function<absl::StatusOr<Table>()>& compute) {
   std::shared_ptr<Pending> pending;
+  std::shared_ptr<const Table> hit;
   bool owner = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = entries_.find(key); it != entries_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
-      auto table = it->second.table;
-      if (observer_) observer_->OnHit();
-      return table;
-    }
-    if (auto it = pending_.find(key); it != pending_.end()) {
+      hit = it->second.table;
+    } else if (auto it = pending_.find(key); it != pending_.end()) {
       pending = it->second;
     } else {
       pending = std::make_shared<Pending>();
       pending_.emplace(key, pending);
       owner = true;
     }
+  }
+  if (hit) {  // observers run outside the cache lock (table_cache.h)
+    if (observer_) observer_->OnHit();
+    return hit;
   }
 
   if (!owner) {  // Another caller computes this key: wait for its result.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/common/table_cache_observer.h"
 
 namespace posenc {
 
@@ -36,15 +37,7 @@ inline constexpr int64_t kMaxTableLength = int64_t{1} << 40;
 inline constexpr int64_t kMaxTableDim = int64_t{1} << 20;
 static_assert(kMaxTableLength <= INT64_MAX / kMaxTableDim, "length x dim must fit in int64");
 
-// Observes cache events (metrics). Called outside the cache lock.
-class TableCacheObserver {
- public:
-  virtual ~TableCacheObserver() = default;
-  virtual void OnHit() = 0;
-  virtual void OnMiss() = 0;
-  virtual void OnEvict(size_t count) = 0;
-  virtual void OnBytes(size_t total_bytes) = 0;
-};
+// TableCacheObserver (server/common/table_cache_observer.h): called outside the cache lock.
 
 class TableCache {
  public:

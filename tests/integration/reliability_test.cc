@@ -226,8 +226,11 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   EXPECT_EQ(watched.status(), HealthCheckResponse::NOT_SERVING);
   EXPECT_FALSE(watch->Read(&watched)) << "the Watch stayed open during the drain";
   EXPECT_TRUE(watch->Finish().ok());
-  {  // a call that arrives now is turned away, retryably
-    auto late_stub = v1::PositionalEncoding::NewStub(server.Channel());
+  {  // a call that arrives now, on a connection of its own, is turned away, retryably
+    grpc::ChannelArguments own_connection;
+    own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto late_stub = v1::PositionalEncoding::NewStub(grpc::CreateCustomChannel(
+        server.grpc_address(), grpc::InsecureChannelCredentials(), own_connection));
     const grpc::Status late = CallEncode(*late_stub, ZerosRequest(1, 8, 16));
     EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE) << late.error_message();
   }

@@ -94,6 +94,34 @@ absl::StatusOr<v1::EncodeResponse> PosencClient::Encode(const v1::EncodeRequest&
   return response;
 }
 
+absl::Status PosencClient::RegisterSharedMemory(
+    const v1::RegisterSharedMemoryRequest& request) const {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::RegisterSharedMemoryResponse response;
+  return FromGrpcStatus(stub_->RegisterSharedMemory(&context, request, &response));
+}
+
+absl::Status PosencClient::UnregisterSharedMemory(const std::string& name) const {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name);
+  v1::UnregisterSharedMemoryResponse response;
+  return FromGrpcStatus(stub_->UnregisterSharedMemory(&context, request, &response));
+}
+
+absl::StatusOr<v1::SharedMemoryStatusResponse> PosencClient::SharedMemoryStatus(
+    const std::string& name) const {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::SharedMemoryStatusRequest request;
+  request.set_name(name);
+  v1::SharedMemoryStatusResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->SharedMemoryStatus(&context, request, &response)));
+  return response;
+}
+
 absl::Status PosencClient::EncodeStream(
     const std::function<const v1::EncodeRequest*()>& next_request,
     const std::function<absl::Status(v1::EncodeResponse&&)>& on_response) const {

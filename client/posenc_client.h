@@ -93,6 +93,13 @@ class PosencClient {
 
   absl::StatusOr<v1::GraphResponse> GraphEncode(const v1::GraphRequest& request) const;
 
+  // Shared memory (a server started with --shm; client/shm_region.h creates the objects):
+  // map a region under a name, forget it ("" = all), and list what is registered.
+  absl::Status RegisterSharedMemory(const v1::RegisterSharedMemoryRequest& request) const;
+  absl::Status UnregisterSharedMemory(const std::string& name) const;
+  absl::StatusOr<v1::SharedMemoryStatusResponse> SharedMemoryStatus(
+      const std::string& name = "") const;
+
   // grpc.health.v1.Health/Check for `service` ("" = the whole server).
   absl::StatusOr<HealthStatus> Health(const std::string& service = "") const;
 

@@ -1,7 +1,10 @@
 // posenc-client: command-line client of the posenc service. See kUsage below.
 // Exit codes: 0 ok, 1 the RPC failed (or health is not SERVING), 2 usage or local file error.
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -25,6 +28,7 @@
 #include "client/hf_config.h"
 #include "client/load_command.h"
 #include "client/plot_command.h"
+#include "client/shm_region.h"
 #include "client/infer_command.h"
 #include "client/posenc_client.h"
 #include "client/tensor_proto.h"
@@ -74,6 +78,7 @@ encode / stream:
           --original-max-pos N  --key k.npy | --key-shape 1,16,2,64  --key-output ko.npy
           (with --hf-config and no --shape/--input: 8 tokens of the model's heads)
   --output y.npy (bfloat16 outputs are written as float32)  --print N (values shown, 8)
+          --shm  pass the tensors through POSIX shared memory (a server with --shm)
   stream: --count N (default 100)
 
 bias:   --scheme alibi|t5 --query-length Q --key-length K [--query-offset O]
@@ -365,16 +370,55 @@ void PrintElapsed(absl::Duration elapsed) {
 
 const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "levels", "level-scales", "level-bases",
                                            "shape", "fill", "seed", "input", "dtype", "output", "key",
-                                           "key-shape", "key-output", "print", "count"};
+                                           "key-shape", "key-output", "print", "count", "shm"};
 
 int RunEncodeStream(const Flags& f, v1::EncodeRequest& request);
+
+// --shm: the tensors travel through a POSIX shared-memory object this command creates,
+// registers, and removes again; the server rotates or adds them in place, and the answer
+// is read back from the object (the server must run with --shm).
+absl::StatusOr<v1::EncodeResponse> EncodeByReference(PosencClient& client,
+                                                     v1::EncodeRequest request) {
+  const uint64_t in = request.input().data().size(), key = request.key().data().size();
+  const uint64_t key_at = (in + 63) / 64 * 64;
+  const std::string name = absl::StrCat("cli_", getpid());
+  ASSIGN_OR_RETURN(ShmRegion region,
+                   ShmRegion::Create(absl::StrCat("/posenc_cli_", getpid()),
+                                     std::max<uint64_t>(key_at + key, 64)));
+  std::memcpy(region.bytes().data(), request.input().data().data(), in);
+  *request.mutable_input()->mutable_shm() = ShmRegion::Ref(name, 0, in);
+  request.mutable_input()->clear_data();
+  if (request.has_key()) {
+    std::memcpy(region.bytes().data() + key_at, request.key().data().data(), key);
+    *request.mutable_key()->mutable_shm() = ShmRegion::Ref(name, key_at, key);
+    request.mutable_key()->clear_data();
+  }
+  RETURN_IF_ERROR(client.RegisterSharedMemory(region.RegisterRequest(name)));
+  absl::StatusOr<v1::EncodeResponse> response = client.Encode(request);
+  const absl::Status unregistered = client.UnregisterSharedMemory(name);
+  if (!response.ok()) return response.status();
+  RETURN_IF_ERROR(unregistered);
+  if (!response->key_output().has_shm()) response->clear_key_output();
+  for (v1::Tensor* t : {response->mutable_output(), response->mutable_key_output()}) {
+    if (!t->has_shm()) continue;  // e.g. CONCAT, answered inline; or no key
+    ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, region.Slice(t->shm().offset(), t->shm().byte_size()));
+    t->set_data(bytes.data(), bytes.size());
+    t->clear_shm();
+  }
+  return response;
+}
 
 int RunEncode(const Flags& f, bool stream) {
   auto request = BuildEncodeRequest(f);
   if (!request.ok()) return UsageError(request.status());
   if (stream) return RunEncodeStream(f, *request);
+  auto by_reference = f.Bool("shm");
+  if (!by_reference.ok()) return UsageError(by_reference.status());
   return TimedCall(
-      f, "Encode", [&](PosencClient& client) { return client.Encode(*request); },
+      f, "Encode",
+      [&](PosencClient& client) {
+        return *by_reference ? EncodeByReference(client, *request) : client.Encode(*request);
+      },
       [&](const v1::EncodeResponse& response, int64_t print, absl::Duration elapsed) {
         PrintTensorSummary("output", response.output(), print);
         if (response.has_key_output()) {
@@ -627,7 +671,7 @@ int Main(int argc, char** argv) {
   } else {
     return UsageError(absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'")));
   }
-  auto flags = ParseCommandFlags(args, known, {"bidirectional", "normalized"});
+  auto flags = ParseCommandFlags(args, known, {"bidirectional", "normalized", "shm"});
   if (!flags.ok()) return UsageError(flags.status());
   if (flags->Has("help")) {
     std::cout << kUsage;

@@ -60,6 +60,22 @@ set -e
 [ "$code" = 1 ] || fail "missing table should exit 1, got $code"
 grep -q NOT_FOUND "$work/err" || fail "missing table should print NOT_FOUND: $(cat "$work/err")"
 
+# encode --shm against a server with --shm: the same answer as inline, nothing left in /dev/shm.
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 --shm \
+  >"$work/shm_out" 2>&1 &
+shm_pid=$!
+for _ in $(seq 100); do grep -q listening "$work/shm_out" && break; sleep 0.1; done
+shm_target=127.0.0.1:$(sed -E 's/.*grpc=[^ ]+:([0-9]+) .*/\1/' <<<"$(grep listening "$work/shm_out")")
+"$build/client/posenc-client" encode --target="$shm_target" --scheme=rope --shape=1,4,2,8 \
+  --key-shape=1,4,1,8 --seed=5 --output="$work/inline.npy" --key-output="$work/inline_k.npy" >/dev/null
+"$build/client/posenc-client" encode --target="$shm_target" --scheme=rope --shape=1,4,2,8 \
+  --key-shape=1,4,1,8 --seed=5 --shm --output="$work/shm.npy" --key-output="$work/shm_k.npy" >/dev/null ||
+  fail "encode --shm"
+kill "$shm_pid"; wait "$shm_pid" || true
+cmp -s "$work/inline.npy" "$work/shm.npy" && cmp -s "$work/inline_k.npy" "$work/shm_k.npy" ||
+  fail "encode --shm differs from inline"
+! ls /dev/shm | grep -q posenc_cli_ || fail "encode --shm left its object in /dev/shm"
+
 # plot: a PNG of the right size whose pixels follow the signs of sin/cos.
 cli plot --scheme=sinusoidal --length=16 --dim=8 --cell=2 --output="$work/pe.png" >/dev/null ||
   fail "plot"

@@ -1,4 +1,4 @@
-// The service's Prometheus metrics (names and labels in shared/API.md "Metrics").
+// The service's Prometheus metrics (names and labels: README "Metrics", the proto's service).
 // Every family and child is created once in Create(); recording is lock-free apart from
 // prometheus-cpp's own atomics. Thread-safe. prometheus-cpp stays behind this header.
 #pragma once

@@ -29,6 +29,7 @@
 #include "client/load_command.h"
 #include "client/plot_command.h"
 #include "client/shm_region.h"
+#include "server/common/version.h"
 #include "client/infer_command.h"
 #include "client/posenc_client.h"
 #include "client/tensor_proto.h"
@@ -648,6 +649,10 @@ int Main(int argc, char** argv) {
     return argc < 2 ? kExitUsage : kExitOk;
   }
   const std::string command = argv[1];
+  if (command == "--version") {
+    std::cout << "posenc-client " << posenc::kVersion << "\n";
+    return kExitOk;
+  }
   const std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "load") return RunLoadCommand(args);
   if (command == "infer") return RunInferCommand(args);

@@ -18,6 +18,9 @@ target="127.0.0.1:${target##*:}"
 cli() { "$build/client/posenc-client" "$1" --target="$target" "${@:2}"; }
 
 cli health | grep -q SERVING || fail "health"
+"$build/client/posenc-client" --version | grep -qE '^posenc-client [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
+"$build/server/posenc-server" --version | grep -qE '^posenc-server [0-9]+\.[0-9]+\.[0-9]+$' ||
+  fail "server --version"
 cli list | grep -q graph_laplacian || fail "list"
 
 /usr/bin/python3 - "$work/x.npy" <<'PY'

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
+#include "server/common/version.h"
 #include "server/metrics/metrics.h"
 #include "server/service/admission.h"
 #include "server/service/call_tracker.h"
@@ -29,7 +30,6 @@
 
 namespace posenc {
 
-inline constexpr char kVersion[] = "0.2.0";
 
 // The largest --max_message_bytes: protobuf refuses messages of 2 GiB, and a response's
 // framing needs room beside its tensor bytes.

@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <vector>
 
+#include "server/kernels/isa.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
 
@@ -193,12 +195,15 @@ __attribute__((target("avx2,f16c"))) inline __m256 Load8(const uint16_t* p) {
   }
 }
 
+// float16 through VCVTPS2PH alone, as the AVX-512 kernels do (a NaN result keeps the quiet
+// NaN it gives, not FloatToHalf's canonical bits).
 template <bool kBf16>
 __attribute__((target("avx2,f16c"))) inline void Store8(uint16_t* p, __m256 v) {
   if constexpr (kBf16) {
     simd::StoreBf16x8(p, v);
   } else {
-    simd::StoreF16x8(p, v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 }
 
@@ -258,6 +263,76 @@ __attribute__((target("avx2,fma,f16c"))) void InterleavedToken16Avx2(
       std::memcpy(t, x + full, tail_bytes);
       PairStep8<kBf16>(t, c + full, s + full);
       std::memcpy(x + full, t, tail_bytes);
+    }
+  }
+}
+
+// bfloat16 with AVX2, 16 lanes per 256-bit vector split by parity (the AVX-512 parity
+// kernels below do the same 32 at a time): as 32-bit words, element 2j is the low half of
+// word j and 2j+1 the high half, so `word << 16` and `word & 0xffff0000` are the even and
+// odd elements as floats, and a result goes back with one shift or one mask and an OR: no
+// pack or lane-crossing permute. Rounding is FloatToBFloat16's integer round to nearest even
+// (bits + 0x7fff + lsb). A NaN needs no special case here: every NaN these FMAs give is a
+// widened bfloat16 input quieted (low 16 bits zero) or the default NaN, so the rounding add
+// never carries out of its payload and the result is a NaN (as the header allows).
+__attribute__((target("avx2"))) inline __m256i RoundedBf16High(__m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+
+__attribute__((target("avx2"))) inline __m256 EvenBf16x8(__m256i w) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+__attribute__((target("avx2"))) inline __m256 OddBf16x8(__m256i w) {
+  return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// 16 bfloat16 from the even and odd results, in element order.
+__attribute__((target("avx2"))) inline void StoreEvenOddBf16x16(uint16_t* p, __m256 even,
+                                                                __m256 odd) {
+  const __m256i lo = _mm256_srli_epi32(RoundedBf16High(even), 16);
+  const __m256i hi = _mm256_and_si256(RoundedBf16High(odd),
+                                      _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_or_si256(lo, hi));
+}
+
+__attribute__((target("avx2"))) inline __m256i LoadWords(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Interleaved pairs: c[k] = cos_k (each 16-lane vector is 8 pairs). REQUIRES: half % 8 == 0.
+__attribute__((target("avx2,fma"))) void InterleavedTokenBf16EvenOddAvx2(
+    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s,
+    int64_t half) {
+  for (int64_t h = 0; h < heads; ++h, x += head_stride) {
+    for (int64_t k = 0; k < half; k += 8) {  // pairs k..k+7: features 2k..2k+15
+      const __m256i v = LoadWords(x + 2 * k);
+      const __m256 vc = _mm256_loadu_ps(c + k), vs = _mm256_loadu_ps(s + k);
+      const __m256 e = EvenBf16x8(v), o = OddBf16x8(v);
+      StoreEvenOddBf16x16(x + 2 * k, _mm256_fmsub_ps(e, vc, _mm256_mul_ps(o, vs)),
+                          _mm256_fmadd_ps(o, vc, _mm256_mul_ps(e, vs)));
+    }
+  }
+}
+
+// Rotate-half: tables split by parity in blocks of 16 features, c[16b + j] = cos_{16b+2j},
+// c[16b + 8 + j] = cos_{16b+2j+1} (j < 8). REQUIRES: half % 16 == 0.
+__attribute__((target("avx2,fma"))) void RotateHalfTokenBf16EvenOddAvx2(
+    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s,
+    int64_t half) {
+  for (int64_t h = 0; h < heads; ++h, x += head_stride) {
+    uint16_t* x2 = x + half;
+    for (int64_t k = 0; k < half; k += 16) {
+      const __m256i va = LoadWords(x + k), vb = LoadWords(x2 + k);
+      const __m256 ce = _mm256_loadu_ps(c + k), co = _mm256_loadu_ps(c + k + 8);
+      const __m256 se = _mm256_loadu_ps(s + k), so = _mm256_loadu_ps(s + k + 8);
+      const __m256 ae = EvenBf16x8(va), ao = OddBf16x8(va);
+      const __m256 be = EvenBf16x8(vb), bo = OddBf16x8(vb);
+      StoreEvenOddBf16x16(x + k, _mm256_fmsub_ps(ae, ce, _mm256_mul_ps(be, se)),
+                          _mm256_fmsub_ps(ao, co, _mm256_mul_ps(bo, so)));
+      StoreEvenOddBf16x16(x2 + k, _mm256_fmadd_ps(be, ce, _mm256_mul_ps(ae, se)),
+                          _mm256_fmadd_ps(bo, co, _mm256_mul_ps(ao, so)));
     }
   }
 }
@@ -490,7 +565,9 @@ bool HasAvx512ForSixteenBit() {
 }
 
 // How a fused 16-bit kernel wants each token's cos/sin laid out (see RopeTokenTables).
-enum class TableLayout { kPaired, kEvenOdd };
+// kEvenOdd: the AVX-512 parity kernels (rotate-half split in blocks of 32);
+// kEvenOdd16: the AVX2 ones (blocks of 16). Interleaved pairs take plain cos/sin for both.
+enum class TableLayout { kPaired, kEvenOdd, kEvenOdd16 };
 
 struct Token16Kernel {
   RotateToken16Fn fn = nullptr;
@@ -525,7 +602,15 @@ Token16Kernel Token16KernelFor(RopeIsa isa, DType dtype, RopePairing pairing, in
   }
   if ((isa == RopeIsa::kAvx2 || isa == RopeIsa::kAvx512) && simd::HasAvx2F16c() &&
       RopeIsaSupported(RopeIsa::kAvx2)) {
-    if (bf16) return {half_pairs ? RotateHalfToken16Avx2<true> : InterleavedToken16Avx2<true>};
+    if (bf16) {
+      if (half_pairs && half % 16 == 0) {
+        return {RotateHalfTokenBf16EvenOddAvx2, TableLayout::kEvenOdd16};
+      }
+      if (!half_pairs && half % 8 == 0) {
+        return {InterleavedTokenBf16EvenOddAvx2, TableLayout::kEvenOdd16};
+      }
+      return {half_pairs ? RotateHalfToken16Avx2<true> : InterleavedToken16Avx2<true>};
+    }
     return {half_pairs ? RotateHalfToken16Avx2<false> : InterleavedToken16Avx2<false>};
   }
   return {};
@@ -544,7 +629,18 @@ void RopeTokenTables(RopePairing pairing, TableLayout layout, const float* cos,
     SplitByParity(sin, s, half);
     return;
   }
-  if (pairing == RopePairing::kRotateHalf || layout == TableLayout::kEvenOdd) {
+  if (layout == TableLayout::kEvenOdd16 && pairing == RopePairing::kRotateHalf) {
+    for (int64_t b = 0; b < half; b += 16) {  // half % 16 == 0 for these kernels
+      for (int64_t j = 0; j < 8; ++j) {
+        c[b + j] = cos[b + 2 * j];
+        c[b + 8 + j] = cos[b + 2 * j + 1];
+        s[b + j] = sin[b + 2 * j];
+        s[b + 8 + j] = sin[b + 2 * j + 1];
+      }
+    }
+    return;
+  }
+  if (pairing == RopePairing::kRotateHalf || layout != TableLayout::kPaired) {
     std::memcpy(c, cos, static_cast<size_t>(half) * sizeof(float));
     std::memcpy(s, sin, static_cast<size_t>(half) * sizeof(float));
     std::fill(c + half, c + padded, 0.0f);
@@ -571,7 +667,20 @@ bool RopeIsaSupported(RopeIsa isa) {
   return false;
 }
 
+// SetIsaOverride's ISA as a RopeIsa, if one is set.
+std::optional<RopeIsa> OverriddenRopeIsa() {
+  const std::optional<Isa> forced = IsaOverride();
+  if (!forced) return std::nullopt;
+  switch (*forced) {
+    case Isa::kScalar: return RopeIsa::kScalar;
+    case Isa::kAvx2: return RopeIsa::kAvx2;
+    case Isa::kAvx512: return RopeIsa::kAvx512;
+  }
+  return std::nullopt;
+}
+
 RopeIsa RopeBestIsa() {
+  if (const std::optional<RopeIsa> forced = OverriddenRopeIsa()) return *forced;
   static const RopeIsa best = [] {
     // POSENC_ROPE_ISA=scalar|avx2|avx512 pins the choice (benchmarks, CI comparisons); an
     // unsupported or unknown value falls through to the default.
@@ -599,7 +708,7 @@ RopeIsa RopeBestIsa16(DType dtype) {
     const char* pin = std::getenv("POSENC_ROPE_ISA");
     return pin != nullptr && *pin != 0;
   }();
-  if (pinned) return RopeBestIsa();
+  if (pinned || IsaOverride()) return RopeBestIsa();
   // The fused 16-bit kernels are bound by the conversions, where 16 lanes per instruction
   // pay even on AMD: on an AMD EPYC (AVX-512, AVX512_BF16) [4,2048,32,128] took 1.5 ms with
   // AVX-512 against 3.5 ms (bf16) and 2.1 ms (fp16) with AVX2, [1,128,12,64] 0.013 ms
@@ -611,21 +720,20 @@ RopeIsa RopeBestIsa16(DType dtype) {
 
 void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
                        int rotary_dim, absl::Span<const float* const> token_rows, RopeIsa isa) {
-  const RotateFns fns = FnsFor(isa);
+  // Every part of the path (rotation, fused 16-bit kernels, the staging conversions) runs
+  // on one resolved ISA, so a pin to scalar never reaches F16C.
+  const bool wide = x.dtype == DType::kFloat32;
+  const RopeIsa resolved =
+      isa != RopeIsa::kAuto ? isa : wide ? RopeBestIsa() : RopeBestIsa16(x.dtype);
+  const RotateFns fns = FnsFor(resolved);
   const RotateHeadFn rotate =
       pairing == RopePairing::kRotateHalf ? fns.rotate_half : fns.interleaved;
   const int64_t half = rotary_dim / 2;
   const size_t elem = DTypeSize(x.dtype);
   auto* bytes = static_cast<unsigned char*>(x.data);
-  const bool wide = x.dtype == DType::kFloat32;
-  const bool simd_convert = isa != RopeIsa::kScalar && simd::HasAvx2F16c();
-  // float32 interleaved pairs with AVX2: whole tokens from duplicated tables, as the 16-bit
-  // kernels take them.
-  const RopeIsa resolved = isa == RopeIsa::kAuto ? RopeBestIsa() : isa;
+  const bool simd_convert = resolved != RopeIsa::kScalar && simd::HasAvx2F16c();
   const Token16Kernel kernel16 =
-      wide ? Token16Kernel{}
-           : Token16KernelFor(isa == RopeIsa::kAuto ? RopeBestIsa16(x.dtype) : isa, x.dtype,
-                              pairing, half);
+      wide ? Token16Kernel{} : Token16KernelFor(resolved, x.dtype, pairing, half);
   const RotateToken16Fn rotate16 = kernel16.fn;
   const RotateTokenF32Fn rotate32 =
       wide && pairing == RopePairing::kInterleaved && resolved == RopeIsa::kAvx2

@@ -22,7 +22,7 @@ foreach(list kernels e2e shm)
     message(FATAL_ERROR "posenc-bench JSON: '${list}' is missing or empty ${error}")
   endif()
 endforeach()
-foreach(field name shape dtype gbps roofline_gbps ratio)
+foreach(field name isa shape dtype gbps roofline_gbps ratio)
   require("${doc}" kernels 0 ${field})
 endforeach()
 foreach(field rpc payload_bytes concurrency posenc_mbps echo_mbps ratio posenc_p99_ms

@@ -148,7 +148,7 @@ absl::StatusOr<bool> AddWithOneDnn(TensorView x, const float* pe, float input_sc
     // oneDNN's OpenMP runtime sizes its team from the calling thread's setting, which
     // omp_set_num_threads on the main thread does not reach (gRPC threads start with the
     // default): set it here, to 1 for small tensors or while another call holds the pool.
-    const KernelThreadLease lease(x.NumBytes());
+    const KernelThreadLease lease(WorkBytes(x.NumElements()));
     const int threads = lease.threads();
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
     thread_local dnnl::stream stream(primitives->engine());
@@ -504,7 +504,7 @@ void AddRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) 
   const int64_t rows_ahead =
       static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
   const int64_t pairs = (nb + 1) / 2;  // batch rows 2p and 2p + 1 (absent for odd nb)
-  const KernelThreadLease lease(x.NumBytes());
+  const KernelThreadLease lease(WorkBytes(x.NumElements()));
   const int threads = lease.threads();
   ParallelFor(threads, blocks, [&](int64_t first, int64_t last) {
     for (int64_t k = first; k < last; ++k) {  // position block

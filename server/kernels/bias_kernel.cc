@@ -469,7 +469,7 @@ absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
   const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
-  const KernelThreadLease lease(scores.NumBytes());
+  const KernelThreadLease lease(WorkBytes(scores.NumElements()));
   const int threads = lease.threads();
   ParallelFor(threads, spec.num_heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
@@ -529,7 +529,7 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
   const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
-  const KernelThreadLease lease(scores.NumBytes());
+  const KernelThreadLease lease(WorkBytes(scores.NumElements()));
   const int threads = lease.threads();
   ParallelFor(threads, heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(n);

@@ -742,7 +742,7 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
   const bool tabled = rotate16 != nullptr || rotate32 != nullptr;
   // Small tensors stay on the calling thread; large ones split the tokens across the kernel
   // threads when no other call holds them (KernelThreadLease).
-  const KernelThreadLease lease(x.NumBytes());
+  const KernelThreadLease lease(WorkBytes(x.NumElements()));
   const int threads = lease.threads();
   const int64_t tokens = g.batch * g.seq;
   ParallelFor(threads, tokens, [&](int64_t first, int64_t last) {

@@ -37,11 +37,26 @@ __attribute__((target("avx2"))) inline __m256i Bf16Bits(__m256 f) {
   return _mm256_blendv_epi8(rounded, nan_bits, is_nan);
 }
 
-// Stores 16 floats (lo, hi) as bfloat16.
+// Bf16Bits for lanes that hold no NaN: the rounding alone.
+__attribute__((target("avx2"))) inline __m256i Bf16BitsNoNan(__m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(
+      _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+}
+
+// Stores 16 floats (lo, hi) as bfloat16. NaN is rare: one test for both vectors, and the
+// NaN fix-up only when a lane holds one (the small AVX2 add: 0.014 -> 0.0xx ms).
 __attribute__((target("avx2"))) inline void StoreBf16x16(uint16_t* p, __m256 lo, __m256 hi) {
-  const __m256i packed =
-      _mm256_permute4x64_epi64(_mm256_packus_epi32(Bf16Bits(lo), Bf16Bits(hi)), 0xD8);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+  const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(lo, lo, _CMP_UNORD_Q),
+                                  _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
+  __m256i packed;
+  if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
+    packed = _mm256_packus_epi32(Bf16BitsNoNan(lo), Bf16BitsNoNan(hi));
+  } else {
+    packed = _mm256_packus_epi32(Bf16Bits(lo), Bf16Bits(hi));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xD8));
 }
 
 // Stores 8 floats as bfloat16.

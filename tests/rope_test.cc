@@ -18,6 +18,7 @@
 #include "server/kernels/rope_kernel.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/rope_frequencies.h"
+#include "tests/support/rope_reference.h"
 
 namespace posenc {
 namespace {
@@ -190,7 +191,7 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
         const std::vector<float> before = got;
         RopeRotateInPlace({DType::kFloat32, {batch, seq, heads, head_dim}, got.data()}, g, pairing,
                           rotary_dim, token_rows, isa);
-        RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()}, g,
+        testing::RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()}, g,
                             pairing, rotary_dim, token_rows);
         for (size_t i = 0; i < got.size(); ++i) {
           // FMA vs separate products: within a couple of float32 ulps of values <= 2.
@@ -239,7 +240,7 @@ TEST(RopeKernel, IsaOverrideForcesEveryPartOfThePath) {
           ASSERT_EQ(forced, named) << IsaName(isa) << " " << DTypeName(dtype) << " r"
                                    << rotary_dim;
           if (isa == Isa::kScalar) {
-            RopeRotateReference({dtype, shape, reference.data()}, g, pairing, rotary_dim,
+            testing::RopeRotateReference({dtype, shape, reference.data()}, g, pairing, rotary_dim,
                                 token_rows);
             ASSERT_EQ(forced, reference) << DTypeName(dtype) << " r" << rotary_dim;
           }

@@ -169,34 +169,17 @@ __attribute__((target("avx2,fma,f16c"))) void InterleavedToken16Avx2(
   }
 }
 
-// bfloat16 with AVX2, 16 lanes per 256-bit vector split by parity (the AVX-512 parity
-// kernels below do the same 32 at a time): as 32-bit words, element 2j is the low half of
-// word j and 2j+1 the high half, so `word << 16` and `word & 0xffff0000` are the even and
-// odd elements as floats, and a result goes back with one shift or one mask and an OR: no
-// pack or lane-crossing permute. Rounding is FloatToBFloat16's integer round to nearest even
-// (bits + 0x7fff + lsb). A NaN needs no special case here: every NaN these FMAs give is a
-// widened bfloat16 input quieted (low 16 bits zero) or the default NaN, so the rounding add
-// never carries out of its payload and the result is a NaN (as the header allows).
-__attribute__((target("avx2"))) inline __m256i RoundedBf16High(__m256 f) {
-  const __m256i bits = _mm256_castps_si256(f);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  return _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-}
-
-__attribute__((target("avx2"))) inline __m256 EvenBf16x8(__m256i w) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-__attribute__((target("avx2"))) inline __m256 OddBf16x8(__m256i w) {
-  return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
-}
-
-// 16 bfloat16 from the even and odd results, in element order.
-__attribute__((target("avx2"))) inline void StoreEvenOddBf16x16(uint16_t* p, __m256 even,
+// bfloat16 with AVX2, 16 lanes per 256-bit vector split by parity (simd::EvenBf16x8; the
+// AVX-512 parity kernels do the same 32 at a time). Rounding is FloatToBFloat16's integer
+// round to nearest even (bits + 0x7fff + lsb). A NaN needs no special case here: every NaN
+// these FMAs give is a widened bfloat16 input quieted (low 16 bits zero) or the default NaN,
+// so the rounding add never carries out of its payload and the result is a NaN (as the
+// header allows). Stores 16 results in element order.
+__attribute__((target("avx2"))) inline void StoreRotatedBf16x16(uint16_t* p, __m256 even,
                                                                 __m256 odd) {
-  const __m256i lo = _mm256_srli_epi32(RoundedBf16High(even), 16);
-  const __m256i hi = _mm256_and_si256(RoundedBf16High(odd),
-                                      _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_or_si256(lo, hi));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      simd::JoinEvenOddBf16(simd::RoundedBf16High(even),
+                                            simd::RoundedBf16High(odd)));
 }
 
 __attribute__((target("avx2"))) inline __m256i LoadWords(const uint16_t* p) {
@@ -211,8 +194,8 @@ __attribute__((target("avx2,fma"))) void InterleavedTokenBf16EvenOddAvx2(
     for (int64_t k = 0; k < half; k += 8) {  // pairs k..k+7: features 2k..2k+15
       const __m256i v = LoadWords(x + 2 * k);
       const __m256 vc = _mm256_loadu_ps(c + k), vs = _mm256_loadu_ps(s + k);
-      const __m256 e = EvenBf16x8(v), o = OddBf16x8(v);
-      StoreEvenOddBf16x16(x + 2 * k, _mm256_fmsub_ps(e, vc, _mm256_mul_ps(o, vs)),
+      const __m256 e = simd::EvenBf16x8(v), o = simd::OddBf16x8(v);
+      StoreRotatedBf16x16(x + 2 * k, _mm256_fmsub_ps(e, vc, _mm256_mul_ps(o, vs)),
                           _mm256_fmadd_ps(o, vc, _mm256_mul_ps(e, vs)));
     }
   }
@@ -229,11 +212,11 @@ __attribute__((target("avx2,fma"))) void RotateHalfTokenBf16EvenOddAvx2(
       const __m256i va = LoadWords(x + k), vb = LoadWords(x2 + k);
       const __m256 ce = _mm256_loadu_ps(c + k), co = _mm256_loadu_ps(c + k + 8);
       const __m256 se = _mm256_loadu_ps(s + k), so = _mm256_loadu_ps(s + k + 8);
-      const __m256 ae = EvenBf16x8(va), ao = OddBf16x8(va);
-      const __m256 be = EvenBf16x8(vb), bo = OddBf16x8(vb);
-      StoreEvenOddBf16x16(x + k, _mm256_fmsub_ps(ae, ce, _mm256_mul_ps(be, se)),
+      const __m256 ae = simd::EvenBf16x8(va), ao = simd::OddBf16x8(va);
+      const __m256 be = simd::EvenBf16x8(vb), bo = simd::OddBf16x8(vb);
+      StoreRotatedBf16x16(x + k, _mm256_fmsub_ps(ae, ce, _mm256_mul_ps(be, se)),
                           _mm256_fmsub_ps(ao, co, _mm256_mul_ps(bo, so)));
-      StoreEvenOddBf16x16(x2 + k, _mm256_fmadd_ps(be, ce, _mm256_mul_ps(ae, se)),
+      StoreRotatedBf16x16(x2 + k, _mm256_fmadd_ps(be, ce, _mm256_mul_ps(ae, se)),
                           _mm256_fmadd_ps(bo, co, _mm256_mul_ps(ao, so)));
     }
   }

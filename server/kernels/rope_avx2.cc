@@ -191,7 +191,19 @@ __attribute__((target("avx2,fma"))) void InterleavedTokenBf16EvenOddAvx2(
     uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s,
     int64_t half) {
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
-    for (int64_t k = 0; k < half; k += 8) {  // pairs k..k+7: features 2k..2k+15
+    int64_t k = 0;
+    for (; k + 16 <= half; k += 16) {  // two groups of 8 pairs: independent chains
+      const __m256i v0 = LoadWords(x + 2 * k), v1 = LoadWords(x + 2 * k + 16);
+      const __m256 c0 = _mm256_loadu_ps(c + k), s0 = _mm256_loadu_ps(s + k);
+      const __m256 c1 = _mm256_loadu_ps(c + k + 8), s1 = _mm256_loadu_ps(s + k + 8);
+      const __m256 e0 = simd::EvenBf16x8(v0), o0 = simd::OddBf16x8(v0);
+      const __m256 e1 = simd::EvenBf16x8(v1), o1 = simd::OddBf16x8(v1);
+      StoreRotatedBf16x16(x + 2 * k, _mm256_fmsub_ps(e0, c0, _mm256_mul_ps(o0, s0)),
+                          _mm256_fmadd_ps(o0, c0, _mm256_mul_ps(e0, s0)));
+      StoreRotatedBf16x16(x + 2 * k + 16, _mm256_fmsub_ps(e1, c1, _mm256_mul_ps(o1, s1)),
+                          _mm256_fmadd_ps(o1, c1, _mm256_mul_ps(e1, s1)));
+    }
+    for (; k < half; k += 8) {  // pairs k..k+7: features 2k..2k+15
       const __m256i v = LoadWords(x + 2 * k);
       const __m256 vc = _mm256_loadu_ps(c + k), vs = _mm256_loadu_ps(s + k);
       const __m256 e = simd::EvenBf16x8(v), o = simd::OddBf16x8(v);
@@ -223,6 +235,15 @@ __attribute__((target("avx2,fma"))) void RotateHalfTokenBf16EvenOddAvx2(
 }
 
 }  // namespace
+
+__attribute__((target("avx2"))) void SplitByParity16(const float* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n; b += 16) {
+    const __m256 lo = _mm256_loadu2_m128(src + b + 8, src + b);       // 0..3   | 8..11
+    const __m256 hi = _mm256_loadu2_m128(src + b + 12, src + b + 4);  // 4..7   | 12..15
+    _mm256_storeu_ps(dst + b, _mm256_shuffle_ps(lo, hi, 0x88));       // 0 2 .. 14
+    _mm256_storeu_ps(dst + b + 8, _mm256_shuffle_ps(lo, hi, 0xDD));   // 1 3 .. 15
+  }
+}
 
 RotateFns Avx2Fns() { return {RotateHalfAvx2, InterleavedAvx2}; }
 

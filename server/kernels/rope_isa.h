@@ -57,6 +57,11 @@ RotateTokenF32Fn Avx2InterleavedTokenF32();
 Token16Kernel Avx2Token16(DType dtype, RopePairing pairing, int64_t half);
 Token16Kernel Avx512Token16(DType dtype, RopePairing pairing, int64_t half);
 
+// src[0..n) split by parity in blocks of 16 (TableLayout::kEvenOdd16, rotate-half):
+// dst[16b + j] = src[16b + 2j], dst[16b + 8 + j] = src[16b + 2j + 1]. REQUIRES: n % 16 == 0
+// and the CPU has AVX2.
+void SplitByParity16(const float* src, float* dst, int64_t n);
+
 // src[0..n) split by parity in blocks of 32 (TableLayout::kEvenOdd, rotate-half):
 // dst[32b + j] = src[32b + 2j], dst[32b + 16 + j] = src[32b + 2j + 1]. REQUIRES: n % 32 == 0
 // and the CPU has AVX-512 BW/VL/DQ.

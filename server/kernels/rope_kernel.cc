@@ -88,14 +88,8 @@ void RopeTokenTables(RopePairing pairing, TableLayout layout, const float* cos,
     return;
   }
   if (layout == TableLayout::kEvenOdd16 && pairing == RopePairing::kRotateHalf) {
-    for (int64_t b = 0; b < half; b += 16) {  // half % 16 == 0 for these kernels
-      for (int64_t j = 0; j < 8; ++j) {
-        c[b + j] = cos[b + 2 * j];
-        c[b + 8 + j] = cos[b + 2 * j + 1];
-        s[b + j] = sin[b + 2 * j];
-        s[b + 8 + j] = sin[b + 2 * j + 1];
-      }
-    }
+    SplitByParity16(cos, c, half);  // half % 16 == 0 for these kernels
+    SplitByParity16(sin, s, half);
     return;
   }
   if (pairing == RopePairing::kRotateHalf || layout != TableLayout::kPaired) {

@@ -195,8 +195,7 @@ TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
     EXPECT_STREQ(LastAddImplementation(), "avx2");
   }
   EXPECT_EQ(x[0], 1.5f);
-  // bfloat16 from 1 MiB up takes the AVX-512 rows where the CPU has them (F, BW, VL, DQ and
-  // BF16), smaller tensors oneDNN.
+  // bfloat16 takes the AVX-512 rows where the CPU has them (F, BW, VL, DQ and BF16).
   const int64_t dim = 1024, seq = 512;
   std::vector<uint16_t> big(static_cast<size_t>(seq * dim), FloatToBFloat16(1.0f));
   std::vector<float> big_pe(static_cast<size_t>(seq * dim), 0.5f);

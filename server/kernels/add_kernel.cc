@@ -474,28 +474,20 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
   }
 }
 
-// Which implementation AddEncodingInPlace uses by default on `isa`, from posenc-bench on
-// this project's machines (README, "Performance"): float32 takes the AVX2 rows everywhere
-// (the cache-blocked loop beats oneDNN's broadcast); on AVX-512, float16 the AVX-512 rows
-// (oneDNN has no float16 JIT kernel) and bfloat16 the AVX-512 rows from 1 MiB up, oneDNN's
-// JIT binary_add below; on AVX2 every 16-bit dtype takes the AVX2 rows (oneDNN's bfloat16
-// broadcast re-reads the encoding per batch row, and its small-tensor call cost more than
-// the whole float32 add). Scalar: the plain loop. oneDNN picks its own ISA (the CPU's
-// widest), so a forced narrower ISA never takes it.
+// Which implementation AddEncodingInPlace uses by default on `isa`, from posenc-bench and
+// an interleaved micro-benchmark on this project's AMD EPYC (README, "Performance"): the
+// hand-written rows everywhere, AVX-512 rows for 16-bit dtypes where the CPU has them. oneDNN's
+// binary_add is kept as an implementation to compare (kOneDnn, POSENC_ADD_IMPL=onednn) but
+// won no case by more than the noise: [1,128,768] bfloat16 3.6-3.7 us with the AVX-512 rows
+// against 3.9-4.2 us, float32 4.8-4.9 us with the AVX2 rows against 4.5-4.6 us on two
+// threads and 6.8 against 7.1 us on one; [8,2048,4096] the rows by 1.2-2.5x (oneDNN's
+// broadcast re-reads the encoding for every batch row, and at AVX2 it has no bfloat16 JIT
+// kernel). Scalar: the plain loop.
 enum class AddImpl { kAvx2, kOneDnn, kLoop, kAvx512 };
 
-AddImpl DefaultAddImpl(Isa isa, DType dtype, size_t tensor_bytes) {
+AddImpl DefaultAddImpl(Isa isa, DType dtype) {
   if (isa == Isa::kScalar) return AddImpl::kLoop;
-  if (isa == Isa::kAvx2) return AddImpl::kAvx2;
-  // float16 on AVX-512: [8,2048,4096] 3.1-3.7 ms against 4.6-5.1 ms with the AVX2 rows,
-  // [1,128,768] 0.007 against 0.012 ms. bfloat16: the AVX-512 rows win on large tensors
-  // (2.9-3.2 ms against oneDNN's 4.7-6.0 ms on [8,2048,4096]), oneDNN's JIT kernel on small
-  // ones (0.005 against 0.006 ms on [1,128,768]); AMD EPYC, 2 threads.
-  if (dtype == DType::kFloat16 && HasAvx512Rows(dtype)) return AddImpl::kAvx512;
-  if (dtype == DType::kBFloat16 && HasAvx512Rows(dtype)) {
-    if (tensor_bytes >= (size_t{1} << 20) || isa != CpuBestIsa()) return AddImpl::kAvx512;
-    return AddImpl::kOneDnn;
-  }
+  if (isa == Isa::kAvx512 && HasAvx512Rows(dtype)) return AddImpl::kAvx512;
   return AddImpl::kAvx2;
 }
 
@@ -515,12 +507,12 @@ int PinnedAddImpl() {
 }
 
 // kAuto's choice: SetIsaOverride, else POSENC_ADD_IMPL, else the default for this CPU.
-AddImpl ChosenAddImpl(DType dtype, size_t tensor_bytes) {
-  if (const std::optional<Isa> forced = IsaOverride()) {
-    return DefaultAddImpl(*forced, dtype, tensor_bytes);
-  }
+AddImpl ChosenAddImpl(DType dtype) {
+  if (const std::optional<Isa> forced = IsaOverride()) return DefaultAddImpl(*forced, dtype);
   if (const int pinned = PinnedAddImpl(); pinned >= 0) return static_cast<AddImpl>(pinned);
-  return DefaultAddImpl(CpuBestIsa(), dtype, tensor_bytes);
+  // A CPU without AVX2 has no rows; oneDNN may still have an SSE4.1 JIT kernel (else the loop).
+  if (CpuBestIsa() == Isa::kScalar) return AddImpl::kOneDnn;
+  return DefaultAddImpl(CpuBestIsa(), dtype);
 }
 
 // Encoding rows per block: 64 KiB of pe, kept in L2 while every batch row adds it.
@@ -631,7 +623,7 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
   const bool vector = CpuHasIsa(Isa::kAvx2);
-  AddImpl impl = ChosenAddImpl(x.dtype, x.NumBytes());
+  AddImpl impl = ChosenAddImpl(x.dtype);
   switch (implementation) {
     case AddImplementation::kVector:
     case AddImplementation::kVectorAvx512:

@@ -155,8 +155,8 @@ __attribute__((target("avx2,f16c"))) void AddBiasRowAvx2(void* row, const float*
   AddBiasRowScalar<kType>(static_cast<char*>(row) + j * elem, bias + j, n - j);
 }
 
-// 16 lanes per vector, the tail under a mask. bfloat16 rounds with VCVTNEPS2BF16 where
-// the CPU has AVX512_BF16 (NarrowBf16x16Native), else in integer ops.
+// 16-bit scores, 16 lanes per vector, the tail under a mask. bfloat16 rounds with
+// VCVTNEPS2BF16 where the CPU has AVX512_BF16 (NarrowBf16x16Native), else in integer ops.
 #define POSENC_AVX512_BIAS \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -164,22 +164,17 @@ template <DType kType, bool kNative>
 POSENC_AVX512_BIAS inline void AddBias16(void* row, const float* bias, int64_t j,
                                          __mmask16 m) {
   const __m512 b = _mm512_maskz_loadu_ps(m, bias + j);
-  if constexpr (kType == DType::kFloat32) {
-    float* r = static_cast<float*>(row) + j;
-    _mm512_mask_storeu_ps(r, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, r), b));
+  uint16_t* r = static_cast<uint16_t*>(row) + j;
+  const __m256i h = _mm256_maskz_loadu_epi16(m, r);
+  __m256i out;
+  if constexpr (kType == DType::kFloat16) {
+    out = simd::NarrowF16x16(_mm512_add_ps(simd::WidenF16x16(h), b));
+  } else if constexpr (kNative) {
+    out = simd::NarrowBf16x16Native(_mm512_add_ps(simd::WidenBf16x16(h), b));
   } else {
-    uint16_t* r = static_cast<uint16_t*>(row) + j;
-    const __m256i h = _mm256_maskz_loadu_epi16(m, r);
-    __m256i out;
-    if constexpr (kType == DType::kFloat16) {
-      out = simd::NarrowF16x16(_mm512_add_ps(simd::WidenF16x16(h), b));
-    } else if constexpr (kNative) {
-      out = simd::NarrowBf16x16Native(_mm512_add_ps(simd::WidenBf16x16(h), b));
-    } else {
-      out = simd::NarrowBf16x16(_mm512_add_ps(simd::WidenBf16x16(h), b));
-    }
-    _mm256_mask_storeu_epi16(r, m, out);
+    out = simd::NarrowBf16x16(_mm512_add_ps(simd::WidenBf16x16(h), b));
   }
+  _mm256_mask_storeu_epi16(r, m, out);
 }
 
 template <DType kType, bool kNative>
@@ -198,22 +193,21 @@ POSENC_AVX512_BIAS void AddBiasRowAvx512(void* row, const float* bias, int64_t n
 }
 #undef POSENC_AVX512_BIAS
 
+// REQUIRES: dtype is FLOAT16 or BFLOAT16.
 template <bool kNative>
 AddBiasRowFn Avx512BiasRow(DType dtype) {
   switch (dtype) {
     case DType::kFloat16: return AddBiasRowAvx512<DType::kFloat16, kNative>;
-    case DType::kBFloat16: return AddBiasRowAvx512<DType::kBFloat16, kNative>;
-    default: return AddBiasRowAvx512<DType::kFloat32, kNative>;
+    default: return AddBiasRowAvx512<DType::kBFloat16, kNative>;
   }
 }
 
-// The row function for `dtype`: SetIsaOverride's ISA, else the default from posenc-bench
-// (README, "Performance"): AVX-512 for 16-bit scores where the CPU has it (the conversions
-// are the work), AVX2 for float32 (memory-bound either way), scalar without AVX2.
+// The row function for `dtype` on this CPU, or up to SetIsaOverride's ISA: AVX-512 for
+// 16-bit scores where the CPU has it (the conversions are the work), AVX2 for float32
+// (memory-bound either way), scalar without AVX2.
 AddBiasRowFn BiasRowFor(DType dtype) {
-  Isa isa = IsaOverride().value_or(CpuBestIsa());
-  if (!IsaOverride() && dtype == DType::kFloat32 && isa == Isa::kAvx512) isa = Isa::kAvx2;
-  if (isa == Isa::kAvx512) {
+  const Isa isa = IsaOverride().value_or(CpuBestIsa());
+  if (isa == Isa::kAvx512 && dtype != DType::kFloat32) {
     return simd::HasAvx512Bf16() ? Avx512BiasRow<true>(dtype) : Avx512BiasRow<false>(dtype);
   }
   if (isa == Isa::kAvx2) {

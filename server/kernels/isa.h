@@ -1,7 +1,7 @@
 // Which x86-64 instruction set the kernels use, and a process-wide switch that forces one.
 // Every hand-written kernel (the add rows, RoPE, the bias adds, the 16-bit conversions
-// they call) asks KernelIsa() when its caller leaves the choice open, so forcing AVX2 on a
-// CPU with AVX-512 runs the whole path as an AVX2-only CPU would. Thread-safe (an atomic);
+// they call) asks IsaOverride() when its caller leaves the choice open, so forcing AVX2 on
+// a CPU with AVX-512 runs the whole path as an AVX2-only CPU would. Thread-safe (an atomic);
 // meant to be set by benchmarks and tests between kernel calls, not while calls run.
 //
 //   ScopedIsaOverride avx2(Isa::kAvx2);   // this scope: AVX2 rows, AVX2 RoPE, AVX2 biases
@@ -30,10 +30,12 @@ Isa CpuBestIsa();
 // without AVX2. Benchmarks and bit-identity tests run each.
 std::vector<Isa> CpuVectorIsas();
 
-// Forces every kernel whose caller does not name an implementation to `isa` (nullopt:
-// each kernel picks its own default again). Overrides the POSENC_ADD_IMPL and
-// POSENC_ROPE_ISA environment pins. A kernel with no code for `isa` takes the next
-// narrower ISA it has (float32 adds have no AVX-512 rows). REQUIRES: CpuHasIsa(*isa).
+// Makes every kernel whose caller does not name an implementation run as it would on a CPU
+// whose widest ISA is `isa`: each takes its default among the ISAs up to `isa` (nullopt:
+// the defaults for this CPU again). So kScalar is the scalar code everywhere, kAvx2 the
+// AVX2 code everywhere, and kAvx512 what an AVX-512 CPU runs, which for some kernels is
+// still AVX2 code (float32 adds and bias adds, float32 RoPE on AMD). Overrides the
+// POSENC_ADD_IMPL and POSENC_ROPE_ISA environment pins. REQUIRES: CpuHasIsa(*isa).
 void SetIsaOverride(std::optional<Isa> isa);
 std::optional<Isa> IsaOverride();
 

@@ -131,8 +131,14 @@ std::optional<RopeIsa> OverriddenRopeIsa() {
   return std::nullopt;
 }
 
+// The narrower of a default and SetIsaOverride's ceiling.
+RopeIsa Capped(RopeIsa isa) {
+  const std::optional<RopeIsa> ceiling = OverriddenRopeIsa();
+  if (!ceiling) return isa;
+  return static_cast<int>(*ceiling) < static_cast<int>(isa) ? *ceiling : isa;
+}
+
 RopeIsa RopeBestIsa() {
-  if (const std::optional<RopeIsa> forced = OverriddenRopeIsa()) return *forced;
   static const RopeIsa best = [] {
     // POSENC_ROPE_ISA=scalar|avx2|avx512 pins the choice (benchmarks, CI comparisons); an
     // unsupported or unknown value falls through to the default.
@@ -151,7 +157,7 @@ RopeIsa RopeBestIsa() {
     if (RopeIsaSupported(RopeIsa::kAvx2)) return RopeIsa::kAvx2;
     return RopeIsa::kScalar;
   }();
-  return best;
+  return Capped(best);
 }
 
 RopeIsa RopeBestIsa16(DType dtype) {
@@ -160,13 +166,13 @@ RopeIsa RopeBestIsa16(DType dtype) {
     const char* pin = std::getenv("POSENC_ROPE_ISA");
     return pin != nullptr && *pin != 0;
   }();
-  if (pinned || IsaOverride()) return RopeBestIsa();
+  if (pinned) return RopeBestIsa();
   // The fused 16-bit kernels are bound by the conversions, where 16 lanes per instruction
   // pay even on AMD: on an AMD EPYC (AVX-512, AVX512_BF16) [4,2048,32,128] took 1.5 ms with
   // AVX-512 against 3.5 ms (bf16) and 2.1 ms (fp16) with AVX2, [1,128,12,64] 0.013 ms
   // against 0.028 / 0.020. So every CPU with AVX-512 (F, BW, VL) takes it for both dtypes.
   (void)dtype;
-  if (HasAvx512ForSixteenBit()) return RopeIsa::kAvx512;
+  if (HasAvx512ForSixteenBit()) return Capped(RopeIsa::kAvx512);
   return RopeBestIsa();
 }
 

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
@@ -455,18 +457,30 @@ TEST(AbsoluteSchemes, EmptyInputWithAHugeDModelIsRefusedBeforeAllocating) {
   EXPECT_EQ(ok->shape, (Shape{0, 1, 16}));
 }
 
+// oneDNN's binary_add, forced, on every CPU that has its float32 JIT kernel (AVX2 and up):
+// it must run (not fall back) and agree with the loop. Two scale pairs on the same shape:
+// the primitive is keyed by shape and takes the scales at execution, so the second call
+// must apply its own scales, not the first call's.
 TEST(AddKernel, OneDnnAndLoopAgree) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "oneDNN has no float32 JIT add here";
   const int64_t b = 2, s = 7, d = 33;
-  std::vector<float> pe(s * d), x1(b * s * d), x2;
+  std::vector<float> pe(s * d), x0(b * s * d);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& v : pe) v = u(rng);
-  for (auto& v : x1) v = u(rng);
-  x2 = x1;
-  ASSERT_TRUE(AddEncodingInPlace(View(x1, {b, s, d}), pe.data(), 1.5f, 0.25f).ok());
-  AddEncodingLoop(View(x2, {b, s, d}), pe.data(), 1.5f, 0.25f);
-  for (size_t i = 0; i < x1.size(); ++i) EXPECT_NEAR(x1[i], x2[i], 1e-6) << i;
-  std::printf("float32 add ran on: %s\n", LastAddImplementation());
+  for (auto& v : x0) v = u(rng);
+  for (auto [in_scale, pe_scale] : {std::pair{1.5f, 0.25f}, std::pair{-0.5f, 2.0f},
+                                    std::pair{1.0f, 1.0f}}) {
+    std::vector<float> x1 = x0, x2 = x0;
+    ASSERT_TRUE(AddEncodingInPlace(View(x1, {b, s, d}), pe.data(), in_scale, pe_scale,
+                                   AddImplementation::kOneDnn)
+                    .ok());
+    ASSERT_STREQ(LastAddImplementation(), "onednn");
+    AddEncodingLoop(View(x2, {b, s, d}), pe.data(), in_scale, pe_scale);
+    for (size_t i = 0; i < x1.size(); ++i) {
+      ASSERT_NEAR(x1[i], x2[i], 1e-6) << i << " scales " << in_scale << ", " << pe_scale;
+    }
+  }
 }
 
 }  // namespace

@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/kernels/isa.h"
 #include "server/kernels/rope_kernel.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/rope_frequencies.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/rope_reference.h"
 
 namespace posenc {
 namespace {
@@ -182,7 +184,7 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
         const std::vector<float> before = got;
         RopeRotateInPlace({DType::kFloat32, {batch, seq, heads, head_dim}, got.data()}, g, pairing,
                           rotary_dim, token_rows, isa);
-        RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()}, g,
+        testing::RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()}, g,
                             pairing, rotary_dim, token_rows);
         for (size_t i = 0; i < got.size(); ++i) {
           // FMA vs separate products: within a couple of float32 ulps of values <= 2.
@@ -190,6 +192,52 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
               << "isa " << static_cast<int>(isa) << " rotary_dim " << rotary_dim << " i " << i;
           if (static_cast<int64_t>(i % head_dim) >= rotary_dim) {
             ASSERT_EQ(got[i], before[i]) << "pass-through feature changed";
+          }
+        }
+      }
+    }
+  }
+}
+
+// SetIsaOverride forces the whole path: kAuto under an override gives exactly what the ISA
+// such a CPU defaults to gives when named explicitly, for every dtype and pairing; forced scalar is bit-identical to the
+// scalar reference (no FMA, no F16C staging), 16-bit included.
+TEST(RopeKernel, IsaOverrideForcesEveryPartOfThePath) {
+  std::vector<Isa> isas = {Isa::kScalar};
+  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  const int64_t seq = 9, heads = 3, head_dim = 70;
+  for (Isa isa : isas) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      // As on a CPU whose widest ISA is `isa`: AVX-512 runs float32 with AVX2 off Intel.
+      const bool amd_f32 = dtype == DType::kFloat32 && !__builtin_cpu_is("intel");
+      const RopeIsa explicit_isa = isa == Isa::kScalar                 ? RopeIsa::kScalar
+                                   : isa == Isa::kAvx2 || amd_f32 ? RopeIsa::kAvx2
+                                                                       : RopeIsa::kAvx512;
+      for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
+        for (int rotary_dim : {64, 46}) {  // parity kernels, and the paired ones with tails
+          RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
+          const std::vector<float> rows = RandomRows(seq, rotary_dim, 13);
+          std::vector<const float*> token_rows;
+          for (int64_t t = 0; t < seq; ++t) token_rows.push_back(&rows[t * rotary_dim]);
+          const std::vector<float> src = RandomFloats(seq * heads * head_dim, 17);
+          const size_t bytes = src.size() * DTypeSize(dtype);
+          std::vector<char> forced(bytes), named(bytes);
+          FromFloat32(src.data(), dtype, forced.data(), src.size());
+          named = forced;
+          std::vector<char> reference = forced;
+          const Shape shape{seq, heads, head_dim};
+          {
+            const ScopedIsaOverride scope(isa);
+            RopeRotateInPlace({dtype, shape, forced.data()}, g, pairing, rotary_dim, token_rows);
+          }
+          RopeRotateInPlace({dtype, shape, named.data()}, g, pairing, rotary_dim, token_rows,
+                            explicit_isa);
+          ASSERT_EQ(forced, named) << IsaName(isa) << " " << DTypeName(dtype) << " r"
+                                   << rotary_dim;
+          if (isa == Isa::kScalar) {
+            testing::RopeRotateReference({dtype, shape, reference.data()}, g, pairing, rotary_dim,
+                                token_rows);
+            ASSERT_EQ(forced, reference) << DTypeName(dtype) << " r" << rotary_dim;
           }
         }
       }

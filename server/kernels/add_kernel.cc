@@ -10,15 +10,20 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "server/kernels/isa.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
 
@@ -35,61 +40,139 @@ dnnl::memory::data_type ToDnnl(DType t) {
   }
 }
 
-// oneDNN 2.6 builds a primitive from an op desc; creating one "can take quite some time",
-// so primitives are kept per shape signature. A dtype the CPU has no kernel for is
-// remembered as null so the loop serves it without asking oneDNN again.
+// oneDNN 2.6 builds a primitive from an op desc; creating one "can take quite some time"
+// (a JIT compile), so primitives are kept per shape signature, least recently used evicted
+// beyond kMaxPrimitives. The scales are runtime arguments, not part of the key: requests
+// with varying input_scale share one primitive. A creation runs outside the lock, once per
+// key (concurrent misses on a key wait for it, as in TableCache); a dtype the CPU has no
+// JIT kernel for is remembered as null so the vector rows serve it without asking again.
+// Every oneDNN call in this file is inside a try that catches whatever it throws.
 class BinaryAddPrimitives {
  public:
-  static BinaryAddPrimitives& Get() {
-    static BinaryAddPrimitives* instance = new BinaryAddPrimitives();
-    return *instance;
+  using Primitive = std::shared_ptr<const dnnl::binary>;
+
+  // The shared instance, or null where oneDNN cannot make a CPU engine.
+  static BinaryAddPrimitives* Get() {
+    static BinaryAddPrimitives* instance = []() -> BinaryAddPrimitives* {
+      try {
+        return new BinaryAddPrimitives();
+      } catch (const std::exception&) {
+        return nullptr;
+      }
+    }();
+    return instance;
   }
 
   const dnnl::engine& engine() const { return engine_; }
 
-  std::shared_ptr<dnnl::binary> Find(DType dtype, int64_t nb, int64_t seq, int64_t dim,
-                                     float input_scale, float pe_scale) {
-    const Key key{static_cast<int>(dtype), nb, seq, dim, input_scale, pe_scale};
+  Primitive Find(DType dtype, int64_t nb, int64_t seq, int64_t dim) {
+    const Key key{static_cast<int>(dtype), nb, seq, dim};
+    std::shared_ptr<Slot> slot;
+    bool owner = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = slots_.find(key); it != slots_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
+        slot = it->second.slot;
+      } else {
+        slot = std::make_shared<Slot>();
+        slot->ready = slot->made.get_future().share();
+        lru_.push_front(key);
+        slots_.emplace(key, Entry{slot, lru_.begin()});
+        owner = true;
+        while (slots_.size() > kMaxPrimitives) {  // bounded, whatever clients send
+          slots_.erase(lru_.back());
+          lru_.pop_back();
+        }
+      }
+    }
+    if (owner) slot->made.set_value(Create(dtype, nb, seq, dim));
+    return slot->ready.get();
+  }
+
+  size_t size() const {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-    if (cache_.size() >= kMaxPrimitives) cache_.clear();  // bounded, whatever clients send
-    std::shared_ptr<dnnl::binary> prim = Create(dtype, nb, seq, dim, input_scale, pe_scale);
-    cache_.emplace(key, prim);
-    return prim;
+    return slots_.size();
   }
 
  private:
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, float, float>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t>;
+  struct Slot {
+    std::promise<Primitive> made;
+    std::shared_future<Primitive> ready;
+  };
+  struct Entry {
+    std::shared_ptr<Slot> slot;
+    std::list<Key>::iterator lru_pos;
+  };
   static constexpr size_t kMaxPrimitives = 256;
 
   BinaryAddPrimitives() : engine_(dnnl::engine::kind::cpu, 0) {}
 
-  std::shared_ptr<dnnl::binary> Create(DType dtype, int64_t nb, int64_t seq, int64_t dim,
-                                       float input_scale, float pe_scale) {
+  Primitive Create(DType dtype, int64_t nb, int64_t seq, int64_t dim) const {
     using tag = dnnl::memory::format_tag;
     try {
       // src0/dst: the embeddings in their own dtype; src1: the float32 encoding rows,
-      // broadcast over the batch axis.
+      // broadcast over the batch axis. dst = s0 * src0 + s1 * src1, both scales given at
+      // execution (DNNL_RUNTIME_F32_VAL).
       const dnnl::memory::desc x_md({nb, seq, dim}, ToDnnl(dtype), tag::abc);
       const dnnl::memory::desc pe_md({1, seq, dim}, dnnl::memory::data_type::f32, tag::abc);
       const dnnl::binary::desc add_desc(dnnl::algorithm::binary_add, x_md, pe_md, x_md);
-      // The scales ride on the primitive as attributes: dst = s0 * src0 + s1 * src1.
       dnnl::primitive_attr attr;
-      if (input_scale != 1.0f) attr.set_scales(DNNL_ARG_SRC_0, 0, {input_scale});
-      if (pe_scale != 1.0f) attr.set_scales(DNNL_ARG_SRC_1, 0, {pe_scale});
+      attr.set_scales(DNNL_ARG_SRC_0, 0, {DNNL_RUNTIME_F32_VAL});
+      attr.set_scales(DNNL_ARG_SRC_1, 0, {DNNL_RUNTIME_F32_VAL});
       const dnnl::binary::primitive_desc add_pd(add_desc, attr, engine_);
       // A reference (non-JIT) kernel is slower than our loop: keep the loop then.
       if (std::strncmp(add_pd.impl_info_str(), "ref", 3) == 0) return nullptr;
-      return std::make_shared<dnnl::binary>(add_pd);
-    } catch (const dnnl::error&) {
-      return nullptr;  // unimplemented for this dtype on this CPU
+      return std::make_shared<const dnnl::binary>(add_pd);
+    } catch (const std::exception&) {
+      return nullptr;  // unimplemented for this dtype on this CPU, or out of memory
     }
   }
 
   dnnl::engine engine_;
-  std::mutex mu_;
-  std::map<Key, std::shared_ptr<dnnl::binary>> cache_;
+  mutable std::mutex mu_;
+  std::list<Key> lru_;  // front = most recently used
+  std::map<Key, Entry> slots_;
 };
+
+// x = input_scale * x + pe_scale * pe with oneDNN's binary_add. Returns false (nothing
+// written) where oneDNN has no JIT kernel for x; INTERNAL if it fails while running.
+absl::StatusOr<bool> AddWithOneDnn(TensorView x, const float* pe, float input_scale,
+                                   float pe_scale) {
+  BinaryAddPrimitives* primitives = BinaryAddPrimitives::Get();
+  if (primitives == nullptr) return false;
+  const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
+  const BinaryAddPrimitives::Primitive add = primitives->Find(x.dtype, nb, seq, dim);
+  if (!add) return false;
+  try {
+    // oneDNN's OpenMP runtime sizes its team from the calling thread's setting, which
+    // omp_set_num_threads on the main thread does not reach (gRPC threads start with the
+    // default): set it here, to 1 for small tensors or while another call holds the pool.
+    const KernelThreadLease lease(WorkBytes(x.NumElements()));
+    const int threads = lease.threads();
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    thread_local dnnl::stream stream(primitives->engine());
+    using tag = dnnl::memory::format_tag;
+    const dnnl::engine& engine = primitives->engine();
+    const dnnl::memory::desc x_md({nb, seq, dim}, ToDnnl(x.dtype), tag::abc);
+    const dnnl::memory::desc pe_md({1, seq, dim}, dnnl::memory::data_type::f32, tag::abc);
+    const dnnl::memory::desc scale_md({1}, dnnl::memory::data_type::f32, tag::x);
+    dnnl::memory x_mem(x_md, engine, x.data);
+    dnnl::memory pe_mem(pe_md, engine, const_cast<float*>(pe));
+    dnnl::memory s0_mem(scale_md, engine, &input_scale);
+    dnnl::memory s1_mem(scale_md, engine, &pe_scale);
+    add->execute(stream, {{DNNL_ARG_SRC_0, x_mem},
+                          {DNNL_ARG_SRC_1, pe_mem},
+                          {DNNL_ARG_DST, x_mem},
+                          {DNNL_ARG_ATTR_INPUT_SCALES | DNNL_ARG_SRC_0, s0_mem},
+                          {DNNL_ARG_ATTR_INPUT_SCALES | DNNL_ARG_SRC_1, s1_mem}});
+    stream.wait();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("oneDNN binary_add failed: ", e.what()));
+  }
+  return true;
+}
 
 template <typename Load, typename Store>
 void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, float b,
@@ -172,19 +255,95 @@ __attribute__((target("avx2"))) void AddRowsF32Avx2(void* const* xs, const char*
   }
 }
 
-template <int kRows>
+// pe[0..16) times b (kUnit: b == 1, no product), split by parity as 16 bfloat16 words hold
+// x (simd::EvenBf16x8): even lanes pe[2j], odd lanes pe[2j+1]. Two 128-bit loads per vector
+// put pe[0..3] beside pe[8..11], so one in-lane shuffle sorts each half.
+template <bool kUnit>
+__attribute__((target("avx2"))) inline void ScaledPeEvenOdd(const float* pe, __m256 vb,
+                                                            __m256* even, __m256* odd) {
+  const __m256 lo = _mm256_loadu2_m128(pe + 8, pe);       // pe0..3  | pe8..11
+  const __m256 hi = _mm256_loadu2_m128(pe + 12, pe + 4);  // pe4..7  | pe12..15
+  *even = _mm256_shuffle_ps(lo, hi, 0x88);
+  *odd = _mm256_shuffle_ps(lo, hi, 0xDD);
+  if constexpr (!kUnit) {
+    *even = _mm256_mul_ps(*even, vb);
+    *odd = _mm256_mul_ps(*odd, vb);
+  }
+}
+
+// bfloat16 rows split by parity: widened by a shift or a mask, rounded to nearest even in
+// integer ops, joined with a shift, a mask and an OR, with the float32 rows' prefetch.
+// kUnit: both scales 1, so x + pe (the same float32 result: a product by 1 is exact and
+// quiets a NaN as the sum does). NaN: a NaN result here is x's NaN quieted (a widened
+// bfloat16: low 16 bits zero), the default NaN, or a NaN of a, b or pe. Only the last
+// kind can carry low bits that the rounding add would push into the bfloat16, so the
+// per-lane NaN fix-up runs only for pe vectors (or an a) that hold a NaN: one test per
+// pe vector, shared by both rows. In-order widening and narrowing (VPMOVZXWD, VPACKUSDW,
+// VPERMQ) and a NaN test per row vector ran [8,2048,4096] in 9.3-9.8 ms on one thread, as
+// slow as the float32 add with twice the bytes (AMD EPYC, AVX2 forced).
+// 16 results of a row split by parity, rounded and stored (exact: no NaN fix-up; see below).
+__attribute__((target("avx2"))) inline void StoreBf16Parity(uint16_t* p, __m256 even, __m256 odd,
+                                                            bool exact) {
+  if (__builtin_expect(exact, 1)) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        simd::JoinEvenOddBf16(simd::RoundedBf16High(even),
+                                              simd::RoundedBf16High(odd)));
+  } else {
+    simd::StoreEvenOddBf16x16(p, even, odd);
+  }
+}
+
+template <bool kUnit>
+__attribute__((target("avx2"))) inline __m256 CombineBf16(__m256 x, __m256 pb, __m256 va) {
+  if constexpr (kUnit) return _mm256_add_ps(x, pb);
+  return Combine8(x, pb, va);
+}
+
+// Whether no lane of the pe vectors (or a) is a NaN.
+__attribute__((target("avx2"))) inline bool NoNan(__m256 p, __m256 q, bool a_nan) {
+  const __m256 nan = _mm256_cmp_ps(p, q, _CMP_UNORD_Q);
+  return _mm256_testz_ps(nan, nan) && !a_nan;
+}
+
+template <bool kUnit, int kRows>
 __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char* const* ahead,
                                                      const float* pe, int64_t dim, float a,
                                                      float b) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  const bool a_nan = std::isnan(a);
   int64_t c = 0;
-  for (; c + 16 <= dim; c += 16) {  // 16 per step: one pack and one 32-byte store
-    const __m256 p0 = ScaledPe8(pe + c, vb), p1 = ScaledPe8(pe + c + 8, vb);
+  for (; c + 32 <= dim; c += 32) {  // one cache line of x per row: both loads in flight
+    __m256 e0, o0, e1, o1;
+    ScaledPeEvenOdd<kUnit>(pe + c, vb, &e0, &o0);
+    ScaledPeEvenOdd<kUnit>(pe + c + 16, vb, &e1, &o1);
+    const bool exact0 = NoNan(e0, o0, a_nan), exact1 = NoNan(e1, o1, a_nan);
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
-      if (ahead[g] != nullptr && c % 32 == 0) PrefetchLine(ahead[g] + c * 2);
-      simd::StoreBf16x16(x + c, Combine8(simd::LoadBf16x8(x + c), p0, va),
-                         Combine8(simd::LoadBf16x8(x + c + 8), p1, va));
+      if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c + 16));
+      StoreBf16Parity(x + c, CombineBf16<kUnit>(simd::EvenBf16x8(w0), e0, va),
+                      CombineBf16<kUnit>(simd::OddBf16x8(w0), o0, va), exact0);
+      StoreBf16Parity(x + c + 16, CombineBf16<kUnit>(simd::EvenBf16x8(w1), e1, va),
+                      CombineBf16<kUnit>(simd::OddBf16x8(w1), o1, va), exact1);
+    }
+  }
+  for (; c + 16 <= dim; c += 16) {
+    __m256 e, o;
+    ScaledPeEvenOdd<kUnit>(pe + c, vb, &e, &o);
+    const bool exact = NoNan(e, o, a_nan);
+    for (int g = 0; g < kRows; ++g) {
+      auto* x = static_cast<uint16_t*>(xs[g]);
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
+      StoreBf16Parity(x + c, CombineBf16<kUnit>(simd::EvenBf16x8(w), e, va),
+                      CombineBf16<kUnit>(simd::OddBf16x8(w), o, va), exact);
+    }
+  }
+  for (; c + 8 <= dim; c += 8) {
+    const __m256 p = ScaledPe8(pe + c, vb);
+    for (int g = 0; g < kRows; ++g) {
+      auto* x = static_cast<uint16_t*>(xs[g]);
+      simd::StoreBf16x8(x + c, Combine8(simd::LoadBf16x8(x + c), p, va));
     }
   }
   for (; c < dim; ++c) {
@@ -195,6 +354,7 @@ __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char
   }
 }
 
+// float16 rows with F16C, 32 lanes per step as above.
 template <int kRows>
 __attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs,
                                                          const char* const* ahead,
@@ -202,11 +362,24 @@ __attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs,
                                                          float b) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
+  for (; c + 32 <= dim; c += 32) {
+    const __m256 p0 = ScaledPe8(pe + c, vb), p1 = ScaledPe8(pe + c + 8, vb);
+    const __m256 p2 = ScaledPe8(pe + c + 16, vb), p3 = ScaledPe8(pe + c + 24, vb);
+    for (int g = 0; g < kRows; ++g) {
+      auto* x = static_cast<uint16_t*>(xs[g]);
+      if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
+      const __m256 x0 = simd::LoadF16x8(x + c), x1 = simd::LoadF16x8(x + c + 8);
+      const __m256 x2 = simd::LoadF16x8(x + c + 16), x3 = simd::LoadF16x8(x + c + 24);
+      simd::StoreF16x8(x + c, Combine8(x0, p0, va));
+      simd::StoreF16x8(x + c + 8, Combine8(x1, p1, va));
+      simd::StoreF16x8(x + c + 16, Combine8(x2, p2, va));
+      simd::StoreF16x8(x + c + 24, Combine8(x3, p3, va));
+    }
+  }
   for (; c + 8 <= dim; c += 8) {
     const __m256 p = ScaledPe8(pe + c, vb);
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
-      if (ahead[g] != nullptr && c % 32 == 0) PrefetchLine(ahead[g] + c * 2);
       simd::StoreF16x8(x + c, Combine8(simd::LoadF16x8(x + c), p, va));
     }
   }
@@ -301,42 +474,45 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
   }
 }
 
-// Which implementation AddEncodingInPlace uses by default, from posenc-bench on this
-// project's machines (README, "Performance"): float32 takes the AVX2 rows (the
-// cache-blocked loop beats oneDNN's broadcast); float16 the AVX-512 rows (oneDNN has no
-// float16 JIT kernel here); bfloat16 the AVX-512 rows from 1 MiB up, below that oneDNN's
-// JIT binary_add.
-// Without AVX2/F16C everything goes to oneDNN, or to the plain loop where oneDNN has only
-// a reference kernel. POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins the choice for
-// benchmarks.
+// Which implementation AddEncodingInPlace uses by default on `isa`, from posenc-bench and
+// an interleaved micro-benchmark on this project's AMD EPYC (README, "Performance"): the
+// hand-written rows everywhere, AVX-512 rows for 16-bit dtypes where the CPU has them. oneDNN's
+// binary_add is kept as an implementation to compare (kOneDnn, POSENC_ADD_IMPL=onednn) but
+// won no case by more than the noise: [1,128,768] bfloat16 3.6-3.7 us with the AVX-512 rows
+// against 3.9-4.2 us, float32 4.8-4.9 us with the AVX2 rows against 4.5-4.6 us on two
+// threads and 6.8 against 7.1 us on one; [8,2048,4096] the rows by 1.2-2.5x (oneDNN's
+// broadcast re-reads the encoding for every batch row, and at AVX2 it has no bfloat16 JIT
+// kernel). Scalar: the plain loop.
 enum class AddImpl { kAvx2, kOneDnn, kLoop, kAvx512 };
 
-AddImpl ChosenAddImpl(DType dtype, size_t tensor_bytes) {
+AddImpl DefaultAddImpl(Isa isa, DType dtype) {
+  if (isa == Isa::kScalar) return AddImpl::kLoop;
+  if (isa == Isa::kAvx512 && HasAvx512Rows(dtype)) return AddImpl::kAvx512;
+  return AddImpl::kAvx2;
+}
+
+// POSENC_ADD_IMPL=avx2|avx512|onednn|loop, read once; -1 when unset or unknown.
+int PinnedAddImpl() {
   static const int pinned = [] {
     const char* pin = std::getenv("POSENC_ADD_IMPL");
     if (pin == nullptr) return -1;
-    if (std::strcmp(pin, "avx2") == 0 && simd::HasAvx2F16c()) {
-      return static_cast<int>(AddImpl::kAvx2);
-    }
-    if (std::strcmp(pin, "avx512") == 0 && simd::HasAvx2F16c()) {
-      return static_cast<int>(AddImpl::kAvx512);
-    }
+    const bool vector = CpuHasIsa(Isa::kAvx2);
+    if (std::strcmp(pin, "avx2") == 0 && vector) return static_cast<int>(AddImpl::kAvx2);
+    if (std::strcmp(pin, "avx512") == 0 && vector) return static_cast<int>(AddImpl::kAvx512);
     if (std::strcmp(pin, "onednn") == 0) return static_cast<int>(AddImpl::kOneDnn);
     if (std::strcmp(pin, "loop") == 0) return static_cast<int>(AddImpl::kLoop);
     return -1;
   }();
-  if (pinned >= 0) return static_cast<AddImpl>(pinned);
-  // float16 on AVX-512: [8,2048,4096] 3.1-3.7 ms against 4.6-5.1 ms with the AVX2 rows,
-  // [1,128,768] 0.007 against 0.012 ms. bfloat16: the AVX-512 rows win on large tensors
-  // (2.9-3.2 ms against oneDNN's 4.7-6.0 ms and the AVX2 rows' 6.5 ms on [8,2048,4096]),
-  // oneDNN's JIT kernel on small ones (0.005 against 0.006 ms on [1,128,768]); AMD EPYC,
-  // 2 threads.
-  if (dtype == DType::kFloat16 && HasAvx512Rows(dtype)) return AddImpl::kAvx512;
-  if (dtype == DType::kBFloat16 && HasAvx512Rows(dtype) && tensor_bytes >= (size_t{1} << 20)) {
-    return AddImpl::kAvx512;
-  }
-  if (!simd::HasAvx2F16c() || dtype == DType::kBFloat16) return AddImpl::kOneDnn;
-  return AddImpl::kAvx2;
+  return pinned;
+}
+
+// kAuto's choice: SetIsaOverride, else POSENC_ADD_IMPL, else the default for this CPU.
+AddImpl ChosenAddImpl(DType dtype) {
+  if (const std::optional<Isa> forced = IsaOverride()) return DefaultAddImpl(*forced, dtype);
+  if (const int pinned = PinnedAddImpl(); pinned >= 0) return static_cast<AddImpl>(pinned);
+  // A CPU without AVX2 has no rows; oneDNN may still have an SSE4.1 JIT kernel (else the loop).
+  if (CpuBestIsa() == Isa::kScalar) return AddImpl::kOneDnn;
+  return DefaultAddImpl(CpuBestIsa(), dtype);
 }
 
 // Encoding rows per block: 64 KiB of pe, kept in L2 while every batch row adds it.
@@ -347,6 +523,11 @@ struct RowFns {
   AddRowsFn two;
   AddRowsFn one;
 };
+
+template <bool kUnit>
+RowFns Bf16Avx2RowFns() {
+  return {AddRowsBf16Avx2<kUnit, 2>, AddRowsBf16Avx2<kUnit, 1>};
+}
 
 template <bool kBf16, bool kUnitScales>
 RowFns Avx512RowFns() {
@@ -363,7 +544,8 @@ void AddRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) 
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   RowFns fns = x.dtype == DType::kFloat32
                    ? RowFns{AddRowsF32Avx2<2>, AddRowsF32Avx2<1>}
-               : x.dtype == DType::kBFloat16 ? RowFns{AddRowsBf16Avx2<2>, AddRowsBf16Avx2<1>}
+               : x.dtype == DType::kBFloat16 ? (a == 1.0f && b == 1.0f ? Bf16Avx2RowFns<true>()
+                                                                         : Bf16Avx2RowFns<false>())
                                              : RowFns{AddRowsF16Avx2<2>, AddRowsF16Avx2<1>};
   last_impl = "avx2";
   if (wide && HasAvx512Rows(x.dtype)) {
@@ -384,7 +566,7 @@ void AddRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) 
   const int64_t rows_ahead =
       static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
   const int64_t pairs = (nb + 1) / 2;  // batch rows 2p and 2p + 1 (absent for odd nb)
-  const KernelThreadLease lease(x.NumBytes());
+  const KernelThreadLease lease(WorkBytes(x.NumElements()));
   const int threads = lease.threads();
   ParallelFor(threads, blocks, [&](int64_t first, int64_t last) {
     for (int64_t k = first; k < last; ++k) {  // position block
@@ -440,57 +622,36 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
                                 float pe_scale, AddImplementation implementation) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
-  AddImpl impl = ChosenAddImpl(x.dtype, x.NumBytes());
+  const bool vector = CpuHasIsa(Isa::kAvx2);
+  AddImpl impl = ChosenAddImpl(x.dtype);
   switch (implementation) {
     case AddImplementation::kVector:
     case AddImplementation::kVectorAvx512:
-      impl = simd::HasAvx2F16c() ? AddImpl::kAvx512 : AddImpl::kLoop;
+      impl = vector ? AddImpl::kAvx512 : AddImpl::kLoop;
       break;
-    case AddImplementation::kVectorAvx2:
-      impl = simd::HasAvx2F16c() ? AddImpl::kAvx2 : AddImpl::kLoop;
-      break;
+    case AddImplementation::kVectorAvx2: impl = vector ? AddImpl::kAvx2 : AddImpl::kLoop; break;
     case AddImplementation::kOneDnn: impl = AddImpl::kOneDnn; break;
     case AddImplementation::kScalar: impl = AddImpl::kLoop; break;
     case AddImplementation::kAuto: break;
+  }
+  if (impl == AddImpl::kOneDnn) {
+    absl::StatusOr<bool> done = AddWithOneDnn(x, pe, input_scale, pe_scale);
+    if (!done.ok()) return done.status();
+    if (*done) {
+      last_impl = "onednn";
+      return absl::OkStatus();
+    }
+    // No JIT kernel for this dtype: the vector rows if the CPU has them (kAuto), else
+    // the loop.
+    impl = implementation == AddImplementation::kAuto && vector ? AddImpl::kAvx512
+                                                                : AddImpl::kLoop;
   }
   if (impl == AddImpl::kAvx2 || impl == AddImpl::kAvx512) {
     AddRowsBlocked(x, pe, input_scale, pe_scale, impl == AddImpl::kAvx512);
     return absl::OkStatus();
   }
-  auto& primitives = BinaryAddPrimitives::Get();
-  std::shared_ptr<dnnl::binary> add =
-      impl == AddImpl::kLoop ? nullptr
-                             : primitives.Find(x.dtype, nb, seq, dim, input_scale, pe_scale);
-  if (!add) {  // no JIT kernel for this dtype: the vector rows if the CPU has them
-    if (impl == AddImpl::kOneDnn && implementation == AddImplementation::kAuto &&
-        simd::HasAvx2F16c()) {
-      AddRowsBlocked(x, pe, input_scale, pe_scale, /*wide=*/true);
-      return absl::OkStatus();
-    }
-    last_impl = "loop";
-    AddEncodingLoop(x, pe, input_scale, pe_scale);
-    return absl::OkStatus();
-  }
-  try {
-    // oneDNN's OpenMP runtime sizes its team from the calling thread's setting, which
-    // omp_set_num_threads on the main thread does not reach (gRPC threads start with the
-    // default): set it here, to 1 for small tensors or while another call holds the pool.
-    const KernelThreadLease lease(x.NumBytes());
-    const int threads = lease.threads();
-    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-    thread_local dnnl::stream stream(primitives.engine());
-    using tag = dnnl::memory::format_tag;
-    const dnnl::memory::desc x_md({nb, seq, dim}, ToDnnl(x.dtype), tag::abc);
-    const dnnl::memory::desc pe_md({1, seq, dim}, dnnl::memory::data_type::f32, tag::abc);
-    dnnl::memory x_mem(x_md, primitives.engine(), x.data);
-    dnnl::memory pe_mem(pe_md, primitives.engine(), const_cast<float*>(pe));
-    add->execute(stream, {{DNNL_ARG_SRC_0, x_mem}, {DNNL_ARG_SRC_1, pe_mem},
-                          {DNNL_ARG_DST, x_mem}});
-    stream.wait();
-  } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN binary_add failed: ", e.what()));
-  }
-  last_impl = "onednn";
+  last_impl = "loop";
+  AddEncodingLoop(x, pe, input_scale, pe_scale);
   return absl::OkStatus();
 }
 

@@ -20,15 +20,15 @@ enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar, kVectorAvx2, kV
 
 // REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
 // float32 rows that stay alive for the call.
-// kAuto: float32/float16 on CPUs with AVX2 and F16C take vectorised rows in seq-major order
-// (each pe row read once for all batch rows; float16 with AVX-512 where the CPU has F, BW,
-// VL and DQ), bit-identical to AddEncodingLoop; bfloat16 takes the AVX-512 rows from 1 MiB
-// up where the CPU also has AVX512_BF16; smaller bfloat16 tensors (and every dtype
-// elsewhere) take a oneDNN binary_add (scales as attributes) when oneDNN has a JIT kernel
-// for it, else the vector rows or the loop below.
-// Tensors under 256 KiB run on the calling thread, larger ones on KernelThreads() threads.
-// POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins kAuto's choice. kVector on a CPU without AVX2/F16C,
-// or kOneDnn for a dtype oneDNN has no JIT kernel for, falls back to the scalar loop.
+// kAuto: on CPUs with AVX2 (and FMA, F16C) vectorised rows in seq-major order (each pe row
+// read once for all batch rows), bit-identical to AddEncodingLoop: AVX-512 rows for float16
+// (F, BW, VL, DQ) and bfloat16 (also AVX512_BF16) where present, else AVX2 rows; on other
+// CPUs a oneDNN binary_add (scales at execution) when oneDNN has a JIT kernel for the
+// dtype, else the loop below. SetIsaOverride (isa.h) forces one ISA's rows (scalar: the
+// loop); without it, POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins the choice.
+// Tensors under 256 KiB of float32-equivalent work run on the calling thread, larger ones
+// on KernelThreads() threads. kVector on a CPU without AVX2/F16C, or kOneDnn for a dtype
+// oneDNN has no JIT kernel for, falls back to the scalar loop.
 // Returns INTERNAL only if oneDNN fails unexpectedly.
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
                                 float pe_scale,

@@ -1,8 +1,12 @@
 #include "server/kernels/bias_kernel.h"
 
-#include "server/kernels/threads.h"
+// GCC 12 reports the _mm512_undefined_* operands inside AVX-512 intrinsics as "may be used
+// uninitialized" (GCC bug 105593) wherever they inline.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
-#include <emmintrin.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
+#include "server/kernels/isa.h"
+#include "server/kernels/simd_convert.h"
+#include "server/kernels/threads.h"
 
 namespace posenc {
 namespace {
@@ -86,29 +93,144 @@ void CopyRelativeRows(const T* rel, const BiasGeometry& g, T* out, bool stream) 
   }
 }
 
-// scores[i, :] += rel[q-1-i : ...] for every query i, in the scores' dtype. block: [q, k].
-// row_buffer: k floats, used for the 16-bit dtypes.
-void AddRelativeRows(const float* rel, const BiasGeometry& g, DType dtype, void* block,
-                     float* row_buffer) {
-  const int64_t q = g.query_length, k = g.key_length;
-  if (dtype == DType::kFloat32) {
-    float* scores = static_cast<float*>(block);
-    for (int64_t i = 0; i < q; ++i) {  // query
-      float* row = scores + i * k;
-      const float* bias = rel + (q - 1 - i);
-      for (int64_t j = 0; j < k; ++j) row[j] += bias[j];  // key
+// row[0..n) += bias[0..n) in the row's dtype: float32 adds, one rounding, bit-identical
+// to ToFloat32 / add / FromFloat32. One function per dtype and ISA; 16-bit rows are
+// converted in registers (simd_convert.h), in one pass.
+using AddBiasRowFn = void (*)(void* row, const float* bias, int64_t n);
+
+template <DType kType>
+void AddBiasRowScalar(void* row, const float* bias, int64_t n) {
+  if constexpr (kType == DType::kFloat32) {
+    float* r = static_cast<float*>(row);
+    for (int64_t j = 0; j < n; ++j) r[j] += bias[j];  // key
+  } else {
+    uint16_t* r = static_cast<uint16_t*>(row);
+    for (int64_t j = 0; j < n; ++j) {  // key
+      if constexpr (kType == DType::kFloat16) {
+        r[j] = FloatToHalf(HalfToFloat(r[j]) + bias[j]);
+      } else {
+        r[j] = FloatToBFloat16(BFloat16ToFloat(r[j]) + bias[j]);
+      }
     }
-    return;
   }
-  const size_t elem = DTypeSize(dtype);
+}
+
+template <DType kType>
+__attribute__((target("avx2,f16c"))) inline __m256 Load8(const void* row, int64_t j) {
+  if constexpr (kType == DType::kFloat32) return _mm256_loadu_ps(static_cast<const float*>(row) + j);
+  if constexpr (kType == DType::kFloat16) return simd::LoadF16x8(static_cast<const uint16_t*>(row) + j);
+  return simd::LoadBf16x8(static_cast<const uint16_t*>(row) + j);
+}
+
+template <DType kType>
+__attribute__((target("avx2,f16c"))) inline void Store8(void* row, int64_t j, __m256 v) {
+  if constexpr (kType == DType::kFloat32) {
+    _mm256_storeu_ps(static_cast<float*>(row) + j, v);
+  } else if constexpr (kType == DType::kFloat16) {
+    simd::StoreF16x8(static_cast<uint16_t*>(row) + j, v);
+  } else {
+    simd::StoreBf16x8(static_cast<uint16_t*>(row) + j, v);
+  }
+}
+
+// 32 lanes per step: four independent loads in flight, as the roofline pass has.
+template <DType kType>
+__attribute__((target("avx2,f16c"))) void AddBiasRowAvx2(void* row, const float* bias,
+                                                         int64_t n) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {  // key
+    const __m256 r0 = _mm256_add_ps(Load8<kType>(row, j), _mm256_loadu_ps(bias + j));
+    const __m256 r1 = _mm256_add_ps(Load8<kType>(row, j + 8), _mm256_loadu_ps(bias + j + 8));
+    const __m256 r2 = _mm256_add_ps(Load8<kType>(row, j + 16), _mm256_loadu_ps(bias + j + 16));
+    const __m256 r3 = _mm256_add_ps(Load8<kType>(row, j + 24), _mm256_loadu_ps(bias + j + 24));
+    Store8<kType>(row, j, r0);
+    Store8<kType>(row, j + 8, r1);
+    Store8<kType>(row, j + 16, r2);
+    Store8<kType>(row, j + 24, r3);
+  }
+  for (; j + 8 <= n; j += 8) {
+    Store8<kType>(row, j, _mm256_add_ps(Load8<kType>(row, j), _mm256_loadu_ps(bias + j)));
+  }
+  const size_t elem = DTypeSize(kType);
+  AddBiasRowScalar<kType>(static_cast<char*>(row) + j * elem, bias + j, n - j);
+}
+
+// 16-bit scores, 16 lanes per vector, the tail under a mask. bfloat16 rounds with
+// VCVTNEPS2BF16 where the CPU has AVX512_BF16 (NarrowBf16x16Native), else in integer ops.
+#define POSENC_AVX512_BIAS \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+template <DType kType, bool kNative>
+POSENC_AVX512_BIAS inline void AddBias16(void* row, const float* bias, int64_t j,
+                                         __mmask16 m) {
+  const __m512 b = _mm512_maskz_loadu_ps(m, bias + j);
+  uint16_t* r = static_cast<uint16_t*>(row) + j;
+  const __m256i h = _mm256_maskz_loadu_epi16(m, r);
+  __m256i out;
+  if constexpr (kType == DType::kFloat16) {
+    out = simd::NarrowF16x16(_mm512_add_ps(simd::WidenF16x16(h), b));
+  } else if constexpr (kNative) {
+    out = simd::NarrowBf16x16Native(_mm512_add_ps(simd::WidenBf16x16(h), b));
+  } else {
+    out = simd::NarrowBf16x16(_mm512_add_ps(simd::WidenBf16x16(h), b));
+  }
+  _mm256_mask_storeu_epi16(r, m, out);
+}
+
+template <DType kType, bool kNative>
+POSENC_AVX512_BIAS void AddBiasRowAvx512(void* row, const float* bias, int64_t n) {
+  const __mmask16 all = 0xffff;
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {  // key
+    AddBias16<kType, kNative>(row, bias, j, all);
+    AddBias16<kType, kNative>(row, bias, j + 16, all);
+  }
+  for (; j < n; j += 16) {
+    const int64_t left = n - j;
+    AddBias16<kType, kNative>(row, bias, j,
+                              left >= 16 ? all : static_cast<__mmask16>((1u << left) - 1));
+  }
+}
+#undef POSENC_AVX512_BIAS
+
+// REQUIRES: dtype is FLOAT16 or BFLOAT16.
+template <bool kNative>
+AddBiasRowFn Avx512BiasRow(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return AddBiasRowAvx512<DType::kFloat16, kNative>;
+    default: return AddBiasRowAvx512<DType::kBFloat16, kNative>;
+  }
+}
+
+// The row function for `dtype` on this CPU, or up to SetIsaOverride's ISA: AVX-512 for
+// 16-bit scores where the CPU has it (the conversions are the work), AVX2 for float32
+// (memory-bound either way), scalar without AVX2.
+AddBiasRowFn BiasRowFor(DType dtype) {
+  const Isa isa = IsaOverride().value_or(CpuBestIsa());
+  if (isa == Isa::kAvx512 && dtype != DType::kFloat32) {
+    return simd::HasAvx512Bf16() ? Avx512BiasRow<true>(dtype) : Avx512BiasRow<false>(dtype);
+  }
+  if (isa == Isa::kAvx2) {
+    switch (dtype) {
+      case DType::kFloat16: return AddBiasRowAvx2<DType::kFloat16>;
+      case DType::kBFloat16: return AddBiasRowAvx2<DType::kBFloat16>;
+      default: return AddBiasRowAvx2<DType::kFloat32>;
+    }
+  }
+  switch (dtype) {
+    case DType::kFloat16: return AddBiasRowScalar<DType::kFloat16>;
+    case DType::kBFloat16: return AddBiasRowScalar<DType::kBFloat16>;
+    default: return AddBiasRowScalar<DType::kFloat32>;
+  }
+}
+
+// scores[i, :] += rel[q-1-i : ...] for every query i, in the scores' dtype. block: [q, k].
+void AddRelativeRows(const float* rel, const BiasGeometry& g, DType dtype, void* block,
+                     AddBiasRowFn add_row) {
+  const int64_t q = g.query_length, k = g.key_length;
+  const size_t row_bytes = static_cast<size_t>(k) * DTypeSize(dtype);
   char* bytes = static_cast<char*>(block);
-  for (int64_t i = 0; i < q; ++i) {  // query
-    void* row = bytes + static_cast<size_t>(i * k) * elem;
-    const float* bias = rel + (q - 1 - i);
-    ToFloat32(dtype, row, row_buffer, static_cast<size_t>(k));
-    for (int64_t j = 0; j < k; ++j) row_buffer[j] += bias[j];  // key
-    FromFloat32(row_buffer, dtype, row, static_cast<size_t>(k));
-  }
+  for (int64_t i = 0; i < q; ++i) add_row(bytes + i * row_bytes, rel + (q - 1 - i), k);  // query
 }
 
 // ALiBi of head h over all relative offsets: rel[t] for e = RelativeOffsetAt(t).
@@ -340,17 +462,16 @@ absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
   const size_t block_bytes =
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
-  const KernelThreadLease lease(scores.NumBytes());
+  const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
+  const KernelThreadLease lease(WorkBytes(scores.NumElements()));
   const int threads = lease.threads();
   ParallelFor(threads, spec.num_heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
-    std::vector<float> row_buffer(
-        scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
     for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
       FillAlibiRelativeRow(spec, geom, h, rel.data());
       for (int64_t b = 0; b < batch; ++b) {  // batch
         void* block = base + static_cast<size_t>(b * spec.num_heads + h) * block_bytes;
-        AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+        AddRelativeRows(rel.data(), geom, scores.dtype, block, add_row);
       }
     }
   });
@@ -401,17 +522,16 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
   const size_t block_bytes =
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
-  const KernelThreadLease lease(scores.NumBytes());
+  const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
+  const KernelThreadLease lease(WorkBytes(scores.NumElements()));
   const int threads = lease.threads();
   ParallelFor(threads, heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(n);
-    std::vector<float> row_buffer(
-        scores.dtype == DType::kFloat32 ? 0 : static_cast<size_t>(geom.key_length));
     for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
       for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
       for (int64_t b = 0; b < batch; ++b) {  // batch
         void* block = base + static_cast<size_t>(b * heads + h) * block_bytes;
-        AddRelativeRows(rel.data(), geom, scores.dtype, block, row_buffer.data());
+        AddRelativeRows(rel.data(), geom, scores.dtype, block, add_row);
       }
     }
   });

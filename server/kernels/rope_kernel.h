@@ -1,6 +1,8 @@
 // The in-place RoPE rotation of queries or keys, given each token's cos/sin row. The
 // scalar routine serves both pairings through one pair offset (like ggml's rotate_pairs);
-// AVX2+FMA and AVX-512 versions, picked at run time (no -march flags), specialise each.
+// AVX2+FMA and AVX-512 versions (rope_avx2.cc, rope_avx512.cc), picked at run time (no
+// -march flags), specialise each; the element-by-element reference for tests lives in
+// tests/support/rope_reference.h.
 // Pure functions over views; thread-safe; the caller owns every buffer.
 //
 //   RopeGeometry g = ...;                       // strides of BSHD, BHSD or THD
@@ -60,10 +62,5 @@ RopeIsa RopeBestIsa16(DType dtype);
 void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
                        int rotary_dim, absl::Span<const float* const> token_rows,
                        RopeIsa isa = RopeIsa::kAuto);
-
-// The plain scalar formula above, element by element in float32, for tests.
-// Same contract as RopeRotateInPlace.
-void RopeRotateReference(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
-                         int rotary_dim, absl::Span<const float* const> token_rows);
 
 }  // namespace posenc

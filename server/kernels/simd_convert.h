@@ -42,11 +42,27 @@ __attribute__((target("avx2"))) inline __m256i Bf16Bits(__m256 f) {
   return _mm256_blendv_epi8(rounded, nan_bits, is_nan);
 }
 
-// Stores 16 floats (lo, hi) as bfloat16.
+// Bf16Bits for lanes that hold no NaN: the rounding alone.
+__attribute__((target("avx2"))) inline __m256i Bf16BitsNoNan(__m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(
+      _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+}
+
+// Stores 16 floats (lo, hi) as bfloat16. NaN is rare: one test for both vectors, and the
+// NaN fix-up only when a lane holds one (the in-order narrowing used by simd::Narrow and the
+// float32-to-bfloat16 tails).
 __attribute__((target("avx2"))) inline void StoreBf16x16(uint16_t* p, __m256 lo, __m256 hi) {
-  const __m256i packed =
-      _mm256_permute4x64_epi64(_mm256_packus_epi32(Bf16Bits(lo), Bf16Bits(hi)), 0xD8);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+  const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(lo, lo, _CMP_UNORD_Q),
+                                  _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
+  __m256i packed;
+  if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
+    packed = _mm256_packus_epi32(Bf16BitsNoNan(lo), Bf16BitsNoNan(hi));
+  } else {
+    packed = _mm256_packus_epi32(Bf16Bits(lo), Bf16Bits(hi));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xD8));
 }
 
 // Stores 8 floats as bfloat16.
@@ -55,6 +71,53 @@ __attribute__((target("avx2"))) inline void StoreBf16x8(uint16_t* p, __m256 f) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm_packus_epi32(_mm256_castsi256_si128(bits),
                                     _mm256_extracti128_si256(bits, 1)));
+}
+
+// 16 bfloat16 split by parity: as 32-bit words, element 2j is the low half of word j and
+// 2j+1 the high half, so `word << 16` and `word & 0xffff0000` are the even and odd elements
+// as floats (no lane-crossing widen), and results go back with one shift and one blend
+// (no pack or permute). Callers lay out their float operands in the same order.
+__attribute__((target("avx2"))) inline __m256 EvenBf16x8(__m256i words) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+}
+__attribute__((target("avx2"))) inline __m256 OddBf16x8(__m256i words) {
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(words, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// f rounded to nearest even at bit 16 (FloatToBFloat16's bits + 0x7fff + lsb): the bfloat16
+// is the high half. For lanes that hold no NaN.
+__attribute__((target("avx2"))) inline __m256i RoundedBf16High(__m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+
+// The same with NaN lanes as FloatToBFloat16 gives them (high half bits>>16 | 0x40).
+__attribute__((target("avx2"))) inline __m256i RoundedBf16HighNan(__m256 f) {
+  const __m256i quiet = _mm256_or_si256(_mm256_castps_si256(f), _mm256_set1_epi32(0x400000));
+  return _mm256_blendv_epi8(RoundedBf16High(f), quiet,
+                            _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+}
+
+// 16 bfloat16 in element order from rounded even and odd words (RoundedBf16High*).
+__attribute__((target("avx2"))) inline __m256i JoinEvenOddBf16(__m256i even, __m256i odd) {
+  return _mm256_blend_epi16(_mm256_srli_epi32(even, 16), odd, 0xAA);  // odd words from odd
+}
+
+// Stores even and odd float results as 16 bfloat16 in element order, as FloatToBFloat16
+// (NaN tested once for both vectors: it is rare).
+__attribute__((target("avx2"))) inline void StoreEvenOddBf16x16(uint16_t* p, __m256 even,
+                                                                __m256 odd) {
+  const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(even, even, _CMP_UNORD_Q),
+                                  _mm256_cmp_ps(odd, odd, _CMP_UNORD_Q));
+  __m256i out;
+  if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
+    out = JoinEvenOddBf16(RoundedBf16High(even), RoundedBf16High(odd));
+  } else {
+    out = JoinEvenOddBf16(RoundedBf16HighNan(even), RoundedBf16HighNan(odd));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), out);
 }
 
 __attribute__((target("avx2,f16c"))) inline __m256 LoadF16x8(const uint16_t* p) {

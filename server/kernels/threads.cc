@@ -31,9 +31,9 @@ int KernelThreads() {
   return n > 0 ? n : omp_get_max_threads();
 }
 
-KernelThreadLease::KernelThreadLease(size_t tensor_bytes) {
+KernelThreadLease::KernelThreadLease(size_t work_bytes) {
   const int pool = KernelThreads();
-  if (tensor_bytes < kParallelBytes || pool <= 1) return;
+  if (work_bytes < kParallelBytes || pool <= 1) return;
   if (pool_busy.exchange(true, std::memory_order_acquire)) return;
   holds_pool_ = true;
   threads_ = pool;

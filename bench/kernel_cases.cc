@@ -1,0 +1,292 @@
+#include "bench/kernel_cases.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/roofline.h"
+#include "server/kernels/add_kernel.h"
+#include "server/kernels/bias_kernel.h"
+#include "server/kernels/isa.h"
+#include "server/schemes/absolute_scheme.h"
+#include "server/schemes/rope_scheme.h"
+#include "server/tables/table_cache.h"
+
+namespace posenc::bench {
+namespace {
+
+struct KernelCase {
+  std::string name;
+  std::string size;  // "small" | "large"
+  Shape shape;
+  DType dtype;
+  size_t tensor_bytes;  // the in-place tensor (or output); the roofline's buffer size
+  size_t moved_bytes;   // read + written by the kernel
+  std::function<void()> run;
+  std::function<std::string()> impl;  // which implementation served it, if it says
+  // One of two implementations of the same kernel, side by side (add_vector, add_onednn):
+  // shown, not judged against the targets.
+  bool comparison = false;
+};
+
+
+// Everything a set of kernel cases at one size shares: the buffers and tables.
+struct KernelFixture {
+  KernelFixture(int64_t nb, int64_t seq, int64_t dim, int64_t q_batch, int64_t q_seq,
+                int64_t q_heads, int64_t head_dim, int64_t bias_heads, int64_t bias_len)
+      : nb(nb), seq(seq), dim(dim), q_batch(q_batch), q_seq(q_seq), q_heads(q_heads),
+        head_dim(head_dim), bias_heads(bias_heads), bias_len(bias_len),
+        tensor(std::max({nb * seq * dim, q_batch * q_seq * q_heads * head_dim,
+                         bias_heads * bias_len * bias_len}) * sizeof(float)),
+        cache(size_t{256} << 20) {
+    learned = std::make_shared<Table>();
+    learned->rows = seq;
+    learned->cols = dim;
+    learned->data.assign(static_cast<size_t>(seq * dim), 0.01f);
+    t5_table.assign(static_cast<size_t>(32 * bias_heads), -0.5f);
+  }
+
+  int64_t nb, seq, dim;
+  int64_t q_batch, q_seq, q_heads, head_dim;
+  int64_t bias_heads, bias_len;
+  Buffer tensor;
+  TableCache cache;
+  std::shared_ptr<Table> learned;
+  std::vector<float> t5_table;  // [32 buckets, heads]
+};
+
+std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa isa) {
+  std::vector<KernelCase> cases;
+  void* data = f.tensor.data();
+  const int64_t emb_n = f.nb * f.seq * f.dim;
+  const size_t pe_bytes = static_cast<size_t>(f.seq * f.dim) * sizeof(float);
+  const Shape emb_shape{f.nb, f.seq, f.dim};
+
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
+    cases.push_back({"sinusoidal_add", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
+                     [&f, data, dt, emb_shape] {
+                       SinusoidalSpec spec;
+                       TensorView x{dt, emb_shape, data};
+                       Check(ApplySinusoidal(spec, CombineSpec{}, x, PositionsSpec{}, f.cache,
+                                             SchemeLimits{})
+                                 .status(),
+                             "ApplySinusoidal");
+                     },
+                     [] { return std::string(LastAddImplementation()); }});
+  }
+  // The add kernel alone, each implementation on the same rows: the hand-written rows of
+  // this pass's ISA (cache-blocked) against oneDNN's binary_add with broadcast (at the ISA
+  // oneDNN runs on in this process; see RunKernelsEveryIsa).
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
+    const AddImplementation rows =
+        isa == Isa::kAvx512 ? AddImplementation::kVectorAvx512 : AddImplementation::kVectorAvx2;
+    for (auto [label, impl] : {std::pair{"add_vector", rows},
+                               std::pair{"add_onednn", AddImplementation::kOneDnn}}) {
+      cases.push_back({label, size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
+                       [&f, data, dt, emb_shape, impl = impl] {
+                         TensorView x{dt, emb_shape, data};
+                         Check(AddEncodingInPlace(x, f.learned->data.data(), 1.0f, 1.0f, impl),
+                               "AddEncodingInPlace");
+                       },
+                       [] { return std::string(LastAddImplementation()); },
+                       /*comparison=*/true});
+    }
+  }
+  {
+    const size_t bytes = static_cast<size_t>(emb_n) * sizeof(float);
+    cases.push_back({"learned_add", size, emb_shape, DType::kFloat32, bytes,
+                     2 * bytes + pe_bytes,
+                     [&f, data, emb_shape] {
+                       TensorView x{DType::kFloat32, emb_shape, data};
+                       LearnedSpec spec{"bench", f.learned, Overflow::kError};
+                       Check(ApplyLearned(spec, CombineSpec{}, x, PositionsSpec{}, SchemeLimits{})
+                                 .status(),
+                             "ApplyLearned");
+                     },
+                     [] { return std::string(LastAddImplementation()); }});
+  }
+  const Shape q_shape{f.q_batch, f.q_seq, f.q_heads, f.head_dim};
+  const int64_t q_n = f.q_batch * f.q_seq * f.q_heads * f.head_dim;
+  const size_t rows_bytes = static_cast<size_t>(f.q_seq * f.head_dim) * sizeof(float);
+  for (auto style : {RopeSpec::Style::kNeox, RopeSpec::Style::kGptj}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      const size_t bytes = static_cast<size_t>(q_n) * DTypeSize(dt);
+      cases.push_back({style == RopeSpec::Style::kNeox ? "rope_neox" : "rope_gptj", size, q_shape,
+                       dt, bytes, 2 * bytes + rows_bytes,
+                       [&f, data, dt, q_shape, style] {
+                         RopeSpec spec;
+                         spec.style = style;
+                         TensorView q{dt, q_shape, data};
+                         Check(ApplyRope(spec, q, nullptr, PositionsSpec{}, f.cache), "ApplyRope");
+                       },
+                       nullptr});
+    }
+  }
+  const BiasGeometry geom = MakeBiasGeometry(f.bias_len, f.bias_len);
+  const int64_t bias_n = f.bias_heads * f.bias_len * f.bias_len;
+  const size_t bias_bytes = static_cast<size_t>(bias_n) * sizeof(float);
+  const Shape bias_shape{f.bias_heads, f.bias_len, f.bias_len};
+  const Shape scores_shape{1, f.bias_heads, f.bias_len, f.bias_len};
+  AlibiSpec alibi;
+  alibi.num_heads = static_cast<int32_t>(f.bias_heads);
+  alibi.causal = true;
+  T5Spec t5;  // 32 buckets, max_distance 128, bidirectional
+  const auto heads = static_cast<int32_t>(f.bias_heads);
+  cases.push_back({"alibi_build", size, bias_shape, DType::kFloat32, bias_bytes, bias_bytes,
+                   [data, alibi, geom] {
+                     Check(BuildAlibiBias(alibi, geom, static_cast<float*>(data)), "BuildAlibiBias");
+                   },
+                   nullptr});
+  cases.push_back({"t5_build", size, bias_shape, DType::kFloat32, bias_bytes, bias_bytes,
+                   [&f, data, t5, geom, heads] {
+                     Check(BuildT5Bias(t5, geom, f.t5_table.data(), heads, static_cast<float*>(data)),
+                           "BuildT5Bias");
+                   },
+                   nullptr});
+  cases.push_back({"alibi_add", size, scores_shape, DType::kFloat32, bias_bytes, 2 * bias_bytes,
+                   [data, alibi, geom, scores_shape] {
+                     // Zeroed by the fill below, so repeated adds of -inf stay -inf, never NaN.
+                     Check(AddAlibiBias(alibi, geom, TensorView{DType::kFloat32, scores_shape, data}),
+                           "AddAlibiBias");
+                   },
+                   nullptr});
+  cases.push_back({"t5_add", size, scores_shape, DType::kFloat32, bias_bytes, 2 * bias_bytes,
+                   [&f, data, t5, geom, heads, scores_shape] {
+                     Check(AddT5Bias(t5, geom, f.t5_table.data(), heads,
+                                     TensorView{DType::kFloat32, scores_shape, data}),
+                           "AddT5Bias");
+                   },
+                   nullptr});
+  return cases;
+}
+
+// Every kernel case on `isa` (already forced by the caller), each against a roofline taken
+// beside it.
+json RunKernels(const Options& o, Isa isa) {
+  Roofline roofline;
+  json results = json::array();
+  struct Size {
+    const char* label;
+    int64_t nb, seq, dim, q_batch, q_seq, q_heads, head_dim, bias_heads, bias_len;
+  };
+  std::vector<Size> sizes = {{"small", 1, 128, 768, 1, 128, 12, 64, 12, 128}};
+  if (!o.quick) sizes.push_back({"large", 8, 2048, 4096, 4, 2048, 32, 128, 16, 2048});
+  for (const Size& s : sizes) {
+    KernelFixture fixture(s.nb, s.seq, s.dim, s.q_batch, s.q_seq, s.q_heads, s.head_dim,
+                          s.bias_heads, s.bias_len);
+    const bool large = std::string(s.label) == "large";
+    for (KernelCase& c : MakeCases(fixture, s.label, isa)) {
+      if (!o.filter.empty() &&
+          absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) ==
+              std::string::npos) {
+        continue;
+      }
+      FillFloats(fixture.tensor.data(), c.dtype, c.tensor_bytes / DTypeSize(c.dtype),
+                 c.name == "alibi_add" ? 0.0f : 0.25f);
+      if (c.name == "add_onednn") {  // a oneDNN without a JIT kernel here runs the loop
+        c.run();
+        if (c.impl() != "onednn") continue;
+      }
+      // Kernel and roofline alternate, twice, each keeping its best: both see the same
+      // state of the machine.
+      const double budget = o.quick ? 0.03 : (large ? 0.3 : 0.1);
+      // The builds only write: beside the read-modify-write roofline they also get a
+      // write-only one (the better of streaming and plain stores).
+      const bool write_only = c.moved_bytes == c.tensor_bytes;
+      double seconds = 1e30, roof = 0, write_roof = 0;
+      for (int round = 0; round < 2; ++round) {
+        seconds = std::min(seconds, BestSeconds(c.run, budget));
+        roof = std::max(roof, roofline.Gbps(c.tensor_bytes, budget));
+        if (write_only) {
+          write_roof = std::max(write_roof, roofline.Gbps(c.tensor_bytes, budget, true));
+        }
+      }
+      const double gbps = static_cast<double>(c.moved_bytes) / seconds / 1e9;
+      json r{{"name", c.name},
+             {"isa", IsaName(isa)},
+             {"size", c.size},
+             {"shape", ShapeString(c.shape)},
+             {"dtype", DTypeLabel(c.dtype)},
+             {"ms", seconds * 1e3},
+             {"bytes", c.moved_bytes},
+             {"gbps", gbps},
+             {"roofline_gbps", roof},
+             {"ratio", gbps / roof}};
+      if (c.impl) r["impl"] = c.impl();
+      if (c.comparison) r["comparison"] = true;
+      if (write_only) {
+        r["write_roofline_gbps"] = write_roof;
+        r["write_ratio"] = gbps / write_roof;
+      }
+      if (!o.json) {
+        std::fprintf(stderr,
+                     "  kernel %-6s %-15s %-5s %-22s %-4s %8.3f ms %7.1f GB/s (roofline %.1f)\n",
+                     IsaName(isa), c.name.c_str(), c.size.c_str(), ShapeString(c.shape).c_str(),
+                     DTypeLabel(c.dtype), seconds * 1e3, gbps, roof);
+      }
+      results.push_back(std::move(r));
+    }
+  }
+  return results;
+}
+
+// A pass in a child posenc-bench with oneDNN limited to `isa` (DNNL_MAX_CPU_ISA), so its
+// binary_add runs as on a CPU whose widest ISA that is: oneDNN fixes its ISA once per
+// process. Returns the child's kernel rows.
+json RunChildPass(const Options& o, Isa isa) {
+  std::string command = absl::StrCat("DNNL_MAX_CPU_ISA=", isa == Isa::kAvx2 ? "AVX2" : "AVX512_CORE",
+                                     " ", o.self_binary, " --kernels-only --json --isa=",
+                                     IsaName(isa), " --threads=", o.threads);
+  if (o.quick) absl::StrAppend(&command, " --quick");
+  if (!o.filter.empty()) {
+    std::string quoted;  // single-quoted for the shell
+    for (char ch : o.filter) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    absl::StrAppend(&command, " --filter='", quoted, "'");
+  }
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) Check(absl::InternalError("popen failed"), command);
+  std::string out;
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), pipe)) > 0;) out.append(chunk, n);
+  const int rc = pclose(pipe);
+  if (rc != 0) Check(absl::InternalError(absl::StrCat("exit status ", rc)), command);
+  const json doc = json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.contains("kernels")) {
+    Check(absl::InternalError("unparseable output"), command);
+  }
+  return doc["kernels"];
+}
+
+}  // namespace
+
+json RunKernelsEveryIsa(const Options& o) {
+  std::vector<Isa> isas = CpuVectorIsas();
+  if (!o.isa.empty()) {
+    const std::optional<Isa> only = ParseIsa(o.isa.c_str());
+    if (!only || !CpuHasIsa(*only)) {
+      Check(absl::InvalidArgumentError(absl::StrCat("--isa=", o.isa, " is not on this CPU")),
+            "--isa");
+    }
+    isas = {*only};
+  }
+  json rows = json::array();
+  for (Isa isa : isas) {
+    json pass;
+    if (o.isa.empty() && isa != CpuBestIsa()) {
+      pass = RunChildPass(o, isa);
+    } else {
+      const ScopedIsaOverride forced(isa);
+      pass = RunKernels(o, isa);
+    }
+    for (json& row : pass) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace posenc::bench

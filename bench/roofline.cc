@@ -1,0 +1,102 @@
+#include "bench/roofline.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "server/kernels/threads.h"
+
+namespace posenc::bench {
+namespace {
+
+void RmwScalar(float* x, size_t n, float a, float b) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] * a + b;
+}
+
+__attribute__((target("avx2,fma"))) void RmwAvx2(float* x, size_t n, float a, float b) {
+  const __m256 va = _mm256_set1_ps(a);
+  const __m256 vb = _mm256_set1_ps(b);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {  // four independent vectors per step
+    _mm256_storeu_ps(x + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), va, vb));
+    _mm256_storeu_ps(x + i + 8, _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), va, vb));
+    _mm256_storeu_ps(x + i + 16, _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), va, vb));
+    _mm256_storeu_ps(x + i + 24, _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), va, vb));
+  }
+  RmwScalar(x + i, n - i, a, b);
+}
+
+// x = b over n floats with streaming stores, or plain ones: the write-only baseline for the
+// bias builds, which only write (and stream their stores from 8 MiB up).
+__attribute__((target("avx2"))) void WriteAvx2(float* x, size_t n, float, float b) {
+  const __m256 vb = _mm256_set1_ps(b);
+  size_t i = 0;
+  for (; i < n && (reinterpret_cast<uintptr_t>(x + i) & 31) != 0; ++i) x[i] = b;
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(x + i, vb);
+  for (; i < n; ++i) x[i] = b;
+  _mm_sfence();
+}
+
+__attribute__((target("avx2"))) void WritePlainAvx2(float* x, size_t n, float, float b) {
+  const __m256 vb = _mm256_set1_ps(b);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm256_storeu_ps(x + i, vb);
+    _mm256_storeu_ps(x + i + 8, vb);
+    _mm256_storeu_ps(x + i + 16, vb);
+    _mm256_storeu_ps(x + i + 24, vb);
+  }
+  for (; i < n; ++i) x[i] = b;
+}
+
+void WriteScalar(float* x, size_t n, float, float b) { std::fill_n(x, n, b); }
+
+// x = x*a + b over n floats split across `threads` OpenMP threads in contiguous chunks.
+// pass: 0 the read-modify-write, 1 write-only with streaming stores, 2 with plain stores.
+void Rmw(float* x, size_t n, float a, float b, int threads, int pass = 0) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  auto run = pass == 0   ? (avx2 ? RmwAvx2 : RmwScalar)
+             : !avx2     ? WriteScalar
+             : pass == 1 ? WriteAvx2
+                         : WritePlainAvx2;
+  if (threads <= 1) {
+    run(x, n, a, b);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const size_t nt = static_cast<size_t>(omp_get_num_threads());
+    const size_t chunk = (n / nt + 15) / 16 * 16;
+    const size_t begin = std::min(n, t * chunk);
+    const size_t end = t + 1 == nt ? n : std::min(n, begin + chunk);
+    run(x + begin, end - begin, a, b);
+  }
+}
+
+}  // namespace
+
+double Roofline::Gbps(size_t bytes, double budget_s, bool write_only) {
+  auto& buffer = buffers_[bytes];
+  if (!buffer) {
+    buffer = std::make_unique<Buffer>(bytes);
+    std::fill_n(static_cast<float*>(buffer->data()), bytes / sizeof(float), 1.0f);
+  }
+  const size_t n = bytes / sizeof(float);
+  auto* x = static_cast<float*>(buffer->data());
+  double best_s = 1e30;
+  for (int threads : {1, KernelThreads()}) {
+    for (int pass : write_only ? std::vector<int>{1, 2} : std::vector<int>{0}) {
+      // a, b keep values bounded: x -> 0.5x + 0.5 converges to 1.
+      best_s = std::min(best_s,
+                        BestSeconds([&] { Rmw(x, n, 0.5f, 0.5f, threads, pass); }, budget_s));
+    }
+    if (KernelThreads() == 1) break;
+  }
+  return (write_only ? 1.0 : 2.0) * static_cast<double>(bytes) / best_s / 1e9;
+}
+
+}  // namespace posenc::bench

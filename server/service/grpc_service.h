@@ -1,7 +1,7 @@
-// posenc.v1.PositionalEncoding on gRPC's callback API. Handlers stay thin: on gRPC's thread
-// they refuse calls that arrived while draining, compute the call's cost from the request,
-// admit it (or refuse it at once), and hand the work to the WorkPool; the pool thread runs
-// RequestHandlers and finishes the call. Thread-safe; owns nothing but its handlers.
+// posenc.v1.PositionalEncoding on gRPC's callback API. Handlers stay thin: each computes the
+// call's cost from the request and hands it to the CallRunner (refuse while draining, admit
+// or refuse at once, run RequestHandlers on the WorkPool, finish); the shared-memory rpcs are
+// answered on gRPC's thread. Thread-safe; owns nothing but its handlers.
 #pragma once
 
 #include "posenc/v1/posenc.grpc.pb.h"

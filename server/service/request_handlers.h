@@ -1,7 +1,9 @@
 // The protocol-level work of each RPC: a request message in, a response message (or an
 // error status) out. Converts proto <-> specs (proto_convert), places tensors (inline or
-// shared memory), counts bytes and kernel time; each scheme's plan is in schemes/. Shared by the unary and streaming handlers. Thread-safe: the state it
-// touches (table cache, named tables, metrics) is itself thread-safe or read-only.
+// shared memory), counts bytes and kernel time; each scheme's plan is in schemes/. Shared
+// by the unary and streaming handlers of both fronts. Thread-safe: the state it touches
+// (table cache, named tables, metrics, the shared-memory registry) is itself thread-safe or
+// read-only.
 //
 // Zero copy: Encode works in place on the request's tensor bytes and then moves that buffer
 // into the response, so the request must be mutable and is left without its data.

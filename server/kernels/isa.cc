@@ -1,5 +1,7 @@
 #include "server/kernels/isa.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstring>
 
@@ -29,8 +31,12 @@ std::optional<Isa> ParseIsa(const char* name) {
 }
 
 bool CpuHasIsa(Isa isa) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1: clang 14's __builtin_cpu_supports does not know "f16c".
+  static const bool avx2 = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  }();
   static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                              __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl") &&

@@ -110,107 +110,264 @@ absl::Status CheckExtensionFactor(const RopeScalingSpec& s) {
                       *factor, kMinRopeFactor, kMaxRopeFactor);
 }
 
+// One function pair per scaling type, as HF's modeling_rope_utils keeps one
+// _compute_*_rope_parameters each: the checks of the type's fields, then its frequencies.
+// Compute functions run only after their Validate passed.
+
+absl::Status ValidateNone(const RopeScalingSpec&, double, int) { return absl::OkStatus(); }
+
+RopeFrequencies ComputeNone(const RopeScalingSpec&, double base, int rotary_dim, int64_t) {
+  RopeFrequencies out;
+  out.inv_freq = DefaultInvFreq(base, rotary_dim);
+  return out;
+}
+
+absl::Status ValidateLinear(const RopeScalingSpec& s, double, int) {
+  if (!s.factor) return Missing("rope.scaling.factor", "LINEAR scaling needs it");
+  return absl::OkStatus();
+}
+
+RopeFrequencies ComputeLinear(const RopeScalingSpec& s, double base, int rotary_dim, int64_t) {
+  RopeFrequencies out;
+  out.inv_freq = DefaultInvFreq(base, rotary_dim);
+  for (double& f : out.inv_freq) f /= *s.factor;
+  return out;
+}
+
+absl::Status ValidateDynamic(const RopeScalingSpec& s, double, int) {
+  if (!s.factor) return Missing("rope.scaling.factor", "DYNAMIC scaling needs it");
+  if (s.max_position_embeddings) {
+    return MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings);
+  }
+  if (s.original_max_position_embeddings) {
+    return MustBePositive("rope.scaling.original_max_position_embeddings",
+                          *s.original_max_position_embeddings);
+  }
+  return Missing("rope.scaling.max_position_embeddings",
+                 "DYNAMIC scaling needs the length beyond which it starts");
+}
+
+RopeFrequencies ComputeDynamic(const RopeScalingSpec& s, double base, int rotary_dim,
+                               int64_t seq_len) {
+  const double factor = *s.factor, dim = rotary_dim;
+  const double max_pos =
+      static_cast<double>(s.max_position_embeddings ? *s.max_position_embeddings
+                                                    : *s.original_max_position_embeddings);
+  const double len = std::max(static_cast<double>(seq_len), max_pos);
+  double scaled_base = base;
+  // With rotary_dim 2 the only frequency is base^0 = 1 whatever the base, and HF's
+  // exponent dim/(dim-2) would be infinite.
+  if (rotary_dim > 2) {
+    scaled_base = base * std::pow((factor * len / max_pos) - (factor - 1), dim / (dim - 2));
+  }
+  RopeFrequencies out;
+  out.inv_freq = DefaultInvFreq(scaled_base, rotary_dim);
+  return out;
+}
+
+absl::Status CheckMscales(const RopeScalingSpec& s) {
+  for (const auto& [field, v] : {std::pair{"rope.scaling.mscale", s.mscale},
+                                 std::pair{"rope.scaling.mscale_all_dim", s.mscale_all_dim}}) {
+    if (v && (!(*v >= 0) || !std::isfinite(*v))) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " is ", *v, "; it must be >= 0"));
+    }
+    if (v) RETURN_IF_ERROR(CheckInRange(field, *v, 0.0, kMaxRopeFactor));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateYarn(const RopeScalingSpec& s, double base, int) {
+  if (base == 1.0) {
+    return absl::InvalidArgumentError(
+        "rope.base is 1; YARN divides by log(base), so it must not be 1");
+  }
+  if (s.original_max_position_embeddings) {
+    RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
+                                   *s.original_max_position_embeddings));
+  }
+  if (s.max_position_embeddings) {
+    RETURN_IF_ERROR(
+        MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings));
+  }
+  if (!s.original_max_position_embeddings && !s.max_position_embeddings) {
+    return Missing("rope.scaling.original_max_position_embeddings",
+                   "YARN needs the pretrained context length");
+  }
+  if (!ExtensionFactor(s)) {
+    return Missing("rope.scaling.factor",
+                   "YARN needs it (or max_position_embeddings and "
+                   "original_max_position_embeddings to derive it)");
+  }
+  RETURN_IF_ERROR(CheckExtensionFactor(s));
+  if (s.beta_fast && *s.beta_fast != 0) {
+    RETURN_IF_ERROR(CheckFactor("rope.scaling.beta_fast", *s.beta_fast));
+  }
+  if (s.beta_slow && *s.beta_slow != 0) {
+    RETURN_IF_ERROR(CheckFactor("rope.scaling.beta_slow", *s.beta_slow));
+  }
+  RETURN_IF_ERROR(CheckMscales(s));
+  return CheckAttentionFactor(s);
+}
+
+double YarnAttentionFactor(const RopeScalingSpec& s, double factor) {
+  if (s.attention_factor) return *s.attention_factor;
+  if (s.mscale && *s.mscale != 0 && s.mscale_all_dim && *s.mscale_all_dim != 0) {
+    return YarnMscale(factor, *s.mscale) / YarnMscale(factor, *s.mscale_all_dim);
+  }
+  return YarnMscale(factor, 1.0);
+}
+
+RopeFrequencies ComputeYarn(const RopeScalingSpec& s, double base, int rotary_dim, int64_t) {
+  const double factor = *ExtensionFactor(s), dim = rotary_dim;
+  const double original = static_cast<double>(s.original_max_position_embeddings
+                                                  ? *s.original_max_position_embeddings
+                                                  : *s.max_position_embeddings);
+  RopeFrequencies out;
+  out.attention_factor = YarnAttentionFactor(s, factor);
+  // The feature index at which a wavelength completes `rotations` turns over the
+  // pretrained context.
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(original / (rotations * 2 * kPi)) / (2 * std::log(base));
+  };
+  double low = correction_dim(BetaOr(s.beta_fast, 32.0));
+  double high = correction_dim(BetaOr(s.beta_slow, 1.0));
+  if (s.truncate.value_or(true)) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // HF: prevents a division by zero
+  out.inv_freq.resize(static_cast<size_t>(rotary_dim / 2));
+  for (size_t i = 0; i < out.inv_freq.size(); ++i) {
+    const double pos_freq = std::pow(base, static_cast<double>(2 * i) / dim);
+    const double extrapolation = 1.0 / pos_freq;
+    const double interpolation = 1.0 / (factor * pos_freq);
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double extrapolation_weight = 1.0 - ramp;
+    out.inv_freq[i] =
+        interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight;
+  }
+  return out;
+}
+
+absl::Status ValidateLlama3(const RopeScalingSpec& s, double, int) {
+  if (!s.factor) return Missing("rope.scaling.factor", "LLAMA3 scaling needs it");
+  if (!s.original_max_position_embeddings) {
+    return Missing("rope.scaling.original_max_position_embeddings",
+                   "LLAMA3 scaling needs the pretrained context length");
+  }
+  RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
+                                 *s.original_max_position_embeddings));
+  const double low = s.low_freq_factor.value_or(1.0);
+  const double high = s.high_freq_factor.value_or(4.0);
+  RETURN_IF_ERROR(MustBePositive("rope.scaling.low_freq_factor", low));
+  RETURN_IF_ERROR(MustBePositive("rope.scaling.high_freq_factor", high));
+  if (!(high > low)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.scaling.high_freq_factor is ", high,
+                     "; it must be greater than low_freq_factor (", low, ")"));
+  }
+  return absl::OkStatus();
+}
+
+RopeFrequencies ComputeLlama3(const RopeScalingSpec& s, double base, int rotary_dim, int64_t) {
+  const double factor = *s.factor;
+  const double low_freq_factor = s.low_freq_factor.value_or(1.0);
+  const double high_freq_factor = s.high_freq_factor.value_or(4.0);
+  const double old_context = static_cast<double>(*s.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / low_freq_factor;
+  const double high_freq_wavelen = old_context / high_freq_factor;
+  RopeFrequencies out;
+  out.inv_freq = DefaultInvFreq(base, rotary_dim);
+  for (double& f : out.inv_freq) {
+    const double wavelen = 2 * kPi / f;
+    if (wavelen > low_freq_wavelen) {
+      f = f / factor;
+    } else if (!(wavelen < high_freq_wavelen)) {
+      const double smooth =
+          (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f = (1 - smooth) * f / factor + smooth * f;
+    }
+  }
+  return out;
+}
+
+absl::Status ValidateLongRope(const RopeScalingSpec& s, double, int rotary_dim) {
+  RETURN_IF_ERROR(CheckFactorList("rope.scaling.short_factor", s.short_factor, rotary_dim));
+  RETURN_IF_ERROR(CheckFactorList("rope.scaling.long_factor", s.long_factor, rotary_dim));
+  if (!s.original_max_position_embeddings) {
+    return Missing("rope.scaling.original_max_position_embeddings",
+                   "LONGROPE needs the pretrained context length");
+  }
+  RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
+                                 *s.original_max_position_embeddings));
+  if (s.max_position_embeddings) {
+    RETURN_IF_ERROR(
+        MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings));
+  }
+  if (!ExtensionFactor(s)) {
+    return Missing("rope.scaling.factor",
+                   "LONGROPE needs it or max_position_embeddings to derive it");
+  }
+  RETURN_IF_ERROR(CheckExtensionFactor(s));
+  if (!s.attention_factor && *ExtensionFactor(s) > 1.0 &&
+      *s.original_max_position_embeddings < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope.scaling.original_max_position_embeddings is ", *s.original_max_position_embeddings,
+        "; LONGROPE's attention factor divides by its log, so it must be >= 2"));
+  }
+  return CheckAttentionFactor(s);
+}
+
+RopeFrequencies ComputeLongRope(const RopeScalingSpec& s, double base, int rotary_dim,
+                                int64_t seq_len) {
+  const double factor = *ExtensionFactor(s), dim = rotary_dim;
+  const int64_t original = *s.original_max_position_embeddings;
+  RopeFrequencies out;
+  out.attention_factor =
+      s.attention_factor ? *s.attention_factor
+      : factor <= 1.0    ? 1.0
+                         : std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original)));
+  const std::vector<double>& ext = seq_len > original ? s.long_factor : s.short_factor;
+  out.inv_freq.resize(static_cast<size_t>(rotary_dim / 2));
+  for (size_t i = 0; i < out.inv_freq.size(); ++i) {
+    out.inv_freq[i] = 1.0 / (ext[i] * std::pow(base, static_cast<double>(2 * i) / dim));
+  }
+  return out;
+}
+
+struct ScalingRule {
+  absl::Status (*validate)(const RopeScalingSpec& s, double base, int rotary_dim);
+  RopeFrequencies (*compute)(const RopeScalingSpec& s, double base, int rotary_dim,
+                             int64_t seq_len);
+};
+
+const ScalingRule* RuleOf(ScalingType type) {
+  static const ScalingRule kNone{ValidateNone, ComputeNone}, kLinear{ValidateLinear, ComputeLinear},
+      kDynamic{ValidateDynamic, ComputeDynamic}, kYarn{ValidateYarn, ComputeYarn},
+      kLlama3{ValidateLlama3, ComputeLlama3}, kLongRope{ValidateLongRope, ComputeLongRope};
+  switch (type) {
+    case ScalingType::kNone: return &kNone;
+    case ScalingType::kLinear: return &kLinear;
+    case ScalingType::kDynamic: return &kDynamic;
+    case ScalingType::kYarn: return &kYarn;
+    case ScalingType::kLlama3: return &kLlama3;
+    case ScalingType::kLongRope: return &kLongRope;
+  }
+  return nullptr;
+}
+
 absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_dim) {
   if (s.factor.has_value() && s.type != ScalingType::kNone) {
     RETURN_IF_ERROR(CheckFactor("rope.scaling.factor", *s.factor));
   }
-  switch (s.type) {
-    case ScalingType::kNone: return absl::OkStatus();
-    case ScalingType::kLinear:
-      if (!s.factor) return Missing("rope.scaling.factor", "LINEAR scaling needs it");
-      return absl::OkStatus();
-    case ScalingType::kDynamic: {
-      if (!s.factor) return Missing("rope.scaling.factor", "DYNAMIC scaling needs it");
-      if (s.max_position_embeddings) {
-        return MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings);
-      }
-      if (s.original_max_position_embeddings) {
-        return MustBePositive("rope.scaling.original_max_position_embeddings",
-                              *s.original_max_position_embeddings);
-      }
-      return Missing("rope.scaling.max_position_embeddings",
-                     "DYNAMIC scaling needs the length beyond which it starts");
-    }
-    case ScalingType::kYarn: {
-      if (base == 1.0) {
-        return absl::InvalidArgumentError(
-            "rope.base is 1; YARN divides by log(base), so it must not be 1");
-      }
-      if (s.original_max_position_embeddings) {
-        RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
-                                       *s.original_max_position_embeddings));
-      }
-      if (s.max_position_embeddings) {
-        RETURN_IF_ERROR(
-            MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings));
-      }
-      if (!s.original_max_position_embeddings && !s.max_position_embeddings) {
-        return Missing("rope.scaling.original_max_position_embeddings",
-                       "YARN needs the pretrained context length");
-      }
-      if (!ExtensionFactor(s)) {
-        return Missing("rope.scaling.factor",
-                       "YARN needs it (or max_position_embeddings and "
-                       "original_max_position_embeddings to derive it)");
-      }
-      RETURN_IF_ERROR(CheckExtensionFactor(s));
-      if (s.beta_fast && *s.beta_fast != 0) {
-        RETURN_IF_ERROR(CheckFactor("rope.scaling.beta_fast", *s.beta_fast));
-      }
-      if (s.beta_slow && *s.beta_slow != 0) {
-        RETURN_IF_ERROR(CheckFactor("rope.scaling.beta_slow", *s.beta_slow));
-      }
-      for (const auto& [field, v] : {std::pair{"rope.scaling.mscale", s.mscale},
-                                     std::pair{"rope.scaling.mscale_all_dim", s.mscale_all_dim}}) {
-        if (v && (!(*v >= 0) || !std::isfinite(*v))) {
-          return absl::InvalidArgumentError(absl::StrCat(field, " is ", *v, "; it must be >= 0"));
-        }
-        if (v) RETURN_IF_ERROR(CheckInRange(field, *v, 0.0, kMaxRopeFactor));
-      }
-      return CheckAttentionFactor(s);
-    }
-    case ScalingType::kLlama3: {
-      if (!s.factor) return Missing("rope.scaling.factor", "LLAMA3 scaling needs it");
-      if (!s.original_max_position_embeddings) {
-        return Missing("rope.scaling.original_max_position_embeddings",
-                       "LLAMA3 scaling needs the pretrained context length");
-      }
-      RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
-                                     *s.original_max_position_embeddings));
-      const double low = s.low_freq_factor.value_or(1.0);
-      const double high = s.high_freq_factor.value_or(4.0);
-      RETURN_IF_ERROR(MustBePositive("rope.scaling.low_freq_factor", low));
-      RETURN_IF_ERROR(MustBePositive("rope.scaling.high_freq_factor", high));
-      if (!(high > low)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rope.scaling.high_freq_factor is ", high,
-                         "; it must be greater than low_freq_factor (", low, ")"));
-      }
-      return absl::OkStatus();
-    }
-    case ScalingType::kLongRope: {
-      RETURN_IF_ERROR(CheckFactorList("rope.scaling.short_factor", s.short_factor, rotary_dim));
-      RETURN_IF_ERROR(CheckFactorList("rope.scaling.long_factor", s.long_factor, rotary_dim));
-      if (!s.original_max_position_embeddings) {
-        return Missing("rope.scaling.original_max_position_embeddings",
-                       "LONGROPE needs the pretrained context length");
-      }
-      RETURN_IF_ERROR(MustBePositive("rope.scaling.original_max_position_embeddings",
-                                     *s.original_max_position_embeddings));
-      if (s.max_position_embeddings) {
-        RETURN_IF_ERROR(
-            MustBePositive("rope.scaling.max_position_embeddings", *s.max_position_embeddings));
-      }
-      if (!ExtensionFactor(s)) {
-        return Missing("rope.scaling.factor",
-                       "LONGROPE needs it or max_position_embeddings to derive it");
-      }
-      RETURN_IF_ERROR(CheckExtensionFactor(s));
-      return CheckAttentionFactor(s);
-    }
+  const ScalingRule* rule = RuleOf(s.type);
+  if (rule == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.scaling.type is ", static_cast<int>(s.type), "; unknown"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("rope.scaling.type is ", static_cast<int>(s.type), "; unknown"));
+  return rule->validate(s, base, rotary_dim);
 }
 
 }  // namespace
@@ -237,121 +394,8 @@ absl::Status ValidateRopeSpec(const RopeSpec& spec, int rotary_dim) {
 absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int rotary_dim,
                                                        int64_t seq_len) {
   RETURN_IF_ERROR(ValidateRopeSpec(spec, rotary_dim));
-  const RopeScalingSpec& s = spec.scaling;
   const double base = spec.base.value_or(kDefaultRopeBase);
-  const double dim = rotary_dim;
-  RopeFrequencies out;
-  switch (s.type) {
-    case ScalingType::kNone: out.inv_freq = DefaultInvFreq(base, rotary_dim); break;
-
-    case ScalingType::kLinear:
-      out.inv_freq = DefaultInvFreq(base, rotary_dim);
-      for (double& f : out.inv_freq) f /= *s.factor;
-      break;
-
-    case ScalingType::kDynamic: {
-      const double factor = *s.factor;
-      const double max_pos =
-          static_cast<double>(s.max_position_embeddings ? *s.max_position_embeddings
-                                                        : *s.original_max_position_embeddings);
-      const double len = std::max(static_cast<double>(seq_len), max_pos);
-      double scaled_base = base;
-      // With rotary_dim 2 the only frequency is base^0 = 1 whatever the base, and HF's
-      // exponent dim/(dim-2) would be infinite.
-      if (rotary_dim > 2) {
-        scaled_base = base * std::pow((factor * len / max_pos) - (factor - 1), dim / (dim - 2));
-      }
-      out.inv_freq = DefaultInvFreq(scaled_base, rotary_dim);
-      break;
-    }
-
-    case ScalingType::kYarn: {
-      const double factor = *ExtensionFactor(s);
-      const double original = static_cast<double>(s.original_max_position_embeddings
-                                                      ? *s.original_max_position_embeddings
-                                                      : *s.max_position_embeddings);
-      if (s.attention_factor) {
-        out.attention_factor = *s.attention_factor;
-      } else if (s.mscale && *s.mscale != 0 && s.mscale_all_dim && *s.mscale_all_dim != 0) {
-        out.attention_factor =
-            YarnMscale(factor, *s.mscale) / YarnMscale(factor, *s.mscale_all_dim);
-      } else {
-        out.attention_factor = YarnMscale(factor, 1.0);
-      }
-      const double beta_fast = BetaOr(s.beta_fast, 32.0);
-      const double beta_slow = BetaOr(s.beta_slow, 1.0);
-      // The feature index at which a wavelength completes `rotations` turns over the
-      // pretrained context.
-      auto correction_dim = [&](double rotations) {
-        return dim * std::log(original / (rotations * 2 * kPi)) / (2 * std::log(base));
-      };
-      double low = correction_dim(beta_fast);
-      double high = correction_dim(beta_slow);
-      if (s.truncate.value_or(true)) {
-        low = std::floor(low);
-        high = std::ceil(high);
-      }
-      low = std::max(low, 0.0);
-      high = std::min(high, dim - 1);
-      if (low == high) high += 0.001;  // HF: prevents a division by zero
-      out.inv_freq.resize(static_cast<size_t>(rotary_dim / 2));
-      for (size_t i = 0; i < out.inv_freq.size(); ++i) {
-        const double pos_freq = std::pow(base, static_cast<double>(2 * i) / dim);
-        const double extrapolation = 1.0 / pos_freq;
-        const double interpolation = 1.0 / (factor * pos_freq);
-        const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
-        const double extrapolation_weight = 1.0 - ramp;
-        out.inv_freq[i] =
-            interpolation * (1 - extrapolation_weight) + extrapolation * extrapolation_weight;
-      }
-      break;
-    }
-
-    case ScalingType::kLlama3: {
-      const double factor = *s.factor;
-      const double low_freq_factor = s.low_freq_factor.value_or(1.0);
-      const double high_freq_factor = s.high_freq_factor.value_or(4.0);
-      const double old_context = static_cast<double>(*s.original_max_position_embeddings);
-      const double low_freq_wavelen = old_context / low_freq_factor;
-      const double high_freq_wavelen = old_context / high_freq_factor;
-      out.inv_freq = DefaultInvFreq(base, rotary_dim);
-      for (double& f : out.inv_freq) {
-        const double wavelen = 2 * kPi / f;
-        if (wavelen > low_freq_wavelen) {
-          f = f / factor;
-        } else if (!(wavelen < high_freq_wavelen)) {
-          const double smooth =
-              (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-          f = (1 - smooth) * f / factor + smooth * f;
-        }
-      }
-      break;
-    }
-
-    case ScalingType::kLongRope: {
-      const double factor = *ExtensionFactor(s);
-      const int64_t original = *s.original_max_position_embeddings;
-      if (s.attention_factor) {
-        out.attention_factor = *s.attention_factor;
-      } else if (factor <= 1.0) {
-        out.attention_factor = 1.0;
-      } else {
-        if (original < 2) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("rope.scaling.original_max_position_embeddings is ", original,
-                           "; LONGROPE's attention factor divides by its log, so it must be >= 2"));
-        }
-        out.attention_factor =
-            std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original)));
-      }
-      const std::vector<double>& ext = seq_len > original ? s.long_factor : s.short_factor;
-      out.inv_freq.resize(static_cast<size_t>(rotary_dim / 2));
-      for (size_t i = 0; i < out.inv_freq.size(); ++i) {
-        out.inv_freq[i] = 1.0 / (ext[i] * std::pow(base, static_cast<double>(2 * i) / dim));
-      }
-      break;
-    }
-  }
+  RopeFrequencies out = RuleOf(spec.scaling.type)->compute(spec.scaling, base, rotary_dim, seq_len);
   for (size_t i = 0; i < out.inv_freq.size(); ++i) {
     if (!std::isfinite(out.inv_freq[i])) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -140,6 +140,34 @@ Flags ParseFlags(int argc, char** argv) {
   return flags;
 }
 
+// One log line with the configuration a reader needs to explain the server's behaviour.
+void LogStart(const posenc::ServerOptions& o, const posenc::PosencServer& server,
+              const std::string& metrics_address, absl::Duration shutdown_grace) {
+  posenc::Log(posenc::LogLevel::kInfo, "start",
+              {{"version", posenc::kVersion},
+               {"grpc", server.address()},
+               {"metrics", metrics_address},
+               {"threads", std::to_string(o.threads)},
+               {"tables", std::to_string(o.tables.size())},
+               {"max_message_bytes", std::to_string(o.max_message_bytes)},
+               {"max_inflight_bytes", std::to_string(o.admission.max_inflight_bytes)},
+               {"max_concurrent_calls", std::to_string(o.admission.max_concurrent_calls)},
+               {"shm", o.shm.enabled ? "on" : "off"},
+               {"tls", o.tls_cert.empty() ? "off" : o.tls_client_ca.empty() ? "on" : "mutual"},
+               {"shutdown_grace", absl::FormatDuration(shutdown_grace)}});
+}
+
+// Starts /metrics if asked; returns the bound address for the logs ("off" if not asked).
+std::string StartMetrics(posenc::ServiceMetrics& metrics, const std::string& listen) {
+  if (listen.empty()) return "off";
+  auto port = metrics.StartExposer(listen);
+  if (!port.ok()) {
+    std::cerr << "posenc-server: " << port.status().message() << "\n";
+    std::exit(1);
+  }
+  return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", *port);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,16 +185,7 @@ int main(int argc, char** argv) {
   posenc::ServerOptions options = flags.server;
   options.threads = posenc::KernelThreads();
   auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion);
-  std::string metrics_address = "off";
-  if (!flags.metrics_listen.empty()) {
-    auto port = metrics->StartExposer(flags.metrics_listen);
-    if (!port.ok()) {
-      std::cerr << "posenc-server: " << port.status().message() << "\n";
-      return 1;
-    }
-    metrics_address = absl::StrCat(
-        flags.metrics_listen.substr(0, flags.metrics_listen.rfind(':')), ":", *port);
-  }
+  const std::string metrics_address = StartMetrics(*metrics, flags.metrics_listen);
   auto server = posenc::PosencServer::Start(options, metrics.get());
   if (!server.ok()) {
     std::cerr << "posenc-server: " << server.status().message() << "\n";
@@ -176,19 +195,7 @@ int main(int argc, char** argv) {
               (*server)->address().c_str(), metrics_address.c_str(),
               posenc::KernelThreads());
   std::fflush(stdout);
-  const posenc::ServerOptions& o = options;
-  posenc::Log(posenc::LogLevel::kInfo, "start",
-              {{"version", posenc::kVersion},
-               {"grpc", (*server)->address()},
-               {"metrics", metrics_address},
-               {"threads", std::to_string(o.threads)},
-               {"tables", std::to_string(o.tables.size())},
-               {"max_message_bytes", std::to_string(o.max_message_bytes)},
-               {"max_inflight_bytes", std::to_string(o.admission.max_inflight_bytes)},
-               {"max_concurrent_calls", std::to_string(o.admission.max_concurrent_calls)},
-               {"shm", o.shm.enabled ? "on" : "off"},
-               {"tls", o.tls_cert.empty() ? "off" : o.tls_client_ca.empty() ? "on" : "mutual"},
-               {"shutdown_grace", absl::FormatDuration(flags.shutdown_grace)}});
+  LogStart(options, **server, metrics_address, flags.shutdown_grace);
 
   std::thread signal_watcher([&] {
     int signal = 0;

@@ -160,7 +160,7 @@ RopeIsa RopeBestIsa() {
   return Capped(best);
 }
 
-RopeIsa RopeBestIsa16(DType dtype) {
+RopeIsa RopeBestIsa16() {
   // A POSENC_ROPE_ISA pin applies to every dtype. (Read once: getenv is on every call's path.)
   static const bool pinned = [] {
     const char* pin = std::getenv("POSENC_ROPE_ISA");
@@ -171,76 +171,110 @@ RopeIsa RopeBestIsa16(DType dtype) {
   // pay even on AMD: on an AMD EPYC (AVX-512, AVX512_BF16) [4,2048,32,128] took 1.5 ms with
   // AVX-512 against 3.5 ms (bf16) and 2.1 ms (fp16) with AVX2, [1,128,12,64] 0.013 ms
   // against 0.028 / 0.020. So every CPU with AVX-512 (F, BW, VL) takes it for both dtypes.
-  (void)dtype;
   if (HasAvx512ForSixteenBit()) return Capped(RopeIsa::kAvx512);
   return RopeBestIsa();
 }
 
+namespace {
+
+// How one call's tokens are rotated, fixed before the loop over them.
+struct RotationPlan {
+  DType dtype;
+  RopePairing pairing;
+  int64_t rotary_dim;
+  bool wide;                  // float32: heads are rotated where they lie
+  bool simd_convert;          // 16-bit staging widens/narrows with F16C-class SIMD
+  RotateHeadFn rotate;        // one float32 head
+  Token16Kernel kernel16;     // a whole 16-bit token in registers, or none
+  RotateTokenF32Fn rotate32;  // a whole float32 token (AVX2 interleaved), or none
+  bool tabled() const { return kernel16.fn != nullptr || rotate32 != nullptr; }
+  int64_t half() const { return rotary_dim / 2; }
+};
+
+// Every part of the path (rotation, fused 16-bit kernels, the staging conversions) runs on
+// one resolved ISA, so a pin to scalar never reaches F16C.
+RotationPlan PlanRotation(DType dtype, RopePairing pairing, int rotary_dim, RopeIsa isa) {
+  RotationPlan p{dtype, pairing, rotary_dim, dtype == DType::kFloat32, false, nullptr, {}, nullptr};
+  const RopeIsa resolved =
+      isa != RopeIsa::kAuto ? isa : p.wide ? RopeBestIsa() : RopeBestIsa16();
+  const RotateFns fns = FnsFor(resolved);
+  p.rotate = pairing == RopePairing::kRotateHalf ? fns.rotate_half : fns.interleaved;
+  p.simd_convert = resolved != RopeIsa::kScalar && simd::HasAvx2F16c();
+  if (!p.wide) p.kernel16 = Token16KernelFor(resolved, dtype, pairing, p.half());
+  if (p.wide && pairing == RopePairing::kInterleaved && resolved == RopeIsa::kAvx2) {
+    p.rotate32 = Avx2InterleavedTokenF32();
+  }
+  return p;
+}
+
+// Per-thread scratch: 16-bit heads without a fused kernel are widened into `widened`,
+// rotated and narrowed back; the fused kernels read one token's cos/sin from c and s.
+struct RotationScratch {
+  explicit RotationScratch(const RotationPlan& p)
+      : widened(p.wide || p.kernel16.fn != nullptr ? 0 : p.rotary_dim),
+        tables(p.tabled() ? 2 * PaddedTableSize(p.half()) : 0) {}
+  std::vector<float> widened;
+  std::vector<float> tables;
+};
+
+// One token, whole, from the padded per-token tables.
+void RotateTokenTabled(const RotationPlan& p, unsigned char* token, int64_t heads,
+                       int64_t head_stride, const float* cos, const float* sin,
+                       RotationScratch& scratch) {
+  const int64_t half = p.half();
+  float* c = scratch.tables.data();
+  float* s = c + PaddedTableSize(half);
+  RopeTokenTables(p.pairing, p.kernel16.layout, cos, sin, half, c, s);
+  if (p.kernel16.fn != nullptr) {
+    p.kernel16.fn(reinterpret_cast<uint16_t*>(token), heads, head_stride, c, s, half);
+  } else {
+    p.rotate32(reinterpret_cast<float*>(token), heads, head_stride, c, s, half);
+  }
+}
+
+// One head: in place for float32, through float32 staging for 16-bit types.
+void RotateHead(const RotationPlan& p, void* head, const float* cos, const float* sin,
+                RotationScratch& scratch) {
+  const int64_t half = p.half();
+  float* widened = scratch.widened.data();
+  if (p.wide) {
+    p.rotate(static_cast<float*>(head), cos, sin, half);
+  } else if (p.simd_convert) {
+    simd::Widen(p.dtype, static_cast<const uint16_t*>(head), widened, p.rotary_dim);
+    p.rotate(widened, cos, sin, half);
+    simd::Narrow(p.dtype, widened, static_cast<uint16_t*>(head), p.rotary_dim);
+  } else {
+    ToFloat32(p.dtype, head, widened, p.rotary_dim);
+    p.rotate(widened, cos, sin, half);
+    FromFloat32(widened, p.dtype, head, p.rotary_dim);
+  }
+}
+
+}  // namespace
+
 void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
                        int rotary_dim, absl::Span<const float* const> token_rows, RopeIsa isa) {
-  // Every part of the path (rotation, fused 16-bit kernels, the staging conversions) runs
-  // on one resolved ISA, so a pin to scalar never reaches F16C.
-  const bool wide = x.dtype == DType::kFloat32;
-  const RopeIsa resolved =
-      isa != RopeIsa::kAuto ? isa : wide ? RopeBestIsa() : RopeBestIsa16(x.dtype);
-  const RotateFns fns = FnsFor(resolved);
-  const RotateHeadFn rotate =
-      pairing == RopePairing::kRotateHalf ? fns.rotate_half : fns.interleaved;
-  const int64_t half = rotary_dim / 2;
+  const RotationPlan plan = PlanRotation(x.dtype, pairing, rotary_dim, isa);
   const size_t elem = DTypeSize(x.dtype);
   auto* bytes = static_cast<unsigned char*>(x.data);
-  const bool simd_convert = resolved != RopeIsa::kScalar && simd::HasAvx2F16c();
-  const Token16Kernel kernel16 =
-      wide ? Token16Kernel{} : Token16KernelFor(resolved, x.dtype, pairing, half);
-  const RotateToken16Fn rotate16 = kernel16.fn;
-  const RotateTokenF32Fn rotate32 =
-      wide && pairing == RopePairing::kInterleaved && resolved == RopeIsa::kAvx2
-          ? Avx2InterleavedTokenF32()
-          : nullptr;
-  const bool tabled = rotate16 != nullptr || rotate32 != nullptr;
   // Small tensors stay on the calling thread; large ones split the tokens across the kernel
   // threads when no other call holds them (KernelThreadLease).
   const KernelThreadLease lease(WorkBytes(x.NumElements()));
-  const int threads = lease.threads();
-  const int64_t tokens = g.batch * g.seq;
-  ParallelFor(threads, tokens, [&](int64_t first, int64_t last) {
-    // 16-bit heads are rotated in registers (rotate16, from per-token cos/sin tables), or
-    // else widened into this buffer, rotated, and narrowed back.
-    std::vector<float> widened(wide || rotate16 != nullptr ? 0 : rotary_dim);
-    std::vector<float> tables(tabled ? 2 * PaddedTableSize(half) : 0);
-    float* table_c = tables.data();
-    float* table_s = table_c + (tabled ? PaddedTableSize(half) : 0);
+  ParallelFor(lease.threads(), g.batch * g.seq, [&](int64_t first, int64_t last) {
+    RotationScratch scratch(plan);
     for (int64_t t = first; t < last; ++t) {  // batch * seq
       const int64_t b = t / g.seq, s = t % g.seq;
-      const float* row = token_rows[t];
-      const float* cos = row;
-      const float* sin = row + half;
-      if (rotate16 != nullptr || rotate32 != nullptr) {  // whole token from shared tables
-        RopeTokenTables(pairing, kernel16.layout, cos, sin, half, table_c, table_s);
-        const int64_t offset = b * g.batch_stride + s * g.seq_stride;
-        if (rotate16 != nullptr) {
-          rotate16(reinterpret_cast<uint16_t*>(bytes) + offset, g.heads, g.head_stride, table_c,
-                   table_s, half);
-        } else {
-          rotate32(reinterpret_cast<float*>(bytes) + offset, g.heads, g.head_stride, table_c,
-                   table_s, half);
-        }
+      const float* cos = token_rows[t];
+      const float* sin = cos + plan.half();
+      const int64_t token = b * g.batch_stride + s * g.seq_stride;
+      if (plan.tabled()) {
+        RotateTokenTabled(plan, bytes + static_cast<size_t>(token) * elem, g.heads,
+                          g.head_stride, cos, sin, scratch);
         continue;
       }
-      for (int64_t h = 0; h < g.heads; ++h) {  // head
-        const int64_t offset = b * g.batch_stride + s * g.seq_stride + h * g.head_stride;
-        void* head = bytes + static_cast<size_t>(offset) * elem;
-        if (wide) {
-          rotate(static_cast<float*>(head), cos, sin, half);
-        } else if (simd_convert) {
-          simd::Widen(x.dtype, static_cast<const uint16_t*>(head), widened.data(), rotary_dim);
-          rotate(widened.data(), cos, sin, half);
-          simd::Narrow(x.dtype, widened.data(), static_cast<uint16_t*>(head), rotary_dim);
-        } else {
-          ToFloat32(x.dtype, head, widened.data(), rotary_dim);
-          rotate(widened.data(), cos, sin, half);
-          FromFloat32(widened.data(), x.dtype, head, rotary_dim);
-        }
+      for (int64_t h = 0; h < g.heads; ++h) {
+        RotateHead(plan, bytes + static_cast<size_t>(token + h * g.head_stride) * elem, cos,
+                   sin, scratch);
       }
     }
   });

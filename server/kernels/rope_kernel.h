@@ -49,9 +49,10 @@ enum class RopeIsa { kAuto, kScalar, kAvx2, kAvx512 };
 bool RopeIsaSupported(RopeIsa isa);
 // The instruction set kAuto resolves to on this CPU (float32 tensors).
 RopeIsa RopeBestIsa();
-// The same for FLOAT16 / BFLOAT16 tensors, whose fused convert-and-rotate kernels are
-// compute-bound and so may prefer another width; POSENC_ROPE_ISA pins both.
-RopeIsa RopeBestIsa16(DType dtype);
+// The same for FLOAT16 and BFLOAT16 tensors (one choice for both), whose fused
+// convert-and-rotate kernels are compute-bound and so may prefer another width;
+// POSENC_ROPE_ISA pins both.
+RopeIsa RopeBestIsa16();
 
 // Rotates the first rotary_dim features of every head of `x` in place; the rest of each
 // head is not touched. 16-bit inputs are rotated in float32 and rounded once.

@@ -178,9 +178,22 @@ struct ServiceMetrics::Impl {
   prometheus::Gauge* cache_bytes = nullptr;
 };
 
-std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& version) {
-  auto impl = std::make_unique<Impl>();
-  auto& reg = *impl->registry;
+namespace {
+
+// One unlabelled series of a new family.
+prometheus::Counter* AddCounter(prometheus::Registry& reg, const char* name, const char* help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(reg).Add({});
+}
+prometheus::Gauge* AddGauge(prometheus::Registry& reg, const char* name, const char* help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(reg).Add({});
+}
+
+}  // namespace
+
+// Every (method, scheme) pair a method serves gets its series up front, so a dashboard
+// reads zeros rather than gaps, and the hot path only indexes arrays.
+void ServiceMetrics::RegisterCallSeries(Impl& impl) {
+  auto& reg = *impl.registry;
   auto& requests = prometheus::BuildCounter()
                        .Name("posenc_requests_total")
                        .Help("RPCs handled, by method, scheme and gRPC status code.")
@@ -202,15 +215,14 @@ std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& versio
       for (int c = 0; c < kNumCodes; ++c) {
         auto with_code = labels;
         with_code["code"] = kCodeNames[c];
-        impl->requests[m][s][c] = &requests.Add(with_code);
+        impl.requests[m][s][c] = &requests.Add(with_code);
       }
-      impl->durations[m][s] = &durations.Add(labels, LatencyBuckets());
+      impl.durations[m][s] = &durations.Add(labels, LatencyBuckets());
     }
   }
   for (int s = 1; s < kNumSchemes; ++s) {
-    impl->kernels[s] =
-        &kernels.Add({{"scheme", SchemeLabelName(static_cast<SchemeLabel>(s))}},
-                     LatencyBuckets());
+    impl.kernels[s] = &kernels.Add({{"scheme", SchemeLabelName(static_cast<SchemeLabel>(s))}},
+                                   LatencyBuckets());
   }
   auto& bytes = prometheus::BuildCounter()
                     .Name("posenc_processed_bytes_total")
@@ -219,55 +231,35 @@ std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& versio
                     .Register(reg);
   for (int t = 0; t < 2; ++t) {
     for (int d = 0; d < 2; ++d) {
-      impl->bytes[t][d] = &bytes.Add({{"direction", d == 0 ? "in" : "out"},
-                                      {"transport", t == 0 ? "inline" : "shm"}});
+      impl.bytes[t][d] = &bytes.Add({{"direction", d == 0 ? "in" : "out"},
+                                     {"transport", t == 0 ? "inline" : "shm"}});
     }
   }
-  impl->transport_failed =
-      &prometheus::BuildCounter()
-           .Name("posenc_transport_failed_calls_total")
-           .Help("Calls gRPC's transport ended before any handler saw them: mostly messages "
-                 "over --max_message_bytes (RESOURCE_EXHAUSTED), or clients that gave up while "
-                 "uploading. From channelz; not in posenc_requests_total, whose method and "
-                 "code they have none of.")
-           .Register(reg)
-           .Add({});
-  impl->shm_regions = &prometheus::BuildGauge()
-                           .Name("posenc_shm_regions")
-                           .Help("Shared-memory regions registered (--shm).")
-                           .Register(reg)
-                           .Add({});
-  impl->shm_mapped_bytes = &prometheus::BuildGauge()
-                                .Name("posenc_shm_mapped_bytes")
-                                .Help("Bytes of shared memory mapped, including unregistered "
-                                      "regions that requests still use.")
-                                .Register(reg)
-                                .Add({});
-  impl->inflight = &prometheus::BuildGauge()
-                        .Name("posenc_inflight_requests")
-                        .Help("RPCs in progress.")
-                        .Register(reg)
-                        .Add({});
-  impl->cache_hits = &prometheus::BuildCounter()
-                          .Name("posenc_table_cache_hits_total")
-                          .Help("Precomputed-table lookups served from the cache.")
-                          .Register(reg)
-                          .Add({});
-  impl->cache_misses = &prometheus::BuildCounter()
-                            .Name("posenc_table_cache_misses_total")
-                            .Help("Precomputed-table lookups that computed the table.")
-                            .Register(reg)
-                            .Add({});
-  impl->cache_evictions = &prometheus::BuildCounter()
-                               .Name("posenc_table_cache_evictions_total")
-                               .Help("Tables evicted to stay within --cache_bytes.")
-                               .Register(reg)
-                               .Add({});
-  impl->cache_bytes = &prometheus::BuildGauge()
-                           .Name("posenc_table_cache_bytes")
-                           .Help("Bytes held by the precomputed-table cache.")
-                           .Register(reg)
-                           .Add({});
+}
+
+std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& version) {
+  auto impl = std::make_unique<Impl>();
+  RegisterCallSeries(*impl);
+  auto& reg = *impl->registry;
+  impl->transport_failed = AddCounter(
+      reg, "posenc_transport_failed_calls_total",
+      "Calls gRPC's transport ended before any handler saw them: mostly messages over "
+      "--max_message_bytes (RESOURCE_EXHAUSTED), or clients that gave up while uploading. "
+      "From channelz; not in posenc_requests_total, whose method and code they have none of.");
+  impl->shm_regions =
+      AddGauge(reg, "posenc_shm_regions", "Shared-memory regions registered (--shm).");
+  impl->shm_mapped_bytes = AddGauge(reg, "posenc_shm_mapped_bytes",
+                                    "Bytes of shared memory mapped, including unregistered "
+                                    "regions that requests still use.");
+  impl->inflight = AddGauge(reg, "posenc_inflight_requests", "RPCs in progress.");
+  impl->cache_hits = AddCounter(reg, "posenc_table_cache_hits_total",
+                                "Precomputed-table lookups served from the cache.");
+  impl->cache_misses = AddCounter(reg, "posenc_table_cache_misses_total",
+                                  "Precomputed-table lookups that computed the table.");
+  impl->cache_evictions = AddCounter(reg, "posenc_table_cache_evictions_total",
+                                     "Tables evicted to stay within --cache_bytes.");
+  impl->cache_bytes =
+      AddGauge(reg, "posenc_table_cache_bytes", "Bytes held by the precomputed-table cache.");
   prometheus::BuildGauge()
       .Name("posenc_build_info")
       .Help("Always 1; the version label says which build serves.")

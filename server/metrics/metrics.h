@@ -59,6 +59,7 @@ class ServiceMetrics : public TableCacheObserver {
  private:
   struct Impl;
   explicit ServiceMetrics(std::unique_ptr<Impl> impl);
+  static void RegisterCallSeries(Impl& impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -180,6 +180,69 @@ RopeGeometry GeometryOf(const Dims& d, Layout layout) {
   return g;
 }
 
+// One cos/sin row per token, and the storage the rows point into.
+struct TokenRows {
+  std::vector<const float*> rows;  // [batch * seq]
+  std::shared_ptr<const Table> dense;
+  std::vector<float> sparse;
+};
+
+// From the cached prefix table of positions 0..dense_rows-1.
+absl::Status DenseTokenRows(const RopeFrequencies& freqs, const PositionGrid& grid,
+                            const Dims& q, int rotary_dim, int64_t dense_rows,
+                            TableCache& cache, TokenRows& out) {
+  ASSIGN_OR_RETURN(out.dense,
+                   cache.GetOrCompute(RopeCacheKey(freqs, 0, dense_rows),
+                                      [&]() -> absl::StatusOr<Table> {
+                                        Table t;
+                                        t.rows = dense_rows;
+                                        t.cols = rotary_dim;
+                                        t.data.resize(static_cast<size_t>(dense_rows) * rotary_dim);
+                                        FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
+                                        RETURN_IF_ERROR(CheckRowsFinite(t.data, "rope.scaling"));
+                                        return t;
+                                      }));
+  for (int64_t b = 0; b < q.batch; ++b) {  // batch
+    for (int64_t s = 0; s < q.seq; ++s) {  // seq
+      out.rows[b * q.seq + s] = out.dense->Row(grid.At(b, s));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Computed for just the positions present (one group of seq rows, or one per batch row).
+absl::Status SparseTokenRows(const RopeFrequencies& freqs, const PositionGrid& grid,
+                             const Dims& q, int rotary_dim, TokenRows& out) {
+  const int64_t groups = grid.groups();
+  std::vector<int64_t> present(static_cast<size_t>(groups * q.seq));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t s = 0; s < q.seq; ++s) present[g * q.seq + s] = grid.At(g, s);
+  }
+  out.sparse.resize(present.size() * rotary_dim);
+  FillRopeRows(freqs, present, out.sparse.data());
+  RETURN_IF_ERROR(CheckRowsFinite(out.sparse, "rope.scaling"));
+  for (int64_t b = 0; b < q.batch; ++b) {  // batch
+    const int64_t g = grid.shared ? 0 : b;
+    for (int64_t s = 0; s < q.seq; ++s) {  // seq
+      out.rows[b * q.seq + s] = out.sparse.data() + (g * q.seq + s) * rotary_dim;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// From a cached prefix table when the positions are modest (kRopeDensePolicy), else
+// computed for the positions present.
+absl::Status RopeTokenRows(const RopeFrequencies& freqs, const PositionGrid& grid,
+                           const Dims& q, int rotary_dim, TableCache& cache, TokenRows& out) {
+  const int64_t tokens = q.batch * q.seq;
+  out.rows.resize(static_cast<size_t>(tokens));
+  const std::optional<int64_t> dense_rows =
+      DenseTableRows(kRopeDensePolicy, grid.max_position, tokens,
+                     rotary_dim * int64_t{sizeof(float)}, cache.budget_bytes());
+  if (dense_rows) return DenseTokenRows(freqs, grid, q, rotary_dim, *dense_rows, cache, out);
+  return SparseTokenRows(freqs, grid, q, rotary_dim, out);
+}
+
 }  // namespace
 
 absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
@@ -196,57 +259,16 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
   ASSIGN_OR_RETURN(const PositionGrid grid, ResolveRopePositions(positions, q, layout));
   ASSIGN_OR_RETURN(const RopeFrequencies freqs,
                    ComputeRopeFrequencies(spec, rotary_dim, grid.max_position + 1));
-  const int64_t tokens = q.batch * q.seq;
-  if (tokens == 0 || (q.heads == 0 && (key == nullptr || k.heads == 0))) {
+  if (q.batch * q.seq == 0 || (q.heads == 0 && (key == nullptr || k.heads == 0))) {
     return absl::OkStatus();
   }
-
-  // One cos/sin row per token: from a cached prefix table when the positions are modest,
-  // else computed for just the positions present.
-  std::vector<const float*> token_rows(static_cast<size_t>(tokens));
-  std::shared_ptr<const Table> dense;
-  std::vector<float> sparse;
-  const std::optional<int64_t> dense_rows =
-      DenseTableRows(kRopeDensePolicy, grid.max_position, tokens,
-                     rotary_dim * int64_t{sizeof(float)}, cache.budget_bytes());
-  if (dense_rows) {
-    ASSIGN_OR_RETURN(dense, cache.GetOrCompute(
-                                RopeCacheKey(freqs, 0, *dense_rows), [&]() -> absl::StatusOr<Table> {
-                                  Table t;
-                                  t.rows = *dense_rows;
-                                  t.cols = rotary_dim;
-                                  t.data.resize(static_cast<size_t>(*dense_rows) * rotary_dim);
-                                  FillRopeRowRange(freqs, 0, *dense_rows, t.data.data());
-                                  RETURN_IF_ERROR(CheckRowsFinite(t.data, "rope.scaling"));
-                                  return t;
-                                }));
-    for (int64_t b = 0; b < q.batch; ++b) {  // batch
-      for (int64_t s = 0; s < q.seq; ++s) {  // seq
-        token_rows[b * q.seq + s] = dense->Row(grid.At(b, s));
-      }
-    }
-  } else {
-    const int64_t groups = grid.groups();
-    std::vector<int64_t> present(static_cast<size_t>(groups * q.seq));
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t s = 0; s < q.seq; ++s) present[g * q.seq + s] = grid.At(g, s);
-    }
-    sparse.resize(present.size() * rotary_dim);
-    FillRopeRows(freqs, present, sparse.data());
-    RETURN_IF_ERROR(CheckRowsFinite(sparse, "rope.scaling"));
-    for (int64_t b = 0; b < q.batch; ++b) {  // batch
-      const int64_t g = grid.shared ? 0 : b;
-      for (int64_t s = 0; s < q.seq; ++s) {  // seq
-        token_rows[b * q.seq + s] = sparse.data() + (g * q.seq + s) * rotary_dim;
-      }
-    }
-  }
-
+  TokenRows token_rows;
+  RETURN_IF_ERROR(RopeTokenRows(freqs, grid, q, rotary_dim, cache, token_rows));
   const RopePairing pairing =
       spec.style == RopeSpec::Style::kGptj ? RopePairing::kInterleaved : RopePairing::kRotateHalf;
-  RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows);
+  RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows.rows);
   if (key != nullptr) {
-    RopeRotateInPlace(*key, GeometryOf(k, layout), pairing, rotary_dim, token_rows);
+    RopeRotateInPlace(*key, GeometryOf(k, layout), pairing, rotary_dim, token_rows.rows);
   }
   return absl::OkStatus();
 }

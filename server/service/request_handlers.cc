@@ -94,6 +94,78 @@ bool WorksInPlace(const v1::EncodeRequest& r) {
   return true;
 }
 
+// RoPE rotates the query (and key) in place: the request's own buffers (or slices) become
+// the response's.
+absl::Status RotateRope(const ServiceState& state, v1::EncodeRequest& request,
+                        v1::EncodeResponse& response, RequestTensors& tensors,
+                        const TensorView& input, const PositionsSpec& positions) {
+  std::optional<TensorView> key;
+  std::optional<Placement> key_placed;
+  if (request.has_key()) {
+    ASSIGN_OR_RETURN(key, tensors.View(request.mutable_key(), "key"));
+  }
+  ASSIGN_OR_RETURN(const Placement placed, PlaceInPlace(tensors, request.input(), input,
+                                                        request.output_shm(), "output_shm"));
+  if (key) {
+    ASSIGN_OR_RETURN(key_placed, PlaceInPlace(tensors, request.key(), *key,
+                                              request.key_output_shm(), "key_output_shm"));
+  }
+  ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
+  {
+    KernelTimer timer(state.metrics, SchemeLabel::kRope);
+    RETURN_IF_ERROR(ApplyRope(rope, placed.view, key_placed ? &key_placed->view : nullptr,
+                              positions, *state.cache));
+  }
+  RETURN_IF_ERROR(tensors.CheckIntact());
+  Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
+  if (key_placed) {
+    Answer(*key_placed, request.mutable_key()->mutable_data(), response.mutable_key_output());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AbsoluteResult> ApplyLearnedScheme(const ServiceState& state,
+                                                  const v1::Learned& l, const TensorView& input,
+                                                  const PositionsSpec& positions) {
+  ASSIGN_OR_RETURN(const Overflow overflow, OverflowFromProto(l.overflow()));
+  ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromLearned(l));
+  if (l.table().empty()) {
+    return absl::InvalidArgumentError("learned.table is empty; name a --table");
+  }
+  const NamedTable* named = state.tables->Find(l.table());
+  if (!named) {
+    return absl::NotFoundError(
+        absl::StrCat("learned.table '", l.table(), "' is not loaded (see ListSchemes)"));
+  }
+  return ApplyLearned(LearnedSpec{l.table(), named->table, overflow}, combine, input, positions,
+                      state.limits);
+}
+
+// Every scheme but RoPE: the spec from the proto, then the scheme's plan.
+absl::StatusOr<AbsoluteResult> ApplyAbsoluteScheme(const ServiceState& state,
+                                                   const v1::EncodeRequest& request,
+                                                   const TensorView& input,
+                                                   const PositionsSpec& positions) {
+  switch (request.scheme_case()) {
+    case v1::EncodeRequest::kSinusoidal: {
+      ASSIGN_OR_RETURN(const SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
+      ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromSinusoidal(request.sinusoidal()));
+      return ApplySinusoidal(spec, combine, input, positions, *state.cache, state.limits);
+    }
+    case v1::EncodeRequest::kLearned:
+      return ApplyLearnedScheme(state, request.learned(), input, positions);
+    case v1::EncodeRequest::kHierarchical:
+      return ApplyHierarchical(HierarchicalFromProto(request.hierarchical()), input,
+                               state.limits);
+    case v1::EncodeRequest::kContinuous: {
+      ASSIGN_OR_RETURN(const ContinuousSpec spec, ContinuousFromProto(request.continuous()));
+      return ApplyContinuous(spec, input, positions, state.limits);
+    }
+    default:
+      return absl::InvalidArgumentError("scheme is not a known scheme");
+  }
+}
+
 }  // namespace
 
 void RequestHandlers::CountBytes(uint64_t in_bytes, uint64_t out_bytes,
@@ -134,80 +206,20 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
     return absl::InvalidArgumentError("positions.values is set; only continuous takes it");
   }
   if (request.scheme_case() == v1::EncodeRequest::kRope) {
-    std::optional<TensorView> key;
-    std::optional<Placement> key_placed;
-    if (request.has_key()) {
-      ASSIGN_OR_RETURN(key, tensors.View(request.mutable_key(), "key"));
-    }
-    ASSIGN_OR_RETURN(const Placement placed, PlaceInPlace(tensors, request.input(), input,
-                                                          request.output_shm(), "output_shm"));
-    if (key) {
-      ASSIGN_OR_RETURN(key_placed, PlaceInPlace(tensors, request.key(), *key,
-                                                request.key_output_shm(), "key_output_shm"));
-    }
-    ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
-    {
-      KernelTimer timer(state_.metrics, *scheme);
-      RETURN_IF_ERROR(ApplyRope(rope, placed.view, key_placed ? &key_placed->view : nullptr,
-                                positions, *state_.cache));
-    }
-    RETURN_IF_ERROR(tensors.CheckIntact());
-    // Rotated in place: the request's own buffers (or slices) become the response's.
-    Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
-    if (key_placed) {
-      Answer(*key_placed, request.mutable_key()->mutable_data(), response.mutable_key_output());
-    }
+    RETURN_IF_ERROR(RotateRope(state_, request, response, tensors, input, positions));
     CountBytes(in_bytes, response.output().data().size() + response.key_output().data().size(),
                tensors);
     return absl::OkStatus();
   }
-
   Placement placed{input, request.input().has_shm() ? &request.input().shm() : nullptr};
   if (WorksInPlace(request)) {
     ASSIGN_OR_RETURN(placed, PlaceInPlace(tensors, request.input(), input, request.output_shm(),
                                           "output_shm"));
   }
-  input = placed.view;
   absl::StatusOr<AbsoluteResult> result;
   {
     KernelTimer timer(state_.metrics, *scheme);
-    switch (request.scheme_case()) {
-      case v1::EncodeRequest::kSinusoidal: {
-        ASSIGN_OR_RETURN(const SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
-        ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromSinusoidal(request.sinusoidal()));
-        result = ApplySinusoidal(spec, combine, input, positions, *state_.cache, state_.limits);
-        break;
-      }
-      case v1::EncodeRequest::kLearned: {
-        const v1::Learned& l = request.learned();
-        ASSIGN_OR_RETURN(const Overflow overflow, OverflowFromProto(l.overflow()));
-        ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromLearned(l));
-        if (l.table().empty()) {
-          return absl::InvalidArgumentError("learned.table is empty; name a --table");
-        }
-        const NamedTable* named = state_.tables->Find(l.table());
-        if (!named) {
-          return absl::NotFoundError(
-              absl::StrCat("learned.table '", l.table(), "' is not loaded (see ListSchemes)"));
-        }
-        result = ApplyLearned(LearnedSpec{l.table(), named->table, overflow}, combine, input,
-                              positions, state_.limits);
-        break;
-      }
-      case v1::EncodeRequest::kHierarchical: {
-        const std::vector<HierarchicalLevel> levels =
-            HierarchicalFromProto(request.hierarchical());
-        result = ApplyHierarchical(levels, input, state_.limits);
-        break;
-      }
-      case v1::EncodeRequest::kContinuous: {
-        ASSIGN_OR_RETURN(const ContinuousSpec spec, ContinuousFromProto(request.continuous()));
-        result = ApplyContinuous(spec, input, positions, state_.limits);
-        break;
-      }
-      default:
-        return absl::InvalidArgumentError("scheme is not a known scheme");
-    }
+    result = ApplyAbsoluteScheme(state_, request, placed.view, positions);
   }
   if (!result.ok()) return result.status();
   RETURN_IF_ERROR(FillResponse(*result, placed, tensors, request, response));

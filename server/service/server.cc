@@ -123,28 +123,45 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   std::unique_ptr<PosencServer> server(new PosencServer());
   RETURN_IF_ERROR(LoadTables(options.tables, server->tables_));
   ASSIGN_OR_RETURN(auto credentials, Credentials(options));
-  server->cache_ = std::make_unique<TableCache>(options.cache_bytes, metrics);
-  server->tracker_ = std::make_unique<CallTracker>(metrics, options.log_requests);
-  server->admission_ = std::make_unique<Admission>(options.admission);
-  server->shm_ = std::make_unique<SharedMemoryRegistry>(options.shm);
-  const int workers = std::max(1, options.threads);
-  server->pool_ = std::make_unique<WorkPool>(/*cheap_threads=*/std::max(2, workers), workers);
-  server->health_ = std::make_unique<HealthService>();
+  server->metrics_ = metrics;
+  server->CreateServices(options);
+  RETURN_IF_ERROR(server->Listen(options, credentials));
+  server->health_->Set(v1::PositionalEncoding::service_full_name(), true);
+  server->health_->Set(inference::GRPCInferenceService::service_full_name(), true);
+  server->monitor_ = std::thread(&PosencServer::Monitor, server.get(), options.stall_threshold);
+  return server;
+}
 
+void PosencServer::CreateServices(const ServerOptions& options) {
+  cache_ = std::make_unique<TableCache>(options.cache_bytes, metrics_);
+  tracker_ = std::make_unique<CallTracker>(metrics_, options.log_requests);
+  admission_ = std::make_unique<Admission>(options.admission);
+  shm_ = std::make_unique<SharedMemoryRegistry>(options.shm);
+  const int workers = std::max(1, options.threads);
+  pool_ = std::make_unique<WorkPool>(/*cheap_threads=*/std::max(2, workers), workers);
+  health_ = std::make_unique<HealthService>();
   ServiceState state;
-  state.cache = server->cache_.get();
-  state.tables = &server->tables_;
-  state.metrics = metrics;
-  state.shm = server->shm_.get();
+  state.cache = cache_.get();
+  state.tables = &tables_;
+  state.metrics = metrics_;
+  state.shm = shm_.get();
   state.limits.max_output_bytes = options.max_message_bytes - kFramingBytes;
   state.max_message_bytes = options.max_message_bytes;
   state.version = kVersion;
-  const ServiceRuntime runtime{server->pool_.get(), server->admission_.get(),
-                               server->tracker_.get(), server->shm_.get()};
-  server->service_ = std::make_unique<PositionalEncodingService>(state, runtime);
-  server->inference_ = std::make_unique<InferenceService>(
+  const ServiceRuntime runtime{pool_.get(), admission_.get(), tracker_.get(), shm_.get()};
+  service_ = std::make_unique<PositionalEncodingService>(state, runtime);
+  inference_ = std::make_unique<InferenceService>(
       state, runtime, InferenceServiceOptions{/*shm_enabled=*/options.shm.enabled});
+  reflection_v1_ = std::make_unique<ReflectionV1Service>(std::vector<std::string>{
+      v1::PositionalEncoding::service_full_name(),
+      inference::GRPCInferenceService::service_full_name(),
+      grpc::health::v1::Health::service_full_name(),
+      grpc::reflection::v1::ServerReflection::service_full_name(),
+      "grpc.reflection.v1alpha.ServerReflection"});
+}
 
+absl::Status PosencServer::Listen(const ServerOptions& options,
+                                  const std::shared_ptr<grpc::ServerCredentials>& credentials) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const int max_message = static_cast<int>(options.max_message_bytes);
@@ -153,45 +170,37 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
   // A second server on a busy port must fail, not silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-  creators.push_back(server->tracker_->NewInterceptorFactory());
+  creators.push_back(tracker_->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(creators));
   int bound_port = 0;
   builder.AddListeningPort(options.listen, credentials, &bound_port);
-  builder.RegisterService(server->service_.get());
-  builder.RegisterService(server->inference_.get());
-  builder.RegisterService(server->health_.get());
-  server->reflection_v1_ = std::make_unique<ReflectionV1Service>(std::vector<std::string>{
-      v1::PositionalEncoding::service_full_name(),
-      inference::GRPCInferenceService::service_full_name(),
-      grpc::health::v1::Health::service_full_name(),
-      grpc::reflection::v1::ServerReflection::service_full_name(),
-      "grpc.reflection.v1alpha.ServerReflection"});
-  builder.RegisterService(server->reflection_v1_.get());
-  server->server_ = builder.BuildAndStart();
-  if (!server->server_ || (!absl::StartsWith(options.listen, "unix:") && bound_port == 0)) {
-    server->server_.reset();
+  for (grpc::Service* service : std::initializer_list<grpc::Service*>{
+           service_.get(), inference_.get(), health_.get(), reflection_v1_.get()}) {
+    builder.RegisterService(service);
+  }
+  server_ = builder.BuildAndStart();
+  const bool unix_socket = absl::StartsWith(options.listen, "unix:");
+  if (!server_ || (!unix_socket && bound_port == 0)) {
+    server_.reset();
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on --listen=", options.listen,
         " (the port is in use, or the address is not one of this host's)"));
   }
-  server->port_ = bound_port;
-  if (absl::StartsWith(options.listen, "unix:")) {
-    server->address_ = options.listen;
-    const std::string path = options.listen.substr(5);
-    if (chmod(path.c_str(), static_cast<mode_t>(options.listen_socket_mode)) != 0) {
-      server->Shutdown(std::chrono::milliseconds(0));
-      return absl::PermissionDeniedError(absl::StrCat(
-          "--listen_socket_mode: cannot chmod ", path, ": ", std::strerror(errno)));
-    }
-  } else {
+  port_ = bound_port;
+  if (!unix_socket) {
     const size_t colon = options.listen.rfind(':');
-    server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);
+    address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);
+    return absl::OkStatus();
   }
-  server->health_->Set(v1::PositionalEncoding::service_full_name(), true);
-  server->metrics_ = metrics;
-  server->health_->Set(inference::GRPCInferenceService::service_full_name(), true);
-  server->monitor_ = std::thread(&PosencServer::Monitor, server.get(), options.stall_threshold);
-  return server;
+  address_ = options.listen;
+  const std::string path = options.listen.substr(5);
+  if (chmod(path.c_str(), static_cast<mode_t>(options.listen_socket_mode)) != 0) {
+    const int err = errno;
+    Shutdown(std::chrono::milliseconds(0));
+    return absl::PermissionDeniedError(
+        absl::StrCat("--listen_socket_mode: cannot chmod ", path, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
 }
 
 PosencServer::~PosencServer() {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "server/common/version.h"
 #include "server/metrics/metrics.h"
@@ -77,6 +78,10 @@ class PosencServer {
   // Every 100 ms: readiness follows whether cheap calls make progress; memory freed by large
   // calls goes back to the system once nothing runs.
   void Monitor(std::chrono::milliseconds stall_threshold);
+  // Start's steps: the services and what they share, then the bound gRPC server.
+  void CreateServices(const ServerOptions& options);
+  absl::Status Listen(const ServerOptions& options,
+                      const std::shared_ptr<grpc::ServerCredentials>& credentials);
 
   // Declared in the order they must outlive each other: the server goes first.
   NamedTables tables_;

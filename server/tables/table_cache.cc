@@ -38,6 +38,34 @@ size_t TableCache::EvictFor(size_t incoming) {
   return evicted;
 }
 
+// The owner's last step: cache the table (if it fits), wake the waiters, tell the observer.
+void TableCache::Publish(const std::string& key, Pending& pending,
+                         const absl::StatusOr<std::shared_ptr<const Table>>& result) {
+  size_t evicted = 0;
+  size_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.erase(key);
+    if (result.ok() && (*result)->Bytes() <= budget_bytes_) {
+      evicted = EvictFor((*result)->Bytes());
+      lru_.push_front(key);
+      entries_.emplace(key, Entry{*result, lru_.begin()});
+      bytes_ += (*result)->Bytes();
+    }
+    total = bytes_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(pending.mu);
+    pending.result = result;
+    pending.done = true;
+  }
+  pending.done_cv.notify_all();
+  if (observer_) {  // outside the cache lock (table_cache.h)
+    if (evicted) observer_->OnEvict(evicted);
+    observer_->OnBytes(total);
+  }
+}
+
 absl::StatusOr<std::shared_ptr<const Table>> TableCache::GetOrCompute(
     const std::string& key, const std::function<absl::StatusOr<Table>()>& compute) {
   std::shared_ptr<Pending> pending;
@@ -75,29 +103,7 @@ absl::StatusOr<std::shared_ptr<const Table>> TableCache::GetOrCompute(
                           std::make_shared<const Table>(std::move(computed).value()))
                     : absl::StatusOr<std::shared_ptr<const Table>>(computed.status());
 
-  size_t evicted = 0;
-  size_t total = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.erase(key);
-    if (result.ok() && (*result)->Bytes() <= budget_bytes_) {
-      evicted = EvictFor((*result)->Bytes());
-      lru_.push_front(key);
-      entries_.emplace(key, Entry{*result, lru_.begin()});
-      bytes_ += (*result)->Bytes();
-    }
-    total = bytes_;
-  }
-  {
-    std::lock_guard<std::mutex> lock(pending->mu);
-    pending->result = result;
-    pending->done = true;
-  }
-  pending->done_cv.notify_all();
-  if (observer_) {
-    if (evicted) observer_->OnEvict(evicted);
-    observer_->OnBytes(total);
-  }
+  Publish(key, *pending, result);
   return result;
 }
 

@@ -66,6 +66,8 @@ class TableCache {
   // REQUIRES: mu_ held. Evicts least recently used entries until `incoming` more bytes
   // fit; returns how many were evicted.
   size_t EvictFor(size_t incoming);
+  void Publish(const std::string& key, Pending& pending,
+               const absl::StatusOr<std::shared_ptr<const Table>>& result);
 
   const size_t budget_bytes_;
   TableCacheObserver* const observer_;

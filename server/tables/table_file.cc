@@ -126,69 +126,84 @@ absl::StatusOr<NamedTableData> LoadNpyTable(const std::string& path, absl::strin
   return MakeTable(name, path, array.dtype, array.shape, array.data.data());
 }
 
-absl::StatusOr<NamedTableData> LoadSafetensorsTable(const std::string& path,
-                                                    const std::string& tensor,
-                                                    absl::string_view name) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return FileError(path, errno, "open");
+namespace {
+
+// A safetensors file: an 8-byte little-endian header length, the JSON header, then the
+// data buffer the header's data_offsets index.
+struct SafetensorsHeader {
+  nlohmann::json json;
+  uint64_t data_start = 0;
+  uint64_t buffer_size = 0;
+};
+
+absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(std::ifstream& in,
+                                                        const std::string& path) {
   in.seekg(0, std::ios::end);
   const std::streamoff file_size_signed = in.tellg();
-  if (file_size_signed < 0) return absl::UnavailableError(absl::StrCat(path, ": cannot determine the file size"));
+  if (file_size_signed < 0) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot determine the file size"));
+  }
   const uint64_t file_size = static_cast<uint64_t>(file_size_signed);
   in.seekg(0, std::ios::beg);
-
-  // 8-byte little-endian header length, then the JSON header, then the data buffer.
   if (file_size < 8) return Malformed(path, absl::StrCat("only ", file_size, " bytes"));
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
   if (header_len > kMaxSafetensorsHeader) {
-    return Malformed(path, absl::StrCat("header length ", header_len, " exceeds ", kMaxSafetensorsHeader));
+    return Malformed(path, absl::StrCat("header length ", header_len, " exceeds ",
+                                        kMaxSafetensorsHeader));
   }
   if (8 + header_len > file_size) {
-    return Malformed(path, absl::StrCat("header length ", header_len, " runs past the end of the ",
-                                        file_size, "-byte file"));
+    return Malformed(path, absl::StrCat("header length ", header_len,
+                                        " runs past the end of the ", file_size, "-byte file"));
   }
   std::string header_text(static_cast<size_t>(header_len), '\0');
   in.read(header_text.data(), static_cast<std::streamsize>(header_len));
   if (!in) return absl::DataLossError(absl::StrCat(path, ": header read failed"));
-  const uint64_t data_start = 8 + header_len;
-  const uint64_t buffer_size = file_size - data_start;
-
-  const nlohmann::json header = nlohmann::json::parse(header_text, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
+  SafetensorsHeader header;
+  header.json = nlohmann::json::parse(header_text, nullptr, /*allow_exceptions=*/false);
+  if (header.json.is_discarded() || !header.json.is_object()) {
     return Malformed(path, "the header is not a JSON object");
   }
+  header.data_start = 8 + header_len;
+  header.buffer_size = file_size - header.data_start;
+  return header;
+}
+
+// The header's entry for `tensor`, or NOT_FOUND listing (the first few of) those it has.
+absl::StatusOr<const nlohmann::json*> FindSafetensorsEntry(const nlohmann::json& header,
+                                                           const std::string& path,
+                                                           const std::string& tensor) {
   auto entry_it = header.find(tensor);
-  if (entry_it == header.end() || tensor == "__metadata__") {
-    std::vector<std::string> names;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() != "__metadata__") names.push_back(it.key());
-    }
-    constexpr size_t kListed = 20;
-    std::string listed = absl::StrJoin(names.begin(), names.begin() + std::min(names.size(), kListed), ", ");
-    if (names.size() > kListed) absl::StrAppend(&listed, ", ... (", names.size(), " in all)");
-    return absl::NotFoundError(absl::StrCat(path, ": no tensor '", tensor, "'; it has: ",
-                                            names.empty() ? "(none)" : listed));
+  if (entry_it != header.end() && tensor != "__metadata__") return &*entry_it;
+  std::vector<std::string> names;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() != "__metadata__") names.push_back(it.key());
   }
-  const nlohmann::json& entry = *entry_it;
-  const std::string where = absl::StrCat(path, ":", tensor);
-  if (!entry.is_object()) return Malformed(path, absl::StrCat("entry '", tensor, "' is not an object"));
-  auto dtype_it = entry.find("dtype");
-  auto shape_it = entry.find("shape");
-  auto offsets_it = entry.find("data_offsets");
-  if (dtype_it == entry.end() || !dtype_it->is_string() || shape_it == entry.end() ||
-      !shape_it->is_array() || offsets_it == entry.end() || !offsets_it->is_array() ||
-      offsets_it->size() != 2) {
-    return Malformed(path, absl::StrCat("entry '", tensor,
-                                        "' needs a string dtype, an array shape and two data_offsets"));
-  }
-  ASSIGN_OR_RETURN(const DType dtype, SafetensorsDType(dtype_it->get<std::string>(), path, tensor));
+  constexpr size_t kListed = 20;
+  std::string listed =
+      absl::StrJoin(names.begin(), names.begin() + std::min(names.size(), kListed), ", ");
+  if (names.size() > kListed) absl::StrAppend(&listed, ", ... (", names.size(), " in all)");
+  return absl::NotFoundError(absl::StrCat(path, ": no tensor '", tensor, "'; it has: ",
+                                          names.empty() ? "(none)" : listed));
+}
+
+// One entry's dtype, shape and byte range, checked against the data buffer.
+struct SafetensorsEntry {
+  DType dtype;
   Shape shape;
-  for (const auto& d : *shape_it) {
+  uint64_t begin = 0;
+  uint64_t bytes = 0;
+};
+
+absl::StatusOr<Shape> SafetensorsShape(const nlohmann::json& dims, const std::string& path,
+                                       const std::string& tensor) {
+  Shape shape;
+  for (const auto& d : dims) {
     if (!d.is_number_unsigned()) {
-      return Malformed(path, absl::StrCat("entry '", tensor, "' has a shape element that is not a non-negative integer"));
+      return Malformed(path, absl::StrCat("entry '", tensor, "' has a shape element that is ",
+                                          "not a non-negative integer"));
     }
     const uint64_t v = d.get<uint64_t>();
     if (v > static_cast<uint64_t>(kMaxElements)) {
@@ -196,35 +211,77 @@ absl::StatusOr<NamedTableData> LoadSafetensorsTable(const std::string& path,
     }
     shape.push_back(static_cast<int64_t>(v));
   }
+  return shape;
+}
+
+absl::StatusOr<SafetensorsEntry> ParseSafetensorsEntry(const nlohmann::json& entry,
+                                                       uint64_t buffer_size,
+                                                       const std::string& path,
+                                                       const std::string& tensor) {
+  if (!entry.is_object()) {
+    return Malformed(path, absl::StrCat("entry '", tensor, "' is not an object"));
+  }
+  auto dtype_it = entry.find("dtype");
+  auto shape_it = entry.find("shape");
+  auto offsets_it = entry.find("data_offsets");
+  if (dtype_it == entry.end() || !dtype_it->is_string() || shape_it == entry.end() ||
+      !shape_it->is_array() || offsets_it == entry.end() || !offsets_it->is_array() ||
+      offsets_it->size() != 2) {
+    return Malformed(path, absl::StrCat("entry '", tensor, "' needs a string dtype, an array ",
+                                        "shape and two data_offsets"));
+  }
+  SafetensorsEntry out;
+  const std::string dtype_name = dtype_it->get<std::string>();
+  ASSIGN_OR_RETURN(out.dtype, SafetensorsDType(dtype_name, path, tensor));
+  ASSIGN_OR_RETURN(out.shape, SafetensorsShape(*shape_it, path, tensor));
   const auto& begin_json = (*offsets_it)[0];
   const auto& end_json = (*offsets_it)[1];
   if (!begin_json.is_number_unsigned() || !end_json.is_number_unsigned()) {
-    return Malformed(path, absl::StrCat("entry '", tensor, "' has data_offsets that are not non-negative integers"));
+    return Malformed(path, absl::StrCat("entry '", tensor, "' has data_offsets that are not ",
+                                        "non-negative integers"));
   }
-  const uint64_t begin = begin_json.get<uint64_t>();
+  out.begin = begin_json.get<uint64_t>();
   const uint64_t end = end_json.get<uint64_t>();
-  if (begin > end || end > buffer_size) {
-    return Malformed(path, absl::StrCat("entry '", tensor, "' has data_offsets [", begin, ", ", end,
-                                        "] outside the ", buffer_size, "-byte data buffer"));
+  if (out.begin > end || end > buffer_size) {
+    return Malformed(path, absl::StrCat("entry '", tensor, "' has data_offsets [", out.begin,
+                                        ", ", end, "] outside the ", buffer_size,
+                                        "-byte data buffer"));
   }
-  ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape, where));
-  const uint64_t expected = static_cast<uint64_t>(n) * DTypeSize(dtype);
-  if (end - begin != expected) {
-    return Malformed(path, absl::StrCat("entry '", tensor, "' spans ", end - begin, " bytes, but shape ",
-                                        ShapeString(shape), " of ", dtype_it->get<std::string>(),
-                                        " needs ", expected));
+  ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(out.shape, absl::StrCat(path, ":", tensor)));
+  out.bytes = static_cast<uint64_t>(n) * DTypeSize(out.dtype);
+  if (end - out.begin != out.bytes) {
+    return Malformed(path, absl::StrCat("entry '", tensor, "' spans ", end - out.begin,
+                                        " bytes, but shape ", ShapeString(out.shape), " of ",
+                                        dtype_name, " needs ", out.bytes));
   }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<NamedTableData> LoadSafetensorsTable(const std::string& path,
+                                                    const std::string& tensor,
+                                                    absl::string_view name) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return FileError(path, errno, "open");
+  ASSIGN_OR_RETURN(const SafetensorsHeader header, ReadSafetensorsHeader(in, path));
+  ASSIGN_OR_RETURN(const nlohmann::json* json, FindSafetensorsEntry(header.json, path, tensor));
+  ASSIGN_OR_RETURN(const SafetensorsEntry entry,
+                   ParseSafetensorsEntry(*json, header.buffer_size, path, tensor));
+  const std::string where = absl::StrCat(path, ":", tensor);
   // Rank before reading, so a wrong tensor costs no large read.
-  if (shape.size() != 2) {
+  if (entry.shape.size() != 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat("table '", name, "' (", where, ") has shape ", ShapeString(shape),
+        absl::StrCat("table '", name, "' (", where, ") has shape ", ShapeString(entry.shape),
                      "; a table must be 2-D [rows, cols]"));
   }
-  std::string bytes(static_cast<size_t>(expected), '\0');
-  in.seekg(static_cast<std::streamoff>(data_start + begin), std::ios::beg);
+  std::string bytes(static_cast<size_t>(entry.bytes), '\0');
+  in.seekg(static_cast<std::streamoff>(header.data_start + entry.begin), std::ios::beg);
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!in) return absl::DataLossError(absl::StrCat(where, ": read of ", expected, " bytes failed"));
-  return MakeTable(name, where, dtype, shape, bytes.data());
+  if (!in) {
+    return absl::DataLossError(absl::StrCat(where, ": read of ", entry.bytes, " bytes failed"));
+  }
+  return MakeTable(name, where, entry.dtype, entry.shape, bytes.data());
 }
 
 absl::StatusOr<NamedTableData> LoadTableSpec(absl::string_view spec) {

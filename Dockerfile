@@ -1,4 +1,6 @@
-# posenc-server as a small runtime image. Everything comes from Debian 12's packages.
+# posenc-server as a small runtime image: built with Debian 12's packages, then only the
+# binaries, the shared libraries they load and busybox go into an otherwise empty image
+# (deploy/docker/rootfs.sh).
 #   docker build -t posenc:dev .            (or podman build)
 #   docker run --rm -p 50051:50051 -p 127.0.0.1:9464:9464 posenc:dev
 # The server drains within --shutdown_grace (8 s), inside docker/podman stop's default 10 s.
@@ -7,7 +9,7 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
       cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
       prometheus-cpp-dev nlohmann-json3-dev \
-      libeigen3-dev libspectra-dev libpng-dev \
+      libeigen3-dev libspectra-dev libpng-dev busybox-static \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -18,16 +20,13 @@ COPY deploy/docker deploy/docker
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DPOSENC_BUILD_TESTS=OFF -DPOSENC_BUILD_BENCH=OFF \
     && ninja -C build posenc-server posenc-client \
-    && strip build/server/posenc-server build/client/posenc-client
+    && strip build/server/posenc-server build/client/posenc-client \
+    && sh deploy/docker/rootfs.sh /rootfs build/server/posenc-server build/client/posenc-client \
+    && cp deploy/docker/healthcheck.sh /rootfs/usr/local/bin/posenc-healthcheck
 
-FROM debian:bookworm-slim
-RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      libabsl20220623 libc-ares2 libcivetweb1 libdnnl2 libgomp1 libgrpc++1.51 libgrpc29 \
-      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libssl3 libpng16-16 \
-    && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --no-create-home posenc
-COPY --from=build /src/build/server/posenc-server /src/build/client/posenc-client /usr/local/bin/
-COPY deploy/docker/healthcheck.sh /usr/local/bin/posenc-healthcheck
+FROM scratch
+COPY --from=build /rootfs /
+ENV PATH=/usr/local/bin:/bin
 USER 10001
 EXPOSE 50051 9464
 # Health for plain Docker, on the address --listen names; Kubernetes uses its native gRPC

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the image from the Dockerfile with docker or podman (CONTAINER=docker|podman picks;
-# default: whichever is installed, docker first), runs it on a non-default port, and checks
+# default: docker when its daemon answers, else podman), runs it on a non-default port, and checks
 # the image's own HEALTHCHECK script, health, ListSchemes, an Encode and /metrics from
 # outside, then that `stop` drains and exits 0 within its 10 s. Not part of ctest (it needs a
 # container runtime and several minutes); run it by hand or in a pipeline that has one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=localhost/posenc:test
-engine=${CONTAINER:-$(command -v docker >/dev/null && echo docker || echo podman)}
+engine=${CONTAINER:-$(docker info >/dev/null 2>&1 && echo docker || echo podman)}
 command -v "$engine" >/dev/null || { echo "container_test: neither docker nor podman is installed"; exit 1; }
 run=("$engine")
 build_flags=(--network host)
@@ -26,11 +26,12 @@ for _ in $(seq 50); do curl -sf "http://127.0.0.1:$mport/metrics" >/dev/null && 
 cli=build/client/posenc-client
 [ -x "$cli" ] || scripts/build.sh
 $cli health --target=127.0.0.1:$port
-$cli list --target=127.0.0.1:$port | head -3
+$cli list --target=127.0.0.1:$port | sed -n 1,3p
 $cli encode --target=127.0.0.1:$port --shape=1,8,16 >/dev/null
-curl -sf "http://127.0.0.1:$mport/metrics" | grep -q 'posenc_requests_total{code="OK",method="Encode"'
+curl -sf "http://127.0.0.1:$mport/metrics" >/tmp/posenc-container-metrics.txt
+grep -Eq '^posenc_requests_total\{code="OK",method="Encode",scheme="sinusoidal"\} [1-9]' /tmp/posenc-container-metrics.txt
 # The image's HEALTHCHECK follows --listen (not :50051).
-"${run[@]}" exec "$name" posenc-healthcheck | grep -q SERVING
+[ "$("${run[@]}" exec "$name" posenc-healthcheck)" = SERVING ]
 # stop sends SIGTERM and waits 10 s: the drain (8 s at most) ends first, with exit 0.
 "${run[@]}" stop -t 10 "$name" >/dev/null
 status=$("${run[@]}" inspect "$name" --format '{{.State.ExitCode}}')

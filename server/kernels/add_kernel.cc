@@ -13,17 +13,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <future>
-#include <list>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "server/kernels/isa.h"
+#include "server/kernels/onednn_common.h"
+#include "server/kernels/primitive_cache.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
 
@@ -32,82 +30,35 @@ namespace {
 
 thread_local const char* last_impl = "none";
 
-dnnl::memory::data_type ToDnnl(DType t) {
-  switch (t) {
-    case DType::kFloat16: return dnnl::memory::data_type::f16;
-    case DType::kBFloat16: return dnnl::memory::data_type::bf16;
-    default: return dnnl::memory::data_type::f32;
-  }
-}
-
-// oneDNN 2.6 builds a primitive from an op desc; creating one "can take quite some time"
-// (a JIT compile), so primitives are kept per shape signature, least recently used evicted
-// beyond kMaxPrimitives. The scales are runtime arguments, not part of the key: requests
-// with varying input_scale share one primitive. A creation runs outside the lock, once per
-// key (concurrent misses on a key wait for it, as in TableCache); a dtype the CPU has no
-// JIT kernel for is remembered as null so the vector rows serve it without asking again.
-// Every oneDNN call in this file is inside a try that catches whatever it throws.
+// oneDNN 2.6 builds a primitive from an op desc, a JIT compile per shape signature, so
+// primitives are kept in a PrimitiveCache (LRU beyond kMaxPrimitives, one creation per key
+// outside the lock). The scales are runtime arguments, not part of the key: requests with
+// varying input_scale share one primitive. A dtype the CPU has no JIT kernel for is
+// remembered as null so the vector rows serve it without asking again. Every oneDNN call
+// in this file is inside a try that catches whatever it throws.
 class BinaryAddPrimitives {
  public:
   using Primitive = std::shared_ptr<const dnnl::binary>;
 
   // The shared instance, or null where oneDNN cannot make a CPU engine.
   static BinaryAddPrimitives* Get() {
-    static BinaryAddPrimitives* instance = []() -> BinaryAddPrimitives* {
-      try {
-        return new BinaryAddPrimitives();
-      } catch (const std::exception&) {
-        return nullptr;
-      }
-    }();
+    static BinaryAddPrimitives* instance =
+        onednn::Engine() != nullptr ? new BinaryAddPrimitives(*onednn::Engine()) : nullptr;
     return instance;
   }
 
   const dnnl::engine& engine() const { return engine_; }
 
   Primitive Find(DType dtype, int64_t nb, int64_t seq, int64_t dim) {
-    const Key key{static_cast<int>(dtype), nb, seq, dim};
-    std::shared_ptr<Slot> slot;
-    bool owner = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auto it = slots_.find(key); it != slots_.end()) {
-        lru_.splice(lru_.begin(), lru_, it->second.lru_pos);
-        slot = it->second.slot;
-      } else {
-        slot = std::make_shared<Slot>();
-        slot->ready = slot->made.get_future().share();
-        lru_.push_front(key);
-        slots_.emplace(key, Entry{slot, lru_.begin()});
-        owner = true;
-        while (slots_.size() > kMaxPrimitives) {  // bounded, whatever clients send
-          slots_.erase(lru_.back());
-          lru_.pop_back();
-        }
-      }
-    }
-    if (owner) slot->made.set_value(Create(dtype, nb, seq, dim));
-    return slot->ready.get();
-  }
-
-  size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return slots_.size();
+    return cache_.Find(Key{static_cast<int>(dtype), nb, seq, dim},
+                       [&] { return Create(dtype, nb, seq, dim); });
   }
 
  private:
   using Key = std::tuple<int, int64_t, int64_t, int64_t>;
-  struct Slot {
-    std::promise<Primitive> made;
-    std::shared_future<Primitive> ready;
-  };
-  struct Entry {
-    std::shared_ptr<Slot> slot;
-    std::list<Key>::iterator lru_pos;
-  };
   static constexpr size_t kMaxPrimitives = 256;
 
-  BinaryAddPrimitives() : engine_(dnnl::engine::kind::cpu, 0) {}
+  explicit BinaryAddPrimitives(const dnnl::engine& engine) : engine_(engine) {}
 
   Primitive Create(DType dtype, int64_t nb, int64_t seq, int64_t dim) const {
     using tag = dnnl::memory::format_tag;
@@ -115,7 +66,7 @@ class BinaryAddPrimitives {
       // src0/dst: the embeddings in their own dtype; src1: the float32 encoding rows,
       // broadcast over the batch axis. dst = s0 * src0 + s1 * src1, both scales given at
       // execution (DNNL_RUNTIME_F32_VAL).
-      const dnnl::memory::desc x_md({nb, seq, dim}, ToDnnl(dtype), tag::abc);
+      const dnnl::memory::desc x_md({nb, seq, dim}, onednn::DataType(dtype), tag::abc);
       const dnnl::memory::desc pe_md({1, seq, dim}, dnnl::memory::data_type::f32, tag::abc);
       const dnnl::binary::desc add_desc(dnnl::algorithm::binary_add, x_md, pe_md, x_md);
       dnnl::primitive_attr attr;
@@ -130,10 +81,8 @@ class BinaryAddPrimitives {
     }
   }
 
-  dnnl::engine engine_;
-  mutable std::mutex mu_;
-  std::list<Key> lru_;  // front = most recently used
-  std::map<Key, Entry> slots_;
+  const dnnl::engine& engine_;
+  PrimitiveCache<Key, Primitive> cache_{kMaxPrimitives};
 };
 
 // x = input_scale * x + pe_scale * pe with oneDNN's binary_add. Returns false (nothing
@@ -146,16 +95,13 @@ absl::StatusOr<bool> AddWithOneDnn(TensorView x, const float* pe, float input_sc
   const BinaryAddPrimitives::Primitive add = primitives->Find(x.dtype, nb, seq, dim);
   if (!add) return false;
   try {
-    // oneDNN's OpenMP runtime sizes its team from the calling thread's setting, which
-    // omp_set_num_threads on the main thread does not reach (gRPC threads start with the
-    // default): set it here, to 1 for small tensors or while another call holds the pool.
+    // 1 thread for small tensors or while another call holds the pool.
     const KernelThreadLease lease(WorkBytes(x.NumElements()));
-    const int threads = lease.threads();
-    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    onednn::UseThreads(lease.threads());
     thread_local dnnl::stream stream(primitives->engine());
     using tag = dnnl::memory::format_tag;
     const dnnl::engine& engine = primitives->engine();
-    const dnnl::memory::desc x_md({nb, seq, dim}, ToDnnl(x.dtype), tag::abc);
+    const dnnl::memory::desc x_md({nb, seq, dim}, onednn::DataType(x.dtype), tag::abc);
     const dnnl::memory::desc pe_md({1, seq, dim}, dnnl::memory::data_type::f32, tag::abc);
     const dnnl::memory::desc scale_md({1}, dnnl::memory::data_type::f32, tag::x);
     dnnl::memory x_mem(x_md, engine, x.data);
@@ -625,7 +571,6 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
   const bool vector = CpuHasIsa(Isa::kAvx2);
   AddImpl impl = ChosenAddImpl(x.dtype);
   switch (implementation) {
-    case AddImplementation::kVector:
     case AddImplementation::kVectorAvx512:
       impl = vector ? AddImpl::kAvx512 : AddImpl::kLoop;
       break;
@@ -653,26 +598,6 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
   last_impl = "loop";
   AddEncodingLoop(x, pe, input_scale, pe_scale);
   return absl::OkStatus();
-}
-
-void ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float input_scale,
-                    float pe_scale, TensorView out) {
-  const int64_t nb = x.shape[0], seq = x.shape[1], d = x.shape[2];
-  const int64_t out_dim = d + pe_dim;
-  const size_t elem = DTypeSize(x.dtype);
-  std::vector<float> row(static_cast<size_t>(out_dim));
-  for (int64_t n = 0; n < nb; ++n) {      // batch
-    for (int64_t s = 0; s < seq; ++s) {   // seq
-      const size_t in_off = static_cast<size_t>((n * seq + s) * d);
-      const size_t out_off = static_cast<size_t>((n * seq + s) * out_dim);
-      ToFloat32(x.dtype, static_cast<const char*>(x.data) + in_off * elem, row.data(), d);
-      for (int64_t c = 0; c < d; ++c) row[c] *= input_scale;
-      const float* pe_row = pe + s * pe_dim;
-      for (int64_t c = 0; c < pe_dim; ++c) row[d + c] = pe_row[c] * pe_scale;
-      FromFloat32(row.data(), x.dtype, static_cast<char*>(out.data) + out_off * elem,
-                  out_dim);
-    }
-  }
 }
 
 const char* LastAddImplementation() { return last_impl; }

@@ -1,5 +1,5 @@
 // Additive absolute encodings: x = x * input_scale + pe * pe_scale, with pe broadcast over
-// the batch, in place on the caller's bytes; and the CONCAT variant into a new buffer.
+// the batch, in place on the caller's bytes (the CONCAT variant is in convert_kernel.h).
 // Free functions; thread-safe (oneDNN primitives are created once per shape signature and
 // shared; each calling thread uses its own stream).
 #pragma once
@@ -12,11 +12,10 @@
 namespace posenc {
 
 // Which code applies the add. kAuto picks the fastest this CPU has (see below); the others
-// exist so benchmarks and tests can compare them.
-// kVector: the fastest vector rows this CPU has for the dtype (AVX-512 rows for float16 and
-// bfloat16 where present, else AVX2); kVectorAvx2 / kVectorAvx512 force one width (an
-// AVX-512 request falls back to AVX2 rows where there are none for the dtype).
-enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar, kVectorAvx2, kVectorAvx512 };
+// exist so benchmarks and tests can compare them. kVectorAvx2 / kVectorAvx512 force one
+// width of the vector rows (an AVX-512 request falls back to AVX2 rows where there are none
+// for the dtype).
+enum class AddImplementation { kAuto, kOneDnn, kScalar, kVectorAvx2, kVectorAvx512 };
 
 // REQUIRES: x is [nb, seq, dim] of FLOAT32/FLOAT16/BFLOAT16; pe points to [seq, dim]
 // float32 rows that stay alive for the call.
@@ -27,7 +26,7 @@ enum class AddImplementation { kAuto, kVector, kOneDnn, kScalar, kVectorAvx2, kV
 // dtype, else the loop below. SetIsaOverride (isa.h) forces one ISA's rows (scalar: the
 // loop); without it, POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins the choice.
 // Tensors under 256 KiB of float32-equivalent work run on the calling thread, larger ones
-// on KernelThreads() threads. kVector on a CPU without AVX2/F16C, or kOneDnn for a dtype
+// on KernelThreads() threads. A vector width on a CPU without AVX2/F16C, or kOneDnn for a dtype
 // oneDNN has no JIT kernel for, falls back to the scalar loop.
 // Returns INTERNAL only if oneDNN fails unexpectedly.
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
@@ -37,12 +36,6 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
 // The same formula as a plain loop in float32 arithmetic, rounded once to x's dtype.
 // Used as the fallback and as the reference in tests.
 void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale);
-
-// out[..., :d] = x * input_scale, out[..., d:] = pe * pe_scale.
-// REQUIRES: x is [nb, seq, d]; out is [nb, seq, d + pe_dim] of x's dtype; pe is
-// [seq, pe_dim] float32.
-void ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float input_scale,
-                    float pe_scale, TensorView out);
 
 // Which implementation AddEncodingInPlace used last on this thread ("avx2", "avx512",
 // "onednn" or "loop"), for tests and benchmarks.

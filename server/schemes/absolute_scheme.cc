@@ -8,6 +8,7 @@
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/add_kernel.h"
+#include "server/kernels/convert_kernel.h"
 #include "server/schemes/dense_table.h"
 
 namespace posenc {
@@ -130,8 +131,8 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
                          static_cast<const char*>(input.data) + g * e.seq * e.dim * elem};
     TensorView out{input.dtype, {slab, e.seq, out_dim},
                    result.concat->data() + g * e.seq * out_dim * elem};
-    ConcatEncoding(part, rows.groups[g], rows.dim, combine.input_scale, combine.pe_scale,
-                   out);
+    RETURN_IF_ERROR(ConcatEncoding(part, rows.groups[g], rows.dim, combine.input_scale,
+                                   combine.pe_scale, out));
   }
   return result;
 }

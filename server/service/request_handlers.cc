@@ -9,6 +9,7 @@
 #include "server/common/status_macros.h"
 #include "server/service/proto_convert.h"
 #include "server/service/request_tensors.h"
+#include "server/kernels/convert_kernel.h"
 #include "server/schemes/bias_scheme.h"
 #include "server/schemes/graph_scheme.h"
 #include "server/schemes/rope_scheme.h"
@@ -387,8 +388,8 @@ absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_
   t->set_dtype(DTypeToProto(dtype));
   std::string* data = t->mutable_data();
   data->resize(rows.data.size() * DTypeSize(dtype));
-  FromFloat32(rows.data.data(), dtype, data->data(), rows.data.size());
-  return absl::OkStatus();
+  return ConvertFromFloat32(rows.data.data(), dtype, data->data(),
+                            static_cast<int64_t>(rows.data.size()));
 }
 
 }  // namespace posenc

@@ -99,61 +99,62 @@ json Targets(const json& doc) {
   return targets;
 }
 
-void PrintTable(const json& doc) {
-  const json& m = doc["machine"];
-  std::printf("machine: %s, %d cores, kernel threads %d, loadavg at start %s\n",
-              m["cpu_model"].get<std::string>().c_str(), m["cores"].get<int>(),
-              m["kernel_threads"].get<int>(), m["loadavg_at_start"].get<std::string>().c_str());
-  if (doc.contains("kernels")) {
-    std::printf("\n%-6s %-15s %-22s %-5s %-7s %10s %9s %9s %7s %s\n", "isa", "kernel", "shape",
-                "dtype", "impl", "ms", "GB/s", "roof GB/s", "ratio", "write-only roof GB/s, ratio");
-    for (const json& k : doc["kernels"]) {
-      std::printf("%-6s %-15s %-22s %-5s %-7s %10.3f %9.1f %9.1f %7.2f",
-                  k.value("isa", std::string("?")).c_str(),
-                  k["name"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
-                  k["dtype"].get<std::string>().c_str(),
-                  k.value("impl", std::string("-")).c_str(), k["ms"].get<double>(),
-                  k["gbps"].get<double>(), k["roofline_gbps"].get<double>(),
-                  k["ratio"].get<double>());
-      if (k.contains("write_roofline_gbps")) {
-        std::printf(" %9.1f %5.2f", k["write_roofline_gbps"].get<double>(),
-                    k["write_ratio"].get<double>());
-      }
-      std::printf("\n");
+namespace {
+
+void PrintKernels(const json& kernels) {
+  std::printf("\n%-6s %-15s %-22s %-5s %-7s %10s %9s %9s %7s %s\n", "isa", "kernel", "shape",
+              "dtype", "impl", "ms", "GB/s", "roof GB/s", "ratio", "write-only roof GB/s, ratio");
+  for (const json& k : kernels) {
+    std::printf("%-6s %-15s %-22s %-5s %-7s %10.3f %9.1f %9.1f %7.2f",
+                k.value("isa", std::string("?")).c_str(),
+                k["name"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
+                k["dtype"].get<std::string>().c_str(),
+                k.value("impl", std::string("-")).c_str(), k["ms"].get<double>(),
+                k["gbps"].get<double>(), k["roofline_gbps"].get<double>(),
+                k["ratio"].get<double>());
+    if (k.contains("write_roofline_gbps")) {
+      std::printf(" %9.1f %5.2f", k["write_roofline_gbps"].get<double>(),
+                  k["write_ratio"].get<double>());
     }
+    std::printf("\n");
   }
-  if (doc.contains("e2e")) {
-    std::printf("\n%-12s %-7s %4s %9s %9s %9s %9s %6s %8s %8s %8s %8s %6s\n", "rpc", "payload",
-                "conc", "posenc/s", "echo/s", "posMB/s", "echoMB/s", "ratio", "pos p50",
-                "echo p50", "pos p99", "echo p99", "p99 x");
-    for (const json& e : doc["e2e"]) {
-      std::printf("%-12s %-7s %4d %9.1f %9.1f %9.1f %9.1f %6.2f %8.3f %8.3f %8.3f %8.3f %6.2f\n",
-                  e["rpc"].get<std::string>().c_str(),
-                  PayloadLabel(e["payload_bytes"].get<size_t>()).c_str(),
-                  e["concurrency"].get<int>(), e["posenc_rps"].get<double>(),
-                  e["echo_rps"].get<double>(), e["posenc_mbps"].get<double>(),
-                  e["echo_mbps"].get<double>(), e["ratio"].get<double>(),
-                  e["posenc_p50_ms"].get<double>(), e["echo_p50_ms"].get<double>(),
-                  e["posenc_p99_ms"].get<double>(), e["echo_p99_ms"].get<double>(),
-                  e["p99_ratio"].get<double>());
-    }
+}
+
+void PrintE2e(const json& e2e) {
+  std::printf("\n%-12s %-7s %4s %9s %9s %9s %9s %6s %8s %8s %8s %8s %6s\n", "rpc", "payload",
+              "conc", "posenc/s", "echo/s", "posMB/s", "echoMB/s", "ratio", "pos p50",
+              "echo p50", "pos p99", "echo p99", "p99 x");
+  for (const json& e : e2e) {
+    std::printf("%-12s %-7s %4d %9.1f %9.1f %9.1f %9.1f %6.2f %8.3f %8.3f %8.3f %8.3f %6.2f\n",
+                e["rpc"].get<std::string>().c_str(),
+                PayloadLabel(e["payload_bytes"].get<size_t>()).c_str(),
+                e["concurrency"].get<int>(), e["posenc_rps"].get<double>(),
+                e["echo_rps"].get<double>(), e["posenc_mbps"].get<double>(),
+                e["echo_mbps"].get<double>(), e["ratio"].get<double>(),
+                e["posenc_p50_ms"].get<double>(), e["echo_p50_ms"].get<double>(),
+                e["posenc_p99_ms"].get<double>(), e["echo_p99_ms"].get<double>(),
+                e["p99_ratio"].get<double>());
   }
-  if (doc.contains("shm")) {
-    std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc",
-                "shmMB/s", "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
-    for (const json& r : doc["shm"]) {
-      std::printf("%-8s %-7s %4d %9.1f %9.1f %9.1f %8.1f %7.2f %8.3f %8.3f\n",
-                  r["rpc"].get<std::string>().c_str(),
-                  PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
-                  r["concurrency"].get<int>(), r["shm_mbps"].get<double>(),
-                  r["inline_mbps"].get<double>(), r["kernel_mbps"].get<double>(),
-                  r["speedup"].get<double>(), r["kernel_ratio"].get<double>(),
-                  r["shm_p50_ms"].get<double>(), r["inline_p50_ms"].get<double>());
-    }
+}
+
+void PrintShm(const json& shm) {
+  std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc",
+              "shmMB/s", "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
+  for (const json& r : shm) {
+    std::printf("%-8s %-7s %4d %9.1f %9.1f %9.1f %8.1f %7.2f %8.3f %8.3f\n",
+                r["rpc"].get<std::string>().c_str(),
+                PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
+                r["concurrency"].get<int>(), r["shm_mbps"].get<double>(),
+                r["inline_mbps"].get<double>(), r["kernel_mbps"].get<double>(),
+                r["speedup"].get<double>(), r["kernel_ratio"].get<double>(),
+                r["shm_p50_ms"].get<double>(), r["inline_p50_ms"].get<double>());
   }
+}
+
+void PrintTargets(const json& targets) {
   int met = 0, total = 0;
   std::printf("\ntargets:\n");
-  for (const json& t : doc["targets"]) {
+  for (const json& t : targets) {
     ++total;
     met += t["met"].get<bool>() ? 1 : 0;
     std::printf("  %-4s %-42s %-33s %.2f\n", t["met"].get<bool>() ? "met" : "MISS",
@@ -163,5 +164,17 @@ void PrintTable(const json& doc) {
   std::printf("  %d of %d met\n", met, total);
 }
 
+}  // namespace
+
+void PrintTable(const json& doc) {
+  const json& m = doc["machine"];
+  std::printf("machine: %s, %d cores, kernel threads %d, loadavg at start %s\n",
+              m["cpu_model"].get<std::string>().c_str(), m["cores"].get<int>(),
+              m["kernel_threads"].get<int>(), m["loadavg_at_start"].get<std::string>().c_str());
+  if (doc.contains("kernels")) PrintKernels(doc["kernels"]);
+  if (doc.contains("e2e")) PrintE2e(doc["e2e"]);
+  if (doc.contains("shm")) PrintShm(doc["shm"]);
+  PrintTargets(doc["targets"]);
+}
 
 }  // namespace posenc::bench

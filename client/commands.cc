@@ -11,29 +11,38 @@
 
 namespace posenc::client {
 
-int RunBias(const Flags& f) {
-  absl::StatusOr<v1::BiasRequest> request = BuildBiasRequest(f);
+namespace {
+
+// One call of `rpc` whose response has an output tensor: its summary, then `more` (extra
+// lines), the elapsed time, and --output written if asked.
+template <typename Request, typename Response>
+int OutputCall(const Flags& f, absl::string_view rpc, const absl::StatusOr<Request>& request,
+               absl::StatusOr<Response> (PosencClient::*call)(const Request&) const,
+               void (*more)(const Response&) = nullptr) {
   if (!request.ok()) return UsageError(request.status());
   return TimedCall(
-      f, "AttentionBias", [&](PosencClient& client) { return client.AttentionBias(*request); },
-      [&](const v1::BiasResponse& response, int64_t print, absl::Duration elapsed) {
+      f, rpc, [&](PosencClient& client) { return (client.*call)(*request); },
+      [&](const Response& response, int64_t print, absl::Duration elapsed) {
         PrintTensorSummary("output", response.output(), print);
+        if (more != nullptr) more(response);
         PrintElapsed(elapsed);
         return WriteIfAsked(f, "output", response.output());
       });
 }
 
+void PrintEigenvalues(const v1::GraphResponse& response) {
+  std::cout << "eigenvalues: " << absl::StrJoin(response.eigenvalues(), " ") << "\n";
+}
+
+}  // namespace
+
+int RunBias(const Flags& f) {
+  return OutputCall(f, "AttentionBias", BuildBiasRequest(f), &PosencClient::AttentionBias);
+}
+
 int RunGraph(const Flags& f) {
-  absl::StatusOr<v1::GraphRequest> request = BuildGraphRequest(f);
-  if (!request.ok()) return UsageError(request.status());
-  return TimedCall(
-      f, "GraphEncode", [&](PosencClient& client) { return client.GraphEncode(*request); },
-      [&](const v1::GraphResponse& response, int64_t print, absl::Duration elapsed) {
-        PrintTensorSummary("output", response.output(), print);
-        std::cout << "eigenvalues: " << absl::StrJoin(response.eigenvalues(), " ") << "\n";
-        PrintElapsed(elapsed);
-        return WriteIfAsked(f, "output", response.output());
-      });
+  return OutputCall(f, "GraphEncode", BuildGraphRequest(f), &PosencClient::GraphEncode,
+                    &PrintEigenvalues);
 }
 
 int RunTable(const Flags& f) {

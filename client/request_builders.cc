@@ -1,6 +1,7 @@
 #include "client/request_builders.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -239,6 +240,15 @@ absl::Status FillT5(const Flags& f, v1::T5Bias* t5) {
   return absl::OkStatus();
 }
 
+// Two integer flags a command needs; `missing` when either is absent.
+absl::StatusOr<std::pair<int64_t, int64_t>> RequiredInts(const Flags& f, const char* a,
+                                                         const char* b, const char* missing) {
+  ASSIGN_OR_RETURN(const std::optional<int64_t> first, f.OptInt(a));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> second, f.OptInt(b));
+  if (!first || !second) return absl::InvalidArgumentError(missing);
+  return std::pair<int64_t, int64_t>(*first, *second);
+}
+
 // "0-1,1-2" and "0,1,1,2" both list the pairs (0,1), (1,2).
 absl::StatusOr<std::vector<int64_t>> ParseEdges(const std::string& text) {
   std::vector<int64_t> edges;
@@ -273,11 +283,10 @@ absl::Status FillTableSize(const Flags& f, const Hf& hf, v1::TableRequest* reque
 absl::StatusOr<v1::BiasRequest> BuildBiasRequest(const Flags& f) {
   v1::BiasRequest request;
   request.set_request_id(f.Str("request-id"));
-  ASSIGN_OR_RETURN(auto q, f.OptInt("query-length"));
-  ASSIGN_OR_RETURN(auto k, f.OptInt("key-length"));
-  if (!q || !k) return absl::InvalidArgumentError("bias needs --query-length and --key-length");
-  request.set_query_length(*q);
-  request.set_key_length(*k);
+  ASSIGN_OR_RETURN(const auto lengths, RequiredInts(f, "query-length", "key-length",
+                                                     "bias needs --query-length and --key-length"));
+  request.set_query_length(lengths.first);
+  request.set_key_length(lengths.second);
   ASSIGN_OR_RETURN(auto offset, f.OptInt("query-offset"));
   if (offset) request.set_query_offset(*offset);
   const std::string scheme = f.Str("scheme", "alibi");
@@ -298,11 +307,9 @@ absl::StatusOr<v1::BiasRequest> BuildBiasRequest(const Flags& f) {
 absl::StatusOr<v1::GraphRequest> BuildGraphRequest(const Flags& f) {
   v1::GraphRequest request;
   request.set_request_id(f.Str("request-id"));
-  ASSIGN_OR_RETURN(auto nodes, f.OptInt("nodes"));
-  ASSIGN_OR_RETURN(auto k, f.OptInt("k"));
-  if (!nodes || !k) return absl::InvalidArgumentError("graph needs --nodes and --k");
-  request.set_num_nodes(*nodes);
-  request.set_k(static_cast<int32_t>(*k));
+  ASSIGN_OR_RETURN(const auto nodes_k, RequiredInts(f, "nodes", "k", "graph needs --nodes and --k"));
+  request.set_num_nodes(nodes_k.first);
+  request.set_k(static_cast<int32_t>(nodes_k.second));
   ASSIGN_OR_RETURN(const bool normalized, f.Bool("normalized"));
   request.set_normalized(normalized);
   ASSIGN_OR_RETURN(const std::vector<int64_t> edges, ParseEdges(f.Str("edges")));

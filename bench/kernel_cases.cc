@@ -33,7 +33,6 @@ struct KernelCase {
   bool comparison = false;
 };
 
-
 // Everything a set of kernel cases at one size shares: the buffers and tables.
 struct KernelFixture {
   KernelFixture(int64_t nb, int64_t seq, int64_t dim, int64_t q_batch, int64_t q_seq,

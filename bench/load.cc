@@ -261,7 +261,6 @@ void Verify(const std::string& name, grpc::GenericStub& stub, const grpc::ByteBu
   }
 }
 
-
 // What both load sections share: the server's flags, the payloads, a cell's time and filter.
 
 std::vector<std::string> ServerArgs(const Options& o, std::vector<std::string> extra) {

@@ -36,66 +36,78 @@ json MachineInfo() {
               {"loadavg_at_start", load}};
 }
 
+namespace {
+
+// Large kernels against their roofline.
+void KernelTargets(const json& kernels, json& targets) {
+  for (const json& k : kernels) {
+    // Comparison rows (add_vector / add_onednn: two implementations of the add the
+    // service runs as sinusoidal_add / learned_add) are shown, not judged.
+    if (k["size"] != "large" || k.value("comparison", false)) continue;
+    const std::string what =
+        absl::StrCat(k["name"].get<std::string>(), " ", k["dtype"].get<std::string>(), " ",
+                     k.value("isa", std::string("?")));
+    // The builds only write: judged against the write-only roofline beside them.
+    const bool write_only = k.contains("write_ratio");
+    const double value = k[write_only ? "write_ratio" : "ratio"].get<double>();
+    targets.push_back({{"target", write_only ? "large build >= 0.8 of write-only roofline"
+                                             : "large kernel >= 0.8 of roofline"},
+                       {"what", what},
+                       {"value", value},
+                       {"met", value >= 0.8}});
+  }
+}
+
+// Shared memory: 48 MiB against inline and the kernel, 64 KiB latency against inline.
+void ShmTargets(const json& shm, json& targets) {
+  for (const json& r : shm) {
+    const std::string what = absl::StrCat("shm Encode ", PayloadLabel(r["payload_bytes"]),
+                                          " x", r["concurrency"].get<int>());
+    if (r["payload_bytes"].get<size_t>() == (size_t{48} << 20)) {
+      targets.push_back({{"target", "shm speedup over inline >= 20"}, {"what", what},
+                         {"value", r["speedup"]}, {"met", r["speedup"].get<double>() >= 20}});
+      targets.push_back({{"target", "shm >= 0.6 of the kernel alone"}, {"what", what},
+                         {"value", r["kernel_ratio"]},
+                         {"met", r["kernel_ratio"].get<double>() >= 0.6}});
+    } else if (r["payload_bytes"].get<size_t>() == (size_t{64} << 10)) {
+      const double p50_ratio =
+          r["shm_p50_ms"].get<double>() / std::max(1e-9, r["inline_p50_ms"].get<double>());
+      targets.push_back({{"target", "shm p50 <= inline p50 (64 KiB)"}, {"what", what},
+                         {"value", p50_ratio}, {"met", p50_ratio <= 1.0}});
+    }
+  }
+}
+
+// End to end: throughput from 1 MiB up, and 64 KiB x8 stream latency, against the echo.
+void E2eTargets(const json& e2e, json& targets) {
+  for (const json& e : e2e) {
+    const size_t payload = e["payload_bytes"];
+    const std::string what = absl::StrCat(e["rpc"].get<std::string>(), " ",
+                                          PayloadLabel(payload), " x",
+                                          e["concurrency"].get<int>());
+    if (payload >= (1 << 20)) {
+      targets.push_back({{"target", "e2e throughput >= 0.9 of echo"},
+                         {"what", what},
+                         {"value", e["ratio"]},
+                         {"met", e["ratio"].get<double>() >= 0.9}});
+    }
+    if (payload == (64 << 10) && e["concurrency"] == 8 && e["rpc"] == "EncodeStream") {
+      targets.push_back({{"target", "p99 at 64 KiB x8 streams <= 1.2 of echo"},
+                         {"what", what},
+                         {"value", e["p99_ratio"]},
+                         {"met", e["p99_ratio"].get<double>() <= 1.2}});
+    }
+  }
+}
+
+}  // namespace
 
 // The targets, each with the measured value it was judged on.
 json Targets(const json& doc) {
   json targets = json::array();
-  if (doc.contains("kernels")) {
-    for (const json& k : doc["kernels"]) {
-      // Comparison rows (add_vector / add_onednn: two implementations of the add the
-      // service runs as sinusoidal_add / learned_add) are shown, not judged.
-      if (k["size"] != "large" || k.value("comparison", false)) continue;
-      const std::string what =
-          absl::StrCat(k["name"].get<std::string>(), " ", k["dtype"].get<std::string>(), " ",
-                       k.value("isa", std::string("?")));
-      // The builds only write: judged against the write-only roofline beside them.
-      const bool write_only = k.contains("write_ratio");
-      const double value = k[write_only ? "write_ratio" : "ratio"].get<double>();
-      targets.push_back({{"target", write_only ? "large build >= 0.8 of write-only roofline"
-                                               : "large kernel >= 0.8 of roofline"},
-                         {"what", what},
-                         {"value", value},
-                         {"met", value >= 0.8}});
-    }
-  }
-  if (doc.contains("shm")) {
-    for (const json& r : doc["shm"]) {
-      const std::string what = absl::StrCat("shm Encode ", PayloadLabel(r["payload_bytes"]),
-                                            " x", r["concurrency"].get<int>());
-      if (r["payload_bytes"].get<size_t>() == (size_t{48} << 20)) {
-        targets.push_back({{"target", "shm speedup over inline >= 20"}, {"what", what},
-                           {"value", r["speedup"]}, {"met", r["speedup"].get<double>() >= 20}});
-        targets.push_back({{"target", "shm >= 0.6 of the kernel alone"}, {"what", what},
-                           {"value", r["kernel_ratio"]},
-                           {"met", r["kernel_ratio"].get<double>() >= 0.6}});
-      } else if (r["payload_bytes"].get<size_t>() == (size_t{64} << 10)) {
-        const double p50_ratio =
-            r["shm_p50_ms"].get<double>() / std::max(1e-9, r["inline_p50_ms"].get<double>());
-        targets.push_back({{"target", "shm p50 <= inline p50 (64 KiB)"}, {"what", what},
-                           {"value", p50_ratio}, {"met", p50_ratio <= 1.0}});
-      }
-    }
-  }
-  if (doc.contains("e2e")) {
-    for (const json& e : doc["e2e"]) {
-      const size_t payload = e["payload_bytes"];
-      const std::string what = absl::StrCat(e["rpc"].get<std::string>(), " ",
-                                            PayloadLabel(payload), " x",
-                                            e["concurrency"].get<int>());
-      if (payload >= (1 << 20)) {
-        targets.push_back({{"target", "e2e throughput >= 0.9 of echo"},
-                           {"what", what},
-                           {"value", e["ratio"]},
-                           {"met", e["ratio"].get<double>() >= 0.9}});
-      }
-      if (payload == (64 << 10) && e["concurrency"] == 8 && e["rpc"] == "EncodeStream") {
-        targets.push_back({{"target", "p99 at 64 KiB x8 streams <= 1.2 of echo"},
-                           {"what", what},
-                           {"value", e["p99_ratio"]},
-                           {"met", e["p99_ratio"].get<double>() <= 1.2}});
-      }
-    }
-  }
+  if (doc.contains("kernels")) KernelTargets(doc["kernels"], targets);
+  if (doc.contains("shm")) ShmTargets(doc["shm"], targets);
+  if (doc.contains("e2e")) E2eTargets(doc["e2e"], targets);
   return targets;
 }
 

@@ -33,7 +33,6 @@ struct KernelCase {
   bool comparison = false;
 };
 
-
 // Everything a set of kernel cases at one size shares: the buffers and tables.
 struct KernelFixture {
   KernelFixture(int64_t nb, int64_t seq, int64_t dim, int64_t q_batch, int64_t q_seq,
@@ -59,13 +58,14 @@ struct KernelFixture {
   std::vector<float> t5_table;  // [32 buckets, heads]
 };
 
-std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa isa) {
-  std::vector<KernelCase> cases;
+// The absolute schemes' adds on [nb, seq, dim]: sinusoidal, the add kernel alone and learned.
+void AddAbsoluteCases(KernelFixture& f, const std::string& size, Isa isa,
+                      std::vector<KernelCase>& cases) {
   void* data = f.tensor.data();
   const int64_t emb_n = f.nb * f.seq * f.dim;
   const size_t pe_bytes = static_cast<size_t>(f.seq * f.dim) * sizeof(float);
   const Shape emb_shape{f.nb, f.seq, f.dim};
-
+  const auto last_add = [] { return std::string(LastAddImplementation()); };
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
     cases.push_back({"sinusoidal_add", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
@@ -77,7 +77,7 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa
                                  .status(),
                              "ApplySinusoidal");
                      },
-                     [] { return std::string(LastAddImplementation()); }});
+                     last_add});
   }
   // The add kernel alone, each implementation on the same rows: the hand-written rows of
   // this pass's ISA (cache-blocked) against oneDNN's binary_add with broadcast (at the ISA
@@ -94,23 +94,24 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa
                          Check(AddEncodingInPlace(x, f.learned->data.data(), 1.0f, 1.0f, impl),
                                "AddEncodingInPlace");
                        },
-                       [] { return std::string(LastAddImplementation()); },
-                       /*comparison=*/true});
+                       last_add, /*comparison=*/true});
     }
   }
-  {
-    const size_t bytes = static_cast<size_t>(emb_n) * sizeof(float);
-    cases.push_back({"learned_add", size, emb_shape, DType::kFloat32, bytes,
-                     2 * bytes + pe_bytes,
-                     [&f, data, emb_shape] {
-                       TensorView x{DType::kFloat32, emb_shape, data};
-                       LearnedSpec spec{"bench", f.learned, Overflow::kError};
-                       Check(ApplyLearned(spec, CombineSpec{}, x, PositionsSpec{}, SchemeLimits{})
-                                 .status(),
-                             "ApplyLearned");
-                     },
-                     [] { return std::string(LastAddImplementation()); }});
-  }
+  const size_t bytes = static_cast<size_t>(emb_n) * sizeof(float);
+  cases.push_back({"learned_add", size, emb_shape, DType::kFloat32, bytes, 2 * bytes + pe_bytes,
+                   [&f, data, emb_shape] {
+                     TensorView x{DType::kFloat32, emb_shape, data};
+                     LearnedSpec spec{"bench", f.learned, Overflow::kError};
+                     Check(ApplyLearned(spec, CombineSpec{}, x, PositionsSpec{}, SchemeLimits{})
+                               .status(),
+                           "ApplyLearned");
+                   },
+                   last_add});
+}
+
+// RoPE on queries [q_batch, q_seq, q_heads, head_dim], both pairings, every dtype.
+void AddRopeCases(KernelFixture& f, const std::string& size, std::vector<KernelCase>& cases) {
+  void* data = f.tensor.data();
   const Shape q_shape{f.q_batch, f.q_seq, f.q_heads, f.head_dim};
   const int64_t q_n = f.q_batch * f.q_seq * f.q_heads * f.head_dim;
   const size_t rows_bytes = static_cast<size_t>(f.q_seq * f.head_dim) * sizeof(float);
@@ -128,9 +129,13 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa
                        nullptr});
     }
   }
+}
+
+// ALiBi and T5 biases [bias_heads, bias_len, bias_len]: built alone, and added to scores.
+void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelCase>& cases) {
+  void* data = f.tensor.data();
   const BiasGeometry geom = MakeBiasGeometry(f.bias_len, f.bias_len);
-  const int64_t bias_n = f.bias_heads * f.bias_len * f.bias_len;
-  const size_t bias_bytes = static_cast<size_t>(bias_n) * sizeof(float);
+  const size_t bias_bytes = static_cast<size_t>(f.bias_heads * f.bias_len * f.bias_len) * sizeof(float);
   const Shape bias_shape{f.bias_heads, f.bias_len, f.bias_len};
   const Shape scores_shape{1, f.bias_heads, f.bias_len, f.bias_len};
   AlibiSpec alibi;
@@ -138,14 +143,15 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa
   alibi.causal = true;
   T5Spec t5;  // 32 buckets, max_distance 128, bidirectional
   const auto heads = static_cast<int32_t>(f.bias_heads);
+  const float* t5_table = f.t5_table.data();
   cases.push_back({"alibi_build", size, bias_shape, DType::kFloat32, bias_bytes, bias_bytes,
                    [data, alibi, geom] {
                      Check(BuildAlibiBias(alibi, geom, static_cast<float*>(data)), "BuildAlibiBias");
                    },
                    nullptr});
   cases.push_back({"t5_build", size, bias_shape, DType::kFloat32, bias_bytes, bias_bytes,
-                   [&f, data, t5, geom, heads] {
-                     Check(BuildT5Bias(t5, geom, f.t5_table.data(), heads, static_cast<float*>(data)),
+                   [data, t5, geom, heads, t5_table] {
+                     Check(BuildT5Bias(t5, geom, t5_table, heads, static_cast<float*>(data)),
                            "BuildT5Bias");
                    },
                    nullptr});
@@ -157,13 +163,58 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa
                    },
                    nullptr});
   cases.push_back({"t5_add", size, scores_shape, DType::kFloat32, bias_bytes, 2 * bias_bytes,
-                   [&f, data, t5, geom, heads, scores_shape] {
-                     Check(AddT5Bias(t5, geom, f.t5_table.data(), heads,
+                   [data, t5, geom, heads, t5_table, scores_shape] {
+                     Check(AddT5Bias(t5, geom, t5_table, heads,
                                      TensorView{DType::kFloat32, scores_shape, data}),
                            "AddT5Bias");
                    },
                    nullptr});
+}
+
+std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa isa) {
+  std::vector<KernelCase> cases;
+  AddAbsoluteCases(f, size, isa, cases);
+  AddRopeCases(f, size, cases);
+  AddBiasCases(f, size, cases);
   return cases;
+}
+
+// Whether --filter (a substring of "name dtype size") keeps `c`.
+bool Selected(const Options& o, const KernelCase& c) {
+  return o.filter.empty() ||
+         absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) != std::string::npos;
+}
+
+// One case's row: the kernel and its roofline alternate, twice, each keeping its best, so
+// both see the same state of the machine.
+json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, Isa isa) {
+  // The builds only write: beside the read-modify-write roofline they also get a
+  // write-only one (the better of streaming and plain stores).
+  const bool write_only = c.moved_bytes == c.tensor_bytes;
+  double seconds = 1e30, roof = 0, write_roof = 0;
+  for (int round = 0; round < 2; ++round) {
+    seconds = std::min(seconds, BestSeconds(c.run, budget));
+    roof = std::max(roof, roofline.Gbps(c.tensor_bytes, budget));
+    if (write_only) write_roof = std::max(write_roof, roofline.Gbps(c.tensor_bytes, budget, true));
+  }
+  const double gbps = static_cast<double>(c.moved_bytes) / seconds / 1e9;
+  json r{{"name", c.name},
+         {"isa", IsaName(isa)},
+         {"size", c.size},
+         {"shape", ShapeString(c.shape)},
+         {"dtype", DTypeLabel(c.dtype)},
+         {"ms", seconds * 1e3},
+         {"bytes", c.moved_bytes},
+         {"gbps", gbps},
+         {"roofline_gbps", roof},
+         {"ratio", gbps / roof}};
+  if (c.impl) r["impl"] = c.impl();
+  if (c.comparison) r["comparison"] = true;
+  if (write_only) {
+    r["write_roofline_gbps"] = write_roof;
+    r["write_ratio"] = gbps / write_roof;
+  }
+  return r;
 }
 
 // Every kernel case on `isa` (already forced by the caller), each against a roofline taken
@@ -180,55 +231,22 @@ json RunKernels(const Options& o, Isa isa) {
   for (const Size& s : sizes) {
     KernelFixture fixture(s.nb, s.seq, s.dim, s.q_batch, s.q_seq, s.q_heads, s.head_dim,
                           s.bias_heads, s.bias_len);
-    const bool large = std::string(s.label) == "large";
+    const double budget = o.quick ? 0.03 : (std::string(s.label) == "large" ? 0.3 : 0.1);
     for (KernelCase& c : MakeCases(fixture, s.label, isa)) {
-      if (!o.filter.empty() &&
-          absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) ==
-              std::string::npos) {
-        continue;
-      }
+      if (!Selected(o, c)) continue;
       FillFloats(fixture.tensor.data(), c.dtype, c.tensor_bytes / DTypeSize(c.dtype),
                  c.name == "alibi_add" ? 0.0f : 0.25f);
       if (c.name == "add_onednn") {  // a oneDNN without a JIT kernel here runs the loop
         c.run();
         if (c.impl() != "onednn") continue;
       }
-      // Kernel and roofline alternate, twice, each keeping its best: both see the same
-      // state of the machine.
-      const double budget = o.quick ? 0.03 : (large ? 0.3 : 0.1);
-      // The builds only write: beside the read-modify-write roofline they also get a
-      // write-only one (the better of streaming and plain stores).
-      const bool write_only = c.moved_bytes == c.tensor_bytes;
-      double seconds = 1e30, roof = 0, write_roof = 0;
-      for (int round = 0; round < 2; ++round) {
-        seconds = std::min(seconds, BestSeconds(c.run, budget));
-        roof = std::max(roof, roofline.Gbps(c.tensor_bytes, budget));
-        if (write_only) {
-          write_roof = std::max(write_roof, roofline.Gbps(c.tensor_bytes, budget, true));
-        }
-      }
-      const double gbps = static_cast<double>(c.moved_bytes) / seconds / 1e9;
-      json r{{"name", c.name},
-             {"isa", IsaName(isa)},
-             {"size", c.size},
-             {"shape", ShapeString(c.shape)},
-             {"dtype", DTypeLabel(c.dtype)},
-             {"ms", seconds * 1e3},
-             {"bytes", c.moved_bytes},
-             {"gbps", gbps},
-             {"roofline_gbps", roof},
-             {"ratio", gbps / roof}};
-      if (c.impl) r["impl"] = c.impl();
-      if (c.comparison) r["comparison"] = true;
-      if (write_only) {
-        r["write_roofline_gbps"] = write_roof;
-        r["write_ratio"] = gbps / write_roof;
-      }
+      json r = MeasureCase(c, roofline, budget, isa);
       if (!o.json) {
         std::fprintf(stderr,
                      "  kernel %-6s %-15s %-5s %-22s %-4s %8.3f ms %7.1f GB/s (roofline %.1f)\n",
                      IsaName(isa), c.name.c_str(), c.size.c_str(), ShapeString(c.shape).c_str(),
-                     DTypeLabel(c.dtype), seconds * 1e3, gbps, roof);
+                     DTypeLabel(c.dtype), r["ms"].get<double>(), r["gbps"].get<double>(),
+                     r["roofline_gbps"].get<double>());
       }
       results.push_back(std::move(r));
     }

@@ -210,8 +210,6 @@ CellResult RunCell(const std::vector<std::shared_ptr<grpc::Channel>>& channels, 
   return r;
 }
 
-// A sinusoidal ADD request on fp32 embeddings [nb, seq, 1024] of `payload_bytes`, filled
-// with 0.25; the echo receives the very same bytes.
 // The embeddings [nb, seq, 1024] float32 of `payload_bytes`.
 Shape PayloadShape(size_t payload_bytes) {
   const int64_t dim = 1024;
@@ -227,6 +225,8 @@ grpc::ByteBuffer Serialize(const v1::EncodeRequest& message) {
   return buffer;
 }
 
+// A sinusoidal ADD request on fp32 embeddings [nb, seq, 1024] of `payload_bytes`, filled
+// with 0.25; the echo receives the very same bytes.
 grpc::ByteBuffer MakeRequest(size_t payload_bytes, v1::EncodeRequest* message) {
   message->set_request_id("bench");
   v1::Tensor* input = message->mutable_input();
@@ -261,76 +261,113 @@ void Verify(const std::string& name, grpc::GenericStub& stub, const grpc::ByteBu
   }
 }
 
+// What both load sections share: the server's flags, the payloads, a cell's time and filter.
+
+std::vector<std::string> ServerArgs(const Options& o, std::vector<std::string> extra) {
+  std::vector<std::string> args = {o.server_binary, "--listen=127.0.0.1:0", "--metrics_listen="};
+  args.insert(args.end(), extra.begin(), extra.end());
+  if (o.threads > 0) args.push_back(absl::StrCat("--threads=", o.threads));
+  return args;
+}
+
+std::vector<size_t> Payloads(const Options& o) {
+  if (o.quick) return {64 << 10, 1 << 20};
+  return {64 << 10, 1 << 20, 4 << 20, 48 << 20};
+}
+
+// 48 MiB cells get 2.5x the time: fewer, longer calls.
+double CellSeconds(const Options& o, size_t payload) {
+  return o.cell_seconds * (payload >= (size_t{16} << 20) ? 2.5 : 1.0);
+}
+
+bool Selected(const Options& o, const std::string& cell) {
+  return o.filter.empty() || cell.find(o.filter) != std::string::npos;
+}
+
+std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& address) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < 8; ++i) channels.push_back(MakeChannel(address));
+  return channels;
+}
+
+// One side of a cell: where its calls go and what they send.
+struct Side {
+  const std::vector<std::shared_ptr<grpc::Channel>>& channels;
+  const std::vector<grpc::ByteBuffer>& requests;
+};
+
+// `first` then `second`, each after a warm-up of the channels the cell uses, alternating
+// over o.rounds; each keeps its best, so a noisy round hurts neither.
+std::pair<CellResult, CellResult> BestOfRounds(const Options& o, const Side& first,
+                                               const Side& second, bool streaming, size_t payload,
+                                               int concurrency) {
+  const double seconds = CellSeconds(o, payload);
+  const double warm = std::min(0.1, seconds / 4);
+  CellResult best_first, best_second;
+  for (int round = 0; round < o.rounds; ++round) {
+    RunCell(first.channels, streaming, first.requests, payload, concurrency, warm);
+    CellResult a = RunCell(first.channels, streaming, first.requests, payload, concurrency, seconds);
+    RunCell(second.channels, streaming, second.requests, payload, concurrency, warm);
+    CellResult b = RunCell(second.channels, streaming, second.requests, payload, concurrency, seconds);
+    if (a.mbps > best_first.mbps) best_first = a;
+    if (b.mbps > best_second.mbps) best_second = b;
+  }
+  return {best_first, best_second};
+}
+
+json E2eRow(bool streaming, size_t payload, int concurrency, const CellResult& posenc,
+            const CellResult& echo) {
+  return {{"rpc", streaming ? "EncodeStream" : "Encode"},
+          {"scheme", "sinusoidal_add_fp32"},
+          {"payload_bytes", payload},
+          {"concurrency", concurrency},
+          {"posenc_rps", posenc.rps},
+          {"echo_rps", echo.rps},
+          {"posenc_mbps", posenc.mbps},
+          {"echo_mbps", echo.mbps},
+          {"ratio", posenc.mbps / echo.mbps},
+          {"posenc_p50_ms", posenc.p50_ms},
+          {"echo_p50_ms", echo.p50_ms},
+          {"posenc_p99_ms", posenc.p99_ms},
+          {"echo_p99_ms", echo.p99_ms},
+          {"p99_ratio", posenc.p99_ms / echo.p99_ms},
+          {"posenc_requests", posenc.requests},
+          {"echo_requests", echo.requests}};
+}
 
 }  // namespace
 
 json RunE2e(const Options& o) {
-  std::vector<std::string> server_args = {o.server_binary, "--listen=127.0.0.1:0",
-                                          "--metrics_listen="};
-  if (o.threads > 0) server_args.push_back(absl::StrCat("--threads=", o.threads));
-  ChildServer posenc("posenc-server", server_args);
+  ChildServer posenc("posenc-server", ServerArgs(o, {}));
   ChildServer echo("posenc-bench-echo", {o.echo_binary, "--listen=127.0.0.1:0"});
-
-  std::vector<size_t> payloads = {64 << 10, 1 << 20, 4 << 20, 48 << 20};
-  if (o.quick) payloads = {64 << 10, 1 << 20};
-  const std::vector<int> concurrencies = {1, 8};
-  std::vector<std::shared_ptr<grpc::Channel>> posenc_channels, echo_channels;
-  for (int i = 0; i < 8; ++i) {
-    posenc_channels.push_back(MakeChannel(posenc.address()));
-    echo_channels.push_back(MakeChannel(echo.address()));
-  }
+  const auto posenc_channels = Channels(posenc.address());
+  const auto echo_channels = Channels(echo.address());
   json results = json::array();
-  for (size_t payload : payloads) {
+  for (size_t payload : Payloads(o)) {
     v1::EncodeRequest message;
-    const grpc::ByteBuffer request = MakeRequest(payload, &message);
-    const std::vector<grpc::ByteBuffer> requests = {request};
+    const std::vector<grpc::ByteBuffer> requests = {MakeRequest(payload, &message)};
     {
       grpc::GenericStub posenc_stub(posenc_channels[0]);
       grpc::GenericStub echo_stub(echo_channels[0]);
-      Verify("posenc-server", posenc_stub, request, payload, false);
-      Verify("posenc-bench-echo", echo_stub, request, payload, true);
+      Verify("posenc-server", posenc_stub, requests[0], payload, false);
+      Verify("posenc-bench-echo", echo_stub, requests[0], payload, true);
     }
-    const double seconds = o.cell_seconds * (payload >= (size_t{16} << 20) ? 2.5 : 1.0);
     for (bool streaming : {false, true}) {
-      for (int concurrency : concurrencies) {
-        const std::string cell = absl::StrCat(streaming ? "EncodeStream " : "Encode ",
-                                              PayloadLabel(payload), " x", concurrency);
-        if (!o.filter.empty() && cell.find(o.filter) == std::string::npos) continue;
-        CellResult best_posenc, best_echo;
-        for (int round = 0; round < o.rounds; ++round) {
-          // Warm-up of each channel the cell uses, then the timed cell; echo first, then
-          // posenc, alternating over rounds.
-          const double warm = std::min(0.1, seconds / 4);
-          RunCell(echo_channels, streaming, requests, payload, concurrency, warm);
-          CellResult e = RunCell(echo_channels, streaming, requests, payload, concurrency, seconds);
-          RunCell(posenc_channels, streaming, requests, payload, concurrency, warm);
-          CellResult p =
-              RunCell(posenc_channels, streaming, requests, payload, concurrency, seconds);
-          if (e.mbps > best_echo.mbps) best_echo = e;
-          if (p.mbps > best_posenc.mbps) best_posenc = p;
+      for (int concurrency : {1, 8}) {
+        if (!Selected(o, absl::StrCat(streaming ? "EncodeStream " : "Encode ",
+                                      PayloadLabel(payload), " x", concurrency))) {
+          continue;
         }
-        json r{{"rpc", streaming ? "EncodeStream" : "Encode"},
-               {"scheme", "sinusoidal_add_fp32"},
-               {"payload_bytes", payload},
-               {"concurrency", concurrency},
-               {"posenc_rps", best_posenc.rps},
-               {"echo_rps", best_echo.rps},
-               {"posenc_mbps", best_posenc.mbps},
-               {"echo_mbps", best_echo.mbps},
-               {"ratio", best_posenc.mbps / best_echo.mbps},
-               {"posenc_p50_ms", best_posenc.p50_ms},
-               {"echo_p50_ms", best_echo.p50_ms},
-               {"posenc_p99_ms", best_posenc.p99_ms},
-               {"echo_p99_ms", best_echo.p99_ms},
-               {"p99_ratio", best_posenc.p99_ms / best_echo.p99_ms},
-               {"posenc_requests", best_posenc.requests},
-               {"echo_requests", best_echo.requests}};
+        // Echo first, then posenc.
+        const auto [echo_best, posenc_best] =
+            BestOfRounds(o, {echo_channels, requests}, {posenc_channels, requests}, streaming,
+                         payload, concurrency);
         if (!o.json) {
           std::fprintf(stderr, "  e2e %-12s %9zu B x%d: posenc %8.1f MB/s echo %8.1f MB/s\n",
                        streaming ? "EncodeStream" : "Encode", payload, concurrency,
-                       best_posenc.mbps, best_echo.mbps);
+                       posenc_best.mbps, echo_best.mbps);
         }
-        results.push_back(std::move(r));
+        results.push_back(E2eRow(streaming, payload, concurrency, posenc_best, echo_best));
       }
     }
   }
@@ -338,7 +375,6 @@ json RunE2e(const Options& o) {
 }
 
 namespace {
-
 
 // The in-process kernel alone on `shape` (sinusoidal ADD, fp32): the ceiling any transport
 // can reach. Returns payload MB/s.
@@ -358,92 +394,98 @@ double KernelMbps(const Shape& shape, size_t payload_bytes) {
   return static_cast<double>(payload_bytes) / s / 1e6;
 }
 
+// A region of 8 payloads under `key`, its first two filled with 0.25, registered as "bench".
+client::ShmRegion RegisterRegion(v1::PositionalEncoding::Stub& stub, const std::string& key,
+                                 size_t payload) {
+  absl::StatusOr<client::ShmRegion> region = client::ShmRegion::Create(key, 8 * payload);
+  Check(region.status(), "ShmRegion::Create");
+  FillFloats(region->bytes().data(), DType::kFloat32, 2 * payload / sizeof(float), 0.25f);
+  grpc::ClientContext ctx;
+  v1::RegisterSharedMemoryResponse resp;
+  const grpc::Status st = stub.RegisterSharedMemory(&ctx, region->RegisterRequest("bench"), &resp);
+  if (!st.ok()) Check(absl::UnknownError(st.error_message()), "RegisterSharedMemory");
+  return std::move(*region);
+}
+
+void UnregisterRegion(v1::PositionalEncoding::Stub& stub) {
+  grpc::ClientContext ctx;
+  v1::UnregisterSharedMemoryRequest unregister;
+  unregister.set_name("bench");
+  v1::UnregisterSharedMemoryResponse resp;
+  stub.UnregisterSharedMemory(&ctx, unregister, &resp);
+}
+
+// One Encode by reference per worker, each on its own slice of the region; the first is
+// checked once: position 0, feature 1 gains cos(0) = 1.
+std::vector<grpc::ByteBuffer> ShmRequests(v1::PositionalEncoding::Stub& stub,
+                                          const client::ShmRegion& region, size_t payload) {
+  std::vector<grpc::ByteBuffer> requests;
+  for (int w = 0; w < 8; ++w) {
+    v1::EncodeRequest m;
+    for (int64_t d : PayloadShape(payload)) m.mutable_input()->add_shape(d);
+    m.mutable_input()->set_dtype(v1::FLOAT32);
+    *m.mutable_input()->mutable_shm() = client::ShmRegion::Ref("bench", w * payload, payload);
+    m.mutable_sinusoidal();
+    requests.push_back(Serialize(m));
+    if (w != 0) continue;
+    grpc::ClientContext ctx;
+    v1::EncodeResponse resp;
+    const grpc::Status st = stub.Encode(&ctx, m, &resp);
+    float value = 0;
+    std::memcpy(&value, region.bytes().data() + sizeof(float), sizeof(float));
+    if (!st.ok() || std::fabs(value - 1.25f) > 1e-6f) {
+      std::fprintf(stderr, "posenc-bench: Encode by reference answered wrongly (%s, %g)\n",
+                   st.error_message().c_str(), value);
+      std::exit(1);
+    }
+  }
+  return requests;
+}
+
+json ShmRow(size_t payload, int concurrency, const CellResult& shm, const CellResult& inline_,
+            double kernel_mbps) {
+  return {{"rpc", "Encode"},
+          {"payload_bytes", payload},
+          {"concurrency", concurrency},
+          {"shm_mbps", shm.mbps},
+          {"inline_mbps", inline_.mbps},
+          {"kernel_mbps", kernel_mbps},
+          {"speedup", shm.mbps / inline_.mbps},
+          {"kernel_ratio", shm.mbps / kernel_mbps},
+          {"shm_p50_ms", shm.p50_ms},
+          {"inline_p50_ms", inline_.p50_ms}};
+}
+
 }  // namespace
 
 // Encode by shared-memory reference against the same Encode inline and the kernel alone, in
 // one run: each worker rotates its own slice of one region in place.
 json RunShm(const Options& o) {
-  std::vector<std::string> server_args = {o.server_binary, "--listen=127.0.0.1:0",
-                                          "--metrics_listen=", "--shm"};
-  if (o.threads > 0) server_args.push_back(absl::StrCat("--threads=", o.threads));
-  ChildServer posenc("posenc-server --shm", server_args);
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (int i = 0; i < 8; ++i) channels.push_back(MakeChannel(posenc.address()));
+  ChildServer posenc("posenc-server --shm", ServerArgs(o, {"--shm"}));
+  const auto channels = Channels(posenc.address());
   auto stub = v1::PositionalEncoding::NewStub(channels[0]);
-  std::vector<size_t> payloads = {64 << 10, 1 << 20, 4 << 20, 48 << 20};
-  if (o.quick) payloads = {64 << 10, 1 << 20};
   json results = json::array();
-  for (size_t payload : payloads) {
-    const std::string key = absl::StrCat("/posenc_bench_", getpid(), "_", payload);
-    absl::StatusOr<client::ShmRegion> region = client::ShmRegion::Create(key, 8 * payload);
-    Check(region.status(), "ShmRegion::Create");
-    FillFloats(region->bytes().data(), DType::kFloat32, 2 * payload / sizeof(float), 0.25f);
-    {
-      grpc::ClientContext ctx;
-      v1::RegisterSharedMemoryResponse resp;
-      const grpc::Status st =
-          stub->RegisterSharedMemory(&ctx, region->RegisterRequest("bench"), &resp);
-      if (!st.ok()) Check(absl::UnknownError(st.error_message()), "RegisterSharedMemory");
-    }
-    std::vector<grpc::ByteBuffer> shm_requests;
-    for (int w = 0; w < 8; ++w) {
-      v1::EncodeRequest m;
-      for (int64_t d : PayloadShape(payload)) m.mutable_input()->add_shape(d);
-      m.mutable_input()->set_dtype(v1::FLOAT32);
-      *m.mutable_input()->mutable_shm() = client::ShmRegion::Ref("bench", w * payload, payload);
-      m.mutable_sinusoidal();
-      shm_requests.push_back(Serialize(m));
-      if (w == 0) {  // checked once: position 0, feature 1 gains cos(0) = 1
-        grpc::ClientContext ctx;
-        v1::EncodeResponse resp;
-        const grpc::Status st = stub->Encode(&ctx, m, &resp);
-        float value = 0;
-        std::memcpy(&value, region->bytes().data() + sizeof(float), sizeof(float));
-        if (!st.ok() || std::fabs(value - 1.25f) > 1e-6f) {
-          std::fprintf(stderr, "posenc-bench: Encode by reference answered wrongly (%s, %g)\n",
-                       st.error_message().c_str(), value);
-          std::exit(1);
-        }
-      }
-    }
+  for (size_t payload : Payloads(o)) {
+    const client::ShmRegion region =
+        RegisterRegion(*stub, absl::StrCat("/posenc_bench_", getpid(), "_", payload), payload);
+    const std::vector<grpc::ByteBuffer> shm_requests = ShmRequests(*stub, region, payload);
     v1::EncodeRequest inline_message;
     const std::vector<grpc::ByteBuffer> inline_requests = {MakeRequest(payload, &inline_message)};
     const double kernel_mbps = KernelMbps(PayloadShape(payload), payload);
-    const double seconds = o.cell_seconds * (payload >= (size_t{16} << 20) ? 2.5 : 1.0);
     for (int concurrency : {1, 8}) {
-      const std::string cell = absl::StrCat("shm Encode ", PayloadLabel(payload), " x",
-                                            concurrency);
-      if (!o.filter.empty() && cell.find(o.filter) == std::string::npos) continue;
-      CellResult best_shm, best_inline;
-      for (int round = 0; round < o.rounds; ++round) {
-        const double warm = std::min(0.1, seconds / 4);
-        RunCell(channels, false, inline_requests, payload, concurrency, warm);
-        CellResult i = RunCell(channels, false, inline_requests, payload, concurrency, seconds);
-        RunCell(channels, false, shm_requests, payload, concurrency, warm);
-        CellResult m = RunCell(channels, false, shm_requests, payload, concurrency, seconds);
-        if (i.mbps > best_inline.mbps) best_inline = i;
-        if (m.mbps > best_shm.mbps) best_shm = m;
+      if (!Selected(o, absl::StrCat("shm Encode ", PayloadLabel(payload), " x", concurrency))) {
+        continue;
       }
-      results.push_back({{"rpc", "Encode"},
-                         {"payload_bytes", payload},
-                         {"concurrency", concurrency},
-                         {"shm_mbps", best_shm.mbps},
-                         {"inline_mbps", best_inline.mbps},
-                         {"kernel_mbps", kernel_mbps},
-                         {"speedup", best_shm.mbps / best_inline.mbps},
-                         {"kernel_ratio", best_shm.mbps / kernel_mbps},
-                         {"shm_p50_ms", best_shm.p50_ms},
-                         {"inline_p50_ms", best_inline.p50_ms}});
+      // Inline first, then by reference.
+      const auto [inline_best, shm_best] = BestOfRounds(
+          o, {channels, inline_requests}, {channels, shm_requests}, false, payload, concurrency);
+      results.push_back(ShmRow(payload, concurrency, shm_best, inline_best, kernel_mbps));
       if (!o.json) {
         std::fprintf(stderr, "  shm Encode %9zu B x%d: shm %8.1f MB/s inline %8.1f MB/s\n",
-                     payload, concurrency, best_shm.mbps, best_inline.mbps);
+                     payload, concurrency, shm_best.mbps, inline_best.mbps);
       }
     }
-    grpc::ClientContext ctx;
-    v1::UnregisterSharedMemoryRequest unregister;
-    unregister.set_name("bench");
-    v1::UnregisterSharedMemoryResponse resp;
-    stub->UnregisterSharedMemory(&ctx, unregister, &resp);
+    UnregisterRegion(*stub);
   }
   return results;
 }

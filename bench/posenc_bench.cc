@@ -22,11 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "bench/bench_common.h"
 #include "bench/kernel_cases.h"
 #include "bench/load.h"
 #include "bench/report.h"
+#include "server/common/flags.h"
 #include "server/kernels/threads.h"
 
 namespace posenc::bench {
@@ -51,39 +53,34 @@ std::string SiblingBinary(const std::string& relative) {
   return dir + "/../" + relative;
 }
 
+// Exits through Usage unless `v` holds a value.
+template <typename T>
+T OrUsage(absl::StatusOr<T> v) {
+  if (!v.ok()) Usage(std::string(v.status().message()));
+  return *std::move(v);
+}
+
+// The flags, on the one parser (server/common/flags.h).
 Options ParseOptions(int argc, char** argv) {
+  static const CommandFlags::Options kFlags{
+      {"json", "quick", "kernels-only", "e2e-only", "threads", "seconds", "rounds", "filter", "isa",
+       "server", "echo"},
+      {"json", "quick", "kernels-only", "e2e-only"},
+      '-'};
+  const CommandFlags f =
+      OrUsage(CommandFlags::Parse(std::vector<std::string>(argv + 1, argv + argc), kFlags));
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    if (name == "--json") {
-      o.json = true;
-    } else if (name == "--quick") {
-      o.quick = true;
-    } else if (name == "--kernels-only") {
-      o.e2e = false;
-    } else if (name == "--e2e-only") {
-      o.kernels = false;
-    } else if (name == "--threads") {
-      o.threads = std::atoi(value.c_str());
-    } else if (name == "--seconds") {
-      o.cell_seconds = std::atof(value.c_str());
-    } else if (name == "--rounds") {
-      o.rounds = std::max(1, std::atoi(value.c_str()));
-    } else if (name == "--filter") {
-      o.filter = value;
-    } else if (name == "--isa") {
-      o.isa = value;
-    } else if (name == "--server") {
-      o.server_binary = value;
-    } else if (name == "--echo") {
-      o.echo_binary = value;
-    } else {
-      Usage("unknown flag " + arg);
-    }
-  }
+  o.json = OrUsage(f.Bool("json"));
+  o.quick = OrUsage(f.Bool("quick"));
+  o.e2e = !OrUsage(f.Bool("kernels-only"));
+  o.kernels = !OrUsage(f.Bool("e2e-only"));
+  o.threads = static_cast<int>(OrUsage(f.IntIn("threads", 0, 1024, 0)));
+  o.cell_seconds = OrUsage(f.OptDouble("seconds")).value_or(o.cell_seconds);
+  o.rounds = static_cast<int>(std::max<int64_t>(1, OrUsage(f.IntIn("rounds", 0, 1000, o.rounds))));
+  o.filter = f.Str("filter");
+  o.isa = f.Str("isa");
+  o.server_binary = f.Str("server");
+  o.echo_binary = f.Str("echo");
   if (!o.kernels && !o.e2e) Usage("--kernels-only and --e2e-only exclude each other");
   if (o.quick) {
     o.cell_seconds = std::min(o.cell_seconds, 0.25);

@@ -36,124 +36,137 @@ json MachineInfo() {
               {"loadavg_at_start", load}};
 }
 
+namespace {
+
+// Large kernels against their roofline.
+void KernelTargets(const json& kernels, json& targets) {
+  for (const json& k : kernels) {
+    // Comparison rows (add_vector / add_onednn: two implementations of the add the
+    // service runs as sinusoidal_add / learned_add) are shown, not judged.
+    if (k["size"] != "large" || k.value("comparison", false)) continue;
+    const std::string what =
+        absl::StrCat(k["name"].get<std::string>(), " ", k["dtype"].get<std::string>(), " ",
+                     k.value("isa", std::string("?")));
+    // The builds only write: judged against the write-only roofline beside them.
+    const bool write_only = k.contains("write_ratio");
+    const double value = k[write_only ? "write_ratio" : "ratio"].get<double>();
+    targets.push_back({{"target", write_only ? "large build >= 0.8 of write-only roofline"
+                                             : "large kernel >= 0.8 of roofline"},
+                       {"what", what},
+                       {"value", value},
+                       {"met", value >= 0.8}});
+  }
+}
+
+// Shared memory: 48 MiB against inline and the kernel, 64 KiB latency against inline.
+void ShmTargets(const json& shm, json& targets) {
+  for (const json& r : shm) {
+    const std::string what = absl::StrCat("shm Encode ", PayloadLabel(r["payload_bytes"]),
+                                          " x", r["concurrency"].get<int>());
+    if (r["payload_bytes"].get<size_t>() == (size_t{48} << 20)) {
+      targets.push_back({{"target", "shm speedup over inline >= 20"}, {"what", what},
+                         {"value", r["speedup"]}, {"met", r["speedup"].get<double>() >= 20}});
+      targets.push_back({{"target", "shm >= 0.6 of the kernel alone"}, {"what", what},
+                         {"value", r["kernel_ratio"]},
+                         {"met", r["kernel_ratio"].get<double>() >= 0.6}});
+    } else if (r["payload_bytes"].get<size_t>() == (size_t{64} << 10)) {
+      const double p50_ratio =
+          r["shm_p50_ms"].get<double>() / std::max(1e-9, r["inline_p50_ms"].get<double>());
+      targets.push_back({{"target", "shm p50 <= inline p50 (64 KiB)"}, {"what", what},
+                         {"value", p50_ratio}, {"met", p50_ratio <= 1.0}});
+    }
+  }
+}
+
+// End to end: throughput from 1 MiB up, and 64 KiB x8 stream latency, against the echo.
+void E2eTargets(const json& e2e, json& targets) {
+  for (const json& e : e2e) {
+    const size_t payload = e["payload_bytes"];
+    const std::string what = absl::StrCat(e["rpc"].get<std::string>(), " ",
+                                          PayloadLabel(payload), " x",
+                                          e["concurrency"].get<int>());
+    if (payload >= (1 << 20)) {
+      targets.push_back({{"target", "e2e throughput >= 0.9 of echo"},
+                         {"what", what},
+                         {"value", e["ratio"]},
+                         {"met", e["ratio"].get<double>() >= 0.9}});
+    }
+    if (payload == (64 << 10) && e["concurrency"] == 8 && e["rpc"] == "EncodeStream") {
+      targets.push_back({{"target", "p99 at 64 KiB x8 streams <= 1.2 of echo"},
+                         {"what", what},
+                         {"value", e["p99_ratio"]},
+                         {"met", e["p99_ratio"].get<double>() <= 1.2}});
+    }
+  }
+}
+
+}  // namespace
 
 // The targets, each with the measured value it was judged on.
 json Targets(const json& doc) {
   json targets = json::array();
-  if (doc.contains("kernels")) {
-    for (const json& k : doc["kernels"]) {
-      // Comparison rows (add_vector / add_onednn: two implementations of the add the
-      // service runs as sinusoidal_add / learned_add) are shown, not judged.
-      if (k["size"] != "large" || k.value("comparison", false)) continue;
-      const std::string what =
-          absl::StrCat(k["name"].get<std::string>(), " ", k["dtype"].get<std::string>(), " ",
-                       k.value("isa", std::string("?")));
-      // The builds only write: judged against the write-only roofline beside them.
-      const bool write_only = k.contains("write_ratio");
-      const double value = k[write_only ? "write_ratio" : "ratio"].get<double>();
-      targets.push_back({{"target", write_only ? "large build >= 0.8 of write-only roofline"
-                                               : "large kernel >= 0.8 of roofline"},
-                         {"what", what},
-                         {"value", value},
-                         {"met", value >= 0.8}});
-    }
-  }
-  if (doc.contains("shm")) {
-    for (const json& r : doc["shm"]) {
-      const std::string what = absl::StrCat("shm Encode ", PayloadLabel(r["payload_bytes"]),
-                                            " x", r["concurrency"].get<int>());
-      if (r["payload_bytes"].get<size_t>() == (size_t{48} << 20)) {
-        targets.push_back({{"target", "shm speedup over inline >= 20"}, {"what", what},
-                           {"value", r["speedup"]}, {"met", r["speedup"].get<double>() >= 20}});
-        targets.push_back({{"target", "shm >= 0.6 of the kernel alone"}, {"what", what},
-                           {"value", r["kernel_ratio"]},
-                           {"met", r["kernel_ratio"].get<double>() >= 0.6}});
-      } else if (r["payload_bytes"].get<size_t>() == (size_t{64} << 10)) {
-        const double p50_ratio =
-            r["shm_p50_ms"].get<double>() / std::max(1e-9, r["inline_p50_ms"].get<double>());
-        targets.push_back({{"target", "shm p50 <= inline p50 (64 KiB)"}, {"what", what},
-                           {"value", p50_ratio}, {"met", p50_ratio <= 1.0}});
-      }
-    }
-  }
-  if (doc.contains("e2e")) {
-    for (const json& e : doc["e2e"]) {
-      const size_t payload = e["payload_bytes"];
-      const std::string what = absl::StrCat(e["rpc"].get<std::string>(), " ",
-                                            PayloadLabel(payload), " x",
-                                            e["concurrency"].get<int>());
-      if (payload >= (1 << 20)) {
-        targets.push_back({{"target", "e2e throughput >= 0.9 of echo"},
-                           {"what", what},
-                           {"value", e["ratio"]},
-                           {"met", e["ratio"].get<double>() >= 0.9}});
-      }
-      if (payload == (64 << 10) && e["concurrency"] == 8 && e["rpc"] == "EncodeStream") {
-        targets.push_back({{"target", "p99 at 64 KiB x8 streams <= 1.2 of echo"},
-                           {"what", what},
-                           {"value", e["p99_ratio"]},
-                           {"met", e["p99_ratio"].get<double>() <= 1.2}});
-      }
-    }
-  }
+  if (doc.contains("kernels")) KernelTargets(doc["kernels"], targets);
+  if (doc.contains("shm")) ShmTargets(doc["shm"], targets);
+  if (doc.contains("e2e")) E2eTargets(doc["e2e"], targets);
   return targets;
 }
 
-void PrintTable(const json& doc) {
-  const json& m = doc["machine"];
-  std::printf("machine: %s, %d cores, kernel threads %d, loadavg at start %s\n",
-              m["cpu_model"].get<std::string>().c_str(), m["cores"].get<int>(),
-              m["kernel_threads"].get<int>(), m["loadavg_at_start"].get<std::string>().c_str());
-  if (doc.contains("kernels")) {
-    std::printf("\n%-6s %-15s %-22s %-5s %-7s %10s %9s %9s %7s %s\n", "isa", "kernel", "shape",
-                "dtype", "impl", "ms", "GB/s", "roof GB/s", "ratio", "write-only roof GB/s, ratio");
-    for (const json& k : doc["kernels"]) {
-      std::printf("%-6s %-15s %-22s %-5s %-7s %10.3f %9.1f %9.1f %7.2f",
-                  k.value("isa", std::string("?")).c_str(),
-                  k["name"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
-                  k["dtype"].get<std::string>().c_str(),
-                  k.value("impl", std::string("-")).c_str(), k["ms"].get<double>(),
-                  k["gbps"].get<double>(), k["roofline_gbps"].get<double>(),
-                  k["ratio"].get<double>());
-      if (k.contains("write_roofline_gbps")) {
-        std::printf(" %9.1f %5.2f", k["write_roofline_gbps"].get<double>(),
-                    k["write_ratio"].get<double>());
-      }
-      std::printf("\n");
+namespace {
+
+void PrintKernels(const json& kernels) {
+  std::printf("\n%-6s %-15s %-22s %-5s %-7s %10s %9s %9s %7s %s\n", "isa", "kernel", "shape",
+              "dtype", "impl", "ms", "GB/s", "roof GB/s", "ratio", "write-only roof GB/s, ratio");
+  for (const json& k : kernels) {
+    std::printf("%-6s %-15s %-22s %-5s %-7s %10.3f %9.1f %9.1f %7.2f",
+                k.value("isa", std::string("?")).c_str(),
+                k["name"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
+                k["dtype"].get<std::string>().c_str(),
+                k.value("impl", std::string("-")).c_str(), k["ms"].get<double>(),
+                k["gbps"].get<double>(), k["roofline_gbps"].get<double>(),
+                k["ratio"].get<double>());
+    if (k.contains("write_roofline_gbps")) {
+      std::printf(" %9.1f %5.2f", k["write_roofline_gbps"].get<double>(),
+                  k["write_ratio"].get<double>());
     }
+    std::printf("\n");
   }
-  if (doc.contains("e2e")) {
-    std::printf("\n%-12s %-7s %4s %9s %9s %9s %9s %6s %8s %8s %8s %8s %6s\n", "rpc", "payload",
-                "conc", "posenc/s", "echo/s", "posMB/s", "echoMB/s", "ratio", "pos p50",
-                "echo p50", "pos p99", "echo p99", "p99 x");
-    for (const json& e : doc["e2e"]) {
-      std::printf("%-12s %-7s %4d %9.1f %9.1f %9.1f %9.1f %6.2f %8.3f %8.3f %8.3f %8.3f %6.2f\n",
-                  e["rpc"].get<std::string>().c_str(),
-                  PayloadLabel(e["payload_bytes"].get<size_t>()).c_str(),
-                  e["concurrency"].get<int>(), e["posenc_rps"].get<double>(),
-                  e["echo_rps"].get<double>(), e["posenc_mbps"].get<double>(),
-                  e["echo_mbps"].get<double>(), e["ratio"].get<double>(),
-                  e["posenc_p50_ms"].get<double>(), e["echo_p50_ms"].get<double>(),
-                  e["posenc_p99_ms"].get<double>(), e["echo_p99_ms"].get<double>(),
-                  e["p99_ratio"].get<double>());
-    }
+}
+
+void PrintE2e(const json& e2e) {
+  std::printf("\n%-12s %-7s %4s %9s %9s %9s %9s %6s %8s %8s %8s %8s %6s\n", "rpc", "payload",
+              "conc", "posenc/s", "echo/s", "posMB/s", "echoMB/s", "ratio", "pos p50",
+              "echo p50", "pos p99", "echo p99", "p99 x");
+  for (const json& e : e2e) {
+    std::printf("%-12s %-7s %4d %9.1f %9.1f %9.1f %9.1f %6.2f %8.3f %8.3f %8.3f %8.3f %6.2f\n",
+                e["rpc"].get<std::string>().c_str(),
+                PayloadLabel(e["payload_bytes"].get<size_t>()).c_str(),
+                e["concurrency"].get<int>(), e["posenc_rps"].get<double>(),
+                e["echo_rps"].get<double>(), e["posenc_mbps"].get<double>(),
+                e["echo_mbps"].get<double>(), e["ratio"].get<double>(),
+                e["posenc_p50_ms"].get<double>(), e["echo_p50_ms"].get<double>(),
+                e["posenc_p99_ms"].get<double>(), e["echo_p99_ms"].get<double>(),
+                e["p99_ratio"].get<double>());
   }
-  if (doc.contains("shm")) {
-    std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc",
-                "shmMB/s", "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
-    for (const json& r : doc["shm"]) {
-      std::printf("%-8s %-7s %4d %9.1f %9.1f %9.1f %8.1f %7.2f %8.3f %8.3f\n",
-                  r["rpc"].get<std::string>().c_str(),
-                  PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
-                  r["concurrency"].get<int>(), r["shm_mbps"].get<double>(),
-                  r["inline_mbps"].get<double>(), r["kernel_mbps"].get<double>(),
-                  r["speedup"].get<double>(), r["kernel_ratio"].get<double>(),
-                  r["shm_p50_ms"].get<double>(), r["inline_p50_ms"].get<double>());
-    }
+}
+
+void PrintShm(const json& shm) {
+  std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc",
+              "shmMB/s", "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
+  for (const json& r : shm) {
+    std::printf("%-8s %-7s %4d %9.1f %9.1f %9.1f %8.1f %7.2f %8.3f %8.3f\n",
+                r["rpc"].get<std::string>().c_str(),
+                PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
+                r["concurrency"].get<int>(), r["shm_mbps"].get<double>(),
+                r["inline_mbps"].get<double>(), r["kernel_mbps"].get<double>(),
+                r["speedup"].get<double>(), r["kernel_ratio"].get<double>(),
+                r["shm_p50_ms"].get<double>(), r["inline_p50_ms"].get<double>());
   }
+}
+
+void PrintTargets(const json& targets) {
   int met = 0, total = 0;
   std::printf("\ntargets:\n");
-  for (const json& t : doc["targets"]) {
+  for (const json& t : targets) {
     ++total;
     met += t["met"].get<bool>() ? 1 : 0;
     std::printf("  %-4s %-42s %-33s %.2f\n", t["met"].get<bool>() ? "met" : "MISS",
@@ -163,5 +176,17 @@ void PrintTable(const json& doc) {
   std::printf("  %d of %d met\n", met, total);
 }
 
+}  // namespace
+
+void PrintTable(const json& doc) {
+  const json& m = doc["machine"];
+  std::printf("machine: %s, %d cores, kernel threads %d, loadavg at start %s\n",
+              m["cpu_model"].get<std::string>().c_str(), m["cores"].get<int>(),
+              m["kernel_threads"].get<int>(), m["loadavg_at_start"].get<std::string>().c_str());
+  if (doc.contains("kernels")) PrintKernels(doc["kernels"]);
+  if (doc.contains("e2e")) PrintE2e(doc["e2e"]);
+  if (doc.contains("shm")) PrintShm(doc["shm"]);
+  PrintTargets(doc["targets"]);
+}
 
 }  // namespace posenc::bench

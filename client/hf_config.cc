@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -89,23 +90,154 @@ class JsonReader {
   std::string prefix_;
 };
 
-absl::StatusOr<v1::RopeScalingType> ScalingTypeFromName(const std::string& name,
-                                                        const std::string& source,
-                                                        const std::string& key) {
+// What every scaling type's parser may read: the scaling object, the top-level config, and
+// the factor and lengths HF takes from either (read before any type's own keys, in this order).
+struct ScalingInputs {
+  const JsonReader& s;    // rope_scaling (or rope_parameters)
+  const JsonReader& top;  // the whole config
+  int64_t rotary_dim;
+  std::optional<double> factor;
+  std::optional<int64_t> original;      // s.original_max_position_embeddings
+  std::optional<int64_t> top_original;  // top-level original_max_position_embeddings
+  std::optional<int64_t> max_pos;       // top-level max_position_embeddings
+};
+
+// Copies the optional `key` of `s` into `out` through `set` (absent or null: unchanged).
+template <typename T>
+absl::Status CopyOptional(const JsonReader& s, const char* key, v1::RopeScaling* out,
+                          void (v1::RopeScaling::*set)(T)) {
+  std::optional<T> value;
+  if constexpr (std::is_same_v<T, bool>) {
+    ASSIGN_OR_RETURN(value, s.Bool(key));
+  } else {
+    ASSIGN_OR_RETURN(value, s.Number(key));
+  }
+  if (value) (out->*set)(*value);
+  return absl::OkStatus();
+}
+
+// One parser per HF rope_type, as modeling_rope_utils.py keeps one
+// _compute_*_rope_parameters each; each checks what its type requires.
+
+absl::Status ParseLinear(const ScalingInputs& in, v1::RopeScaling* out) {
+  if (!in.factor) return in.s.Missing("factor", "for linear scaling");
+  out->set_factor(*in.factor);
+  return absl::OkStatus();
+}
+
+// HF's dynamic NTK grows the base once the sequence passes the model's
+// max_position_embeddings.
+absl::Status ParseDynamic(const ScalingInputs& in, v1::RopeScaling* out) {
+  if (!in.factor) return in.s.Missing("factor", "for dynamic scaling");
+  out->set_factor(*in.factor);
+  if (!in.max_pos) return in.top.Missing("max_position_embeddings", "for dynamic scaling");
+  out->set_max_position_embeddings(*in.max_pos);
+  if (in.original) out->set_original_max_position_embeddings(*in.original);
+  return absl::OkStatus();
+}
+
+absl::Status ParseYarn(const ScalingInputs& in, v1::RopeScaling* out) {
+  // HF: original length from rope_scaling, else the model's max_position_embeddings; no
+  // factor means max_position_embeddings / original.
+  const std::optional<int64_t> orig = in.original ? in.original : in.max_pos;
+  std::optional<double> factor = in.factor;
+  if (!factor && orig && in.max_pos && *orig > 0) {
+    factor = static_cast<double>(*in.max_pos) / static_cast<double>(*orig);
+  }
+  if (!factor) return in.s.Missing("factor", "for yarn scaling");
+  out->set_factor(*factor);
+  if (orig) out->set_original_max_position_embeddings(*orig);
+  if (in.max_pos) out->set_max_position_embeddings(*in.max_pos);
+  RETURN_IF_ERROR(CopyOptional(in.s, "beta_fast", out, &v1::RopeScaling::set_beta_fast));
+  RETURN_IF_ERROR(CopyOptional(in.s, "beta_slow", out, &v1::RopeScaling::set_beta_slow));
+  RETURN_IF_ERROR(CopyOptional(in.s, "mscale", out, &v1::RopeScaling::set_mscale));
+  RETURN_IF_ERROR(CopyOptional(in.s, "mscale_all_dim", out, &v1::RopeScaling::set_mscale_all_dim));
+  return CopyOptional(in.s, "truncate", out, &v1::RopeScaling::set_truncate);
+}
+
+absl::Status ParseLlama3(const ScalingInputs& in, v1::RopeScaling* out) {
+  if (!in.factor) return in.s.Missing("factor", "for llama3 scaling");
+  if (!in.original) return in.s.Missing("original_max_position_embeddings", "for llama3 scaling");
+  out->set_factor(*in.factor);
+  out->set_original_max_position_embeddings(*in.original);
+  RETURN_IF_ERROR(CopyOptional(in.s, "low_freq_factor", out, &v1::RopeScaling::set_low_freq_factor));
+  return CopyOptional(in.s, "high_freq_factor", out, &v1::RopeScaling::set_high_freq_factor);
+}
+
+absl::Status ParseLongRope(const ScalingInputs& in, v1::RopeScaling* out) {
+  ASSIGN_OR_RETURN(std::vector<double> short_factor, in.s.NumberList("short_factor"));
+  ASSIGN_OR_RETURN(std::vector<double> long_factor, in.s.NumberList("long_factor"));
+  const size_t half = static_cast<size_t>(in.rotary_dim / 2);
+  if (short_factor.size() != half || long_factor.size() != half) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        in.top.source(), ": ", in.s.Name("short_factor"), " and ", in.s.Name("long_factor"),
+        " have ", short_factor.size(), " and ", long_factor.size(), " entries; rotary_dim ",
+        in.rotary_dim, " needs ", half, " each"));
+  }
+  out->mutable_short_factor()->Add(short_factor.begin(), short_factor.end());
+  out->mutable_long_factor()->Add(long_factor.begin(), long_factor.end());
+  // HF (Phi-3): a top-level original_max_position_embeddings wins, and then the factor
+  // is max_position_embeddings / original, whatever rope_scaling.factor says.
+  std::optional<double> factor = in.factor;
+  if (in.top_original) {
+    out->set_original_max_position_embeddings(*in.top_original);
+    if (in.max_pos && *in.top_original > 0) {
+      factor = static_cast<double>(*in.max_pos) / static_cast<double>(*in.top_original);
+    }
+  } else if (in.original || in.max_pos) {
+    out->set_original_max_position_embeddings(in.original ? *in.original : *in.max_pos);
+  } else {
+    return in.s.Missing("original_max_position_embeddings", "for longrope scaling");
+  }
+  if (in.max_pos) out->set_max_position_embeddings(*in.max_pos);
+  if (factor) out->set_factor(*factor);
+  return absl::OkStatus();
+}
+
+// HF's rope_type names; a null parser: the default rotation, nothing to scale.
+struct ScalingRule {
+  const char* name;
+  v1::RopeScalingType type;
+  absl::Status (*parse)(const ScalingInputs& in, v1::RopeScaling* out);
+};
+constexpr ScalingRule kScalingRules[] = {
+    {"default", v1::NONE, nullptr},
+    {"none", v1::NONE, nullptr},
+    // Qwen2-VL's multimodal rope: for text, all three position ids are equal and it reduces
+    // to the default rotation (HF computes its inverse frequencies with the default rule too).
+    {"mrope", v1::NONE, nullptr},
+    {"linear", v1::LINEAR, ParseLinear},
+    {"dynamic", v1::DYNAMIC, ParseDynamic},
+    {"yarn", v1::YARN, ParseYarn},
+    {"llama3", v1::LLAMA3, ParseLlama3},
+    {"longrope", v1::LONGROPE, ParseLongRope},
+    {"su", v1::LONGROPE, ParseLongRope},
+};
+
+absl::StatusOr<const ScalingRule*> ScalingRuleOf(const std::string& name, const std::string& source,
+                                                 const std::string& key) {
   const std::string n = absl::AsciiStrToLower(name);
-  if (n == "default" || n == "none") return v1::NONE;
-  // Qwen2-VL's multimodal rope: for text, all three position ids are equal and it reduces to
-  // the default rotation (HF computes its inverse frequencies with the default rule too).
-  if (n == "mrope") return v1::NONE;
-  if (n == "linear") return v1::LINEAR;
-  if (n == "dynamic") return v1::DYNAMIC;
-  if (n == "yarn") return v1::YARN;
-  if (n == "llama3") return v1::LLAMA3;
-  if (n == "longrope" || n == "su") return v1::LONGROPE;
+  for (const ScalingRule& rule : kScalingRules) {
+    if (n == rule.name) return &rule;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(source, ": ", key, " '", name,
                    "' is not supported; expected default, linear, dynamic, yarn, llama3, "
                    "longrope or su"));
+}
+
+// The scaling's rule from "rope_type", else the legacy "type"; nullptr when neither is
+// there and `type_required` is false.
+absl::StatusOr<const ScalingRule*> FindScalingRule(const JsonReader& s, bool type_required) {
+  ASSIGN_OR_RETURN(std::optional<std::string> type_name, s.String("rope_type"));
+  std::string type_key = s.Name("rope_type");
+  if (!type_name) {
+    ASSIGN_OR_RETURN(type_name, s.String("type"));
+    type_key = s.Name("type");
+  }
+  if (!type_name && !type_required) return nullptr;
+  if (!type_name) return s.Missing("rope_type", "(or the legacy \"type\")");
+  return ScalingRuleOf(*type_name, s.source(), type_key);
 }
 
 // Fills rope.scaling from HF's rope_scaling (or transformers 5's rope_parameters) object.
@@ -117,112 +249,102 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
         absl::StrCat(top.source(), ": ", key, " is ", scaling_json.dump(), "; expected an object"));
   }
   const JsonReader s(scaling_json, top.source(), key + ".");
-  ASSIGN_OR_RETURN(std::optional<std::string> type_name, s.String("rope_type"));
-  std::string type_key = s.Name("rope_type");
-  if (!type_name) {
-    ASSIGN_OR_RETURN(type_name, s.String("type"));
-    type_key = s.Name("type");
-  }
-  if (!type_name && !type_required) return absl::OkStatus();
-  if (!type_name) return s.Missing("rope_type", "(or the legacy \"type\")");
-  ASSIGN_OR_RETURN(const v1::RopeScalingType type,
-                   ScalingTypeFromName(*type_name, top.source(), type_key));
-  if (type == v1::NONE) return absl::OkStatus();
-
+  ASSIGN_OR_RETURN(const ScalingRule* rule, FindScalingRule(s, type_required));
+  if (rule == nullptr || rule->parse == nullptr) return absl::OkStatus();
   v1::RopeScaling* out = rope->mutable_scaling();
-  out->set_type(type);
-  ASSIGN_OR_RETURN(std::optional<double> factor, s.Number("factor"));
-  ASSIGN_OR_RETURN(std::optional<int64_t> original, s.Int("original_max_position_embeddings"));
-  ASSIGN_OR_RETURN(std::optional<int64_t> top_original, top.Int("original_max_position_embeddings"));
-  ASSIGN_OR_RETURN(std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
-  ASSIGN_OR_RETURN(std::optional<double> attention_factor, s.Number("attention_factor"));
-  if (attention_factor) out->set_attention_factor(*attention_factor);
-
-  switch (type) {
-    case v1::LINEAR:
-      if (!factor) return s.Missing("factor", "for linear scaling");
-      out->set_factor(*factor);
-      break;
-    case v1::DYNAMIC:
-      if (!factor) return s.Missing("factor", "for dynamic scaling");
-      out->set_factor(*factor);
-      // HF's dynamic NTK grows the base once the sequence passes the model's
-      // max_position_embeddings.
-      if (!max_pos) return top.Missing("max_position_embeddings", "for dynamic scaling");
-      out->set_max_position_embeddings(*max_pos);
-      if (original) out->set_original_max_position_embeddings(*original);
-      break;
-    case v1::YARN: {
-      // HF: original length from rope_scaling, else the model's max_position_embeddings.
-      const std::optional<int64_t> orig = original ? original : max_pos;
-      if (!factor && orig && max_pos && *orig > 0) {
-        factor = static_cast<double>(*max_pos) / static_cast<double>(*orig);
-      }
-      if (!factor) return s.Missing("factor", "for yarn scaling");
-      out->set_factor(*factor);
-      if (orig) out->set_original_max_position_embeddings(*orig);
-      if (max_pos) out->set_max_position_embeddings(*max_pos);
-      ASSIGN_OR_RETURN(std::optional<double> beta_fast, s.Number("beta_fast"));
-      ASSIGN_OR_RETURN(std::optional<double> beta_slow, s.Number("beta_slow"));
-      ASSIGN_OR_RETURN(std::optional<double> mscale, s.Number("mscale"));
-      ASSIGN_OR_RETURN(std::optional<double> mscale_all_dim, s.Number("mscale_all_dim"));
-      ASSIGN_OR_RETURN(std::optional<bool> truncate, s.Bool("truncate"));
-      if (beta_fast) out->set_beta_fast(*beta_fast);
-      if (beta_slow) out->set_beta_slow(*beta_slow);
-      if (mscale) out->set_mscale(*mscale);
-      if (mscale_all_dim) out->set_mscale_all_dim(*mscale_all_dim);
-      if (truncate) out->set_truncate(*truncate);
-      break;
-    }
-    case v1::LLAMA3: {
-      if (!factor) return s.Missing("factor", "for llama3 scaling");
-      if (!original) return s.Missing("original_max_position_embeddings", "for llama3 scaling");
-      ASSIGN_OR_RETURN(std::optional<double> low, s.Number("low_freq_factor"));
-      ASSIGN_OR_RETURN(std::optional<double> high, s.Number("high_freq_factor"));
-      out->set_factor(*factor);
-      out->set_original_max_position_embeddings(*original);
-      if (low) out->set_low_freq_factor(*low);
-      if (high) out->set_high_freq_factor(*high);
-      break;
-    }
-    case v1::LONGROPE: {
-      ASSIGN_OR_RETURN(std::vector<double> short_factor, s.NumberList("short_factor"));
-      ASSIGN_OR_RETURN(std::vector<double> long_factor, s.NumberList("long_factor"));
-      const size_t half = static_cast<size_t>(rotary_dim / 2);
-      if (short_factor.size() != half || long_factor.size() != half) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            top.source(), ": ", s.Name("short_factor"), " and ", s.Name("long_factor"), " have ",
-            short_factor.size(), " and ", long_factor.size(), " entries; rotary_dim ", rotary_dim,
-            " needs ", half, " each"));
-      }
-      out->mutable_short_factor()->Add(short_factor.begin(), short_factor.end());
-      out->mutable_long_factor()->Add(long_factor.begin(), long_factor.end());
-      // HF (Phi-3): a top-level original_max_position_embeddings wins, and then the factor
-      // is max_position_embeddings / original, whatever rope_scaling.factor says.
-      if (top_original) {
-        out->set_original_max_position_embeddings(*top_original);
-        if (max_pos && *top_original > 0) {
-          factor = static_cast<double>(*max_pos) / static_cast<double>(*top_original);
-        }
-      } else if (original) {
-        out->set_original_max_position_embeddings(*original);
-      } else if (max_pos) {
-        out->set_original_max_position_embeddings(*max_pos);
-      } else {
-        return s.Missing("original_max_position_embeddings", "for longrope scaling");
-      }
-      if (max_pos) out->set_max_position_embeddings(*max_pos);
-      if (factor) out->set_factor(*factor);
-      break;
-    }
-    default:
-      break;
-  }
+  out->set_type(rule->type);
+  ASSIGN_OR_RETURN(const std::optional<double> factor, s.Number("factor"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> original, s.Int("original_max_position_embeddings"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> top_original, top.Int("original_max_position_embeddings"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
+  RETURN_IF_ERROR(CopyOptional(s, "attention_factor", out, &v1::RopeScaling::set_attention_factor));
+  RETURN_IF_ERROR(rule->parse({s, top, rotary_dim, factor, original, top_original, max_pos}, out));
   if (out->has_factor() && !(out->factor() > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat(top.source(), ": ", s.Name("factor"), " is ", out->factor(), "; it must be > 0"));
   }
   return absl::OkStatus();
+}
+
+// The sizes: GPT-2 style names (n_head, n_embd, n_positions) appear in GPT-J configs.
+// `hidden` receives hidden_size (or n_embd) for the head width.
+absl::Status ReadSizes(const JsonReader& top, HfRopeConfig* out, std::optional<int64_t>* hidden) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> heads, top.Int("num_attention_heads"));
+  if (!heads) { ASSIGN_OR_RETURN(heads, top.Int("n_head")); }
+  ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads, top.Int("num_key_value_heads"));
+  ASSIGN_OR_RETURN(*hidden, top.Int("hidden_size"));
+  if (!*hidden) { ASSIGN_OR_RETURN(*hidden, top.Int("n_embd")); }
+  ASSIGN_OR_RETURN(std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
+  if (!max_pos) { ASSIGN_OR_RETURN(max_pos, top.Int("n_positions")); }
+  out->num_attention_heads = heads.value_or(0);
+  out->num_key_value_heads = kv_heads.value_or(out->num_attention_heads);
+  out->max_position_embeddings = max_pos.value_or(0);
+  return absl::OkStatus();
+}
+
+// rope_theta | rotary_emb_base | rope_parameters.rope_theta, default 10000; must be > 0.
+absl::StatusOr<double> ReadTheta(const JsonReader& top, const json* rope_parameters) {
+  ASSIGN_OR_RETURN(std::optional<double> theta, top.Number("rope_theta"));
+  if (!theta) { ASSIGN_OR_RETURN(theta, top.Number("rotary_emb_base")); }
+  if (!theta && rope_parameters != nullptr) {
+    ASSIGN_OR_RETURN(theta, JsonReader(*rope_parameters, top.source(), "rope_parameters.").Number("rope_theta"));
+  }
+  const double base = theta.value_or(10000.0);
+  if (!(base > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(top.source(), ": rope_theta is ", base, "; it must be > 0"));
+  }
+  return base;
+}
+
+// Head width: DeepSeek's MLA rotates only the qk_rope_head_dim part of each head.
+absl::StatusOr<int64_t> ReadHeadDim(const JsonReader& top, std::optional<int64_t> hidden,
+                                    int64_t heads) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, top.Int("qk_rope_head_dim"));
+  if (!head_dim) { ASSIGN_OR_RETURN(head_dim, top.Int("head_dim")); }
+  if (!head_dim) {
+    if (!hidden || heads <= 0) return top.Missing("head_dim", "(or hidden_size and num_attention_heads)");
+    head_dim = *hidden / heads;  // Python's //
+  }
+  if (*head_dim < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(top.source(), ": head_dim is ", *head_dim, "; it must be >= 2"));
+  }
+  return *head_dim;
+}
+
+// Rotary width: rotary_dim, else int(head_dim * partial_rotary_factor or rotary_pct).
+absl::StatusOr<int64_t> ReadRotaryDim(const JsonReader& top, int64_t head_dim) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> rotary_dim, top.Int("rotary_dim"));
+  std::string rotary_key = "rotary_dim";
+  if (!rotary_dim) {
+    ASSIGN_OR_RETURN(std::optional<double> fraction, top.Number("partial_rotary_factor"));
+    rotary_key = "partial_rotary_factor";
+    if (!fraction) {
+      ASSIGN_OR_RETURN(fraction, top.Number("rotary_pct"));
+      rotary_key = "rotary_pct";
+    }
+    if (fraction && !(*fraction > 0 && *fraction <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(top.source(), ": ", rotary_key, " is ", *fraction, "; it must be in (0, 1]"));
+    }
+    // int() truncates, as in HF.
+    rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * fraction.value_or(1.0));
+  }
+  if (*rotary_dim < 2 || *rotary_dim > head_dim || *rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(top.source(), ": ", rotary_key, " gives rotary_dim ",
+                                                   *rotary_dim, " for head_dim ", head_dim,
+                                                   "; it must be even and in [2, head_dim]"));
+  }
+  return *rotary_dim;
+}
+
+// Pairing: GPT-J and CodeGen rotate interleaved pairs; DeepSeek V2/V3 store their rope
+// features interleaved too (HF's rope_interleave, default true for them).
+absl::StatusOr<v1::RopeStyle> ReadStyle(const JsonReader& top, const std::string& model_type) {
+  bool interleaved = model_type == "gptj" || model_type == "codegen" ||
+                     model_type == "deepseek_v2" || model_type == "deepseek_v3";
+  ASSIGN_OR_RETURN(std::optional<bool> rope_interleave, top.Bool("rope_interleave"));
+  if (rope_interleave) interleaved = *rope_interleave;
+  return interleaved ? v1::GPTJ : v1::NEOX;
 }
 
 }  // namespace
@@ -236,89 +358,24 @@ absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& config, absl::string_v
   HfRopeConfig out;
   ASSIGN_OR_RETURN(std::optional<std::string> model_type, top.String("model_type"));
   out.model_type = model_type.value_or("");
-
-  // Sizes; GPT-2 style names (n_head, n_embd, n_positions) appear in GPT-J configs.
-  ASSIGN_OR_RETURN(std::optional<int64_t> heads, top.Int("num_attention_heads"));
-  if (!heads) { ASSIGN_OR_RETURN(heads, top.Int("n_head")); }
-  ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads, top.Int("num_key_value_heads"));
-  ASSIGN_OR_RETURN(std::optional<int64_t> hidden, top.Int("hidden_size"));
-  if (!hidden) { ASSIGN_OR_RETURN(hidden, top.Int("n_embd")); }
-  ASSIGN_OR_RETURN(std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
-  if (!max_pos) { ASSIGN_OR_RETURN(max_pos, top.Int("n_positions")); }
-  out.num_attention_heads = heads.value_or(0);
-  out.num_key_value_heads = kv_heads.value_or(out.num_attention_heads);
-  out.max_position_embeddings = max_pos.value_or(0);
-
+  std::optional<int64_t> hidden;
+  RETURN_IF_ERROR(ReadSizes(top, &out, &hidden));
   // transformers 5 moves theta and the scaling into one rope_parameters object.
   const json* rope_parameters = nullptr;
   if (auto it = config.find("rope_parameters"); it != config.end() && it->is_object()) {
     rope_parameters = &*it;
   }
-
-  // Theta.
-  ASSIGN_OR_RETURN(std::optional<double> theta, top.Number("rope_theta"));
-  if (!theta) { ASSIGN_OR_RETURN(theta, top.Number("rotary_emb_base")); }
-  if (!theta && rope_parameters != nullptr) {
-    ASSIGN_OR_RETURN(theta, JsonReader(*rope_parameters, source, "rope_parameters.").Number("rope_theta"));
-  }
-  const double base = theta.value_or(10000.0);
-  if (!(base > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": rope_theta is ", base, "; it must be > 0"));
-  }
+  ASSIGN_OR_RETURN(const double base, ReadTheta(top, rope_parameters));
   out.rope.set_base(base);
-
-  // Head width: DeepSeek's MLA rotates only the qk_rope_head_dim part of each head.
-  ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, top.Int("qk_rope_head_dim"));
-  if (!head_dim) { ASSIGN_OR_RETURN(head_dim, top.Int("head_dim")); }
-  if (!head_dim) {
-    if (!hidden || !heads || *heads <= 0) {
-      return top.Missing("head_dim", "(or hidden_size and num_attention_heads)");
-    }
-    head_dim = *hidden / *heads;  // Python's //
-  }
-  if (*head_dim < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": head_dim is ", *head_dim, "; it must be >= 2"));
-  }
-  out.head_dim = *head_dim;
-
-  // Rotary width.
-  ASSIGN_OR_RETURN(std::optional<int64_t> rotary_dim, top.Int("rotary_dim"));
-  std::string rotary_key = "rotary_dim";
-  if (!rotary_dim) {
-    ASSIGN_OR_RETURN(std::optional<double> fraction, top.Number("partial_rotary_factor"));
-    rotary_key = "partial_rotary_factor";
-    if (!fraction) {
-      ASSIGN_OR_RETURN(fraction, top.Number("rotary_pct"));
-      rotary_key = "rotary_pct";
-    }
-    if (fraction && !(*fraction > 0 && *fraction <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": ", rotary_key, " is ", *fraction, "; it must be in (0, 1]"));
-    }
-    // int() truncates, as in HF.
-    rotary_dim = static_cast<int64_t>(static_cast<double>(*head_dim) * fraction.value_or(1.0));
-  }
-  if (*rotary_dim < 2 || *rotary_dim > *head_dim || *rotary_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", rotary_key, " gives rotary_dim ",
-                                                   *rotary_dim, " for head_dim ", *head_dim,
-                                                   "; it must be even and in [2, head_dim]"));
-  }
-  out.rotary_dim = *rotary_dim;
-  if (*rotary_dim != *head_dim) out.rope.set_rotary_dim(static_cast<int32_t>(*rotary_dim));
-
-  // Pairing: GPT-J and CodeGen rotate interleaved pairs; DeepSeek V2/V3 store their rope
-  // features interleaved too (HF's rope_interleave, default true for them).
-  bool interleaved = out.model_type == "gptj" || out.model_type == "codegen" ||
-                     out.model_type == "deepseek_v2" || out.model_type == "deepseek_v3";
-  ASSIGN_OR_RETURN(std::optional<bool> rope_interleave, top.Bool("rope_interleave"));
-  if (rope_interleave) interleaved = *rope_interleave;
-  out.rope.set_style(interleaved ? v1::GPTJ : v1::NEOX);
-
-  // Scaling.
+  ASSIGN_OR_RETURN(out.head_dim, ReadHeadDim(top, hidden, out.num_attention_heads));
+  ASSIGN_OR_RETURN(out.rotary_dim, ReadRotaryDim(top, out.head_dim));
+  if (out.rotary_dim != out.head_dim) out.rope.set_rotary_dim(static_cast<int32_t>(out.rotary_dim));
+  ASSIGN_OR_RETURN(const v1::RopeStyle style, ReadStyle(top, out.model_type));
+  out.rope.set_style(style);
   if (top.Has("rope_scaling")) {
-    RETURN_IF_ERROR(ParseScaling(config.at("rope_scaling"), top, "rope_scaling", true, *rotary_dim, &out.rope));
+    RETURN_IF_ERROR(ParseScaling(config.at("rope_scaling"), top, "rope_scaling", true, out.rotary_dim, &out.rope));
   } else if (rope_parameters != nullptr) {
-    RETURN_IF_ERROR(ParseScaling(*rope_parameters, top, "rope_parameters", false, *rotary_dim, &out.rope));
+    RETURN_IF_ERROR(ParseScaling(*rope_parameters, top, "rope_parameters", false, out.rotary_dim, &out.rope));
   }
   return out;
 }

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <iostream>
 #include <map>
-#include <random>
 #include <set>
 #include <utility>
 
@@ -15,8 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/cli_call.h"
 #include "client/cli_flags.h"
 #include "client/posenc_client.h"
+#include "client/tensor_io.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/common/status_macros.h"
 #include "server/tensor/dtype.h"
@@ -105,10 +106,7 @@ absl::Status AddFloatInput(const Flags& f, ModelInferRequest& r, const std::stri
     return absl::InvalidArgumentError("--" + shape_flag + " must have positive dimensions");
   }
   ASSIGN_OR_RETURN(const DType type, FloatType(datatype.empty() ? "FP32" : datatype));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> values(static_cast<size_t>(n));
-  for (float& v : values) v = uniform(rng);
+  const std::vector<float> values = RandomFloats(static_cast<size_t>(n), seed);
   std::string bytes(values.size() * DTypeSize(type), '\0');
   FromFloat32(values.data(), type, bytes.data(), values.size());
   AddInput(r, name, DatatypeOf(type), shape, std::move(bytes));
@@ -202,26 +200,21 @@ int Report(const Flags& f, const ModelInferResponse& response, absl::Duration el
               << "  first: " << FirstValues(o.datatype(), raw, print) << "\n";
     if (o.name() != "output" || !f.Has("output")) continue;
     std::vector<int64_t> shape(o.shape().begin(), o.shape().end());
-    DType type = o.datatype() == "FP16" ? DType::kFloat16 : o.datatype() == "INT32" ? DType::kInt32 : DType::kFloat32;
-    std::string bytes = raw;
-    if (o.datatype() == "BF16") {  // .npy has no bfloat16
-      bytes.assign(raw.size() * 2, '\0');
-      ToFloat32(DType::kBFloat16, raw.data(), reinterpret_cast<float*>(bytes.data()), raw.size() / 2);
-    }
-    if (absl::Status s = WriteNpyFile(f.Str("output"), type, shape, bytes); !s.ok()) {
+    const DType type = o.datatype() == "FP16"   ? DType::kFloat16
+                       : o.datatype() == "BF16"  ? DType::kBFloat16
+                       : o.datatype() == "INT32" ? DType::kInt32
+                                                 : DType::kFloat32;
+    if (absl::Status s = WriteNpyWidened(f.Str("output"), type, shape, raw); !s.ok()) {
       std::cerr << "posenc-client: writing --output: " << s.message() << "\n";
       return kExitUsage;
     }
     std::cout << "wrote " << f.Str("output") << "\n";
   }
-  std::cout << absl::StrFormat("elapsed %.3f ms\n", absl::ToDoubleMilliseconds(elapsed));
+  PrintElapsed(elapsed);
   return kExitOk;
 }
 
-int Usage(const absl::Status& s) {
-  std::cerr << "posenc-client: " << s.message() << "\n(run posenc-client infer --help)\n";
-  return kExitUsage;
-}
+int Usage(const absl::Status& s) { return UsageError(s, "posenc-client", "posenc-client infer --help"); }
 
 }  // namespace
 
@@ -244,12 +237,7 @@ int RunInferCommand(const std::vector<std::string>& args) {
   ModelInferResponse response;
   const absl::Time start = absl::Now();
   const grpc::Status status = stub->ModelInfer(&context, *request, &response);
-  if (!status.ok()) {
-    std::cerr << "posenc-client: ModelInfer failed: "
-              << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
-              << ": " << status.error_message() << "\n";
-    return kExitRpc;
-  }
+  if (!status.ok()) return RpcError("ModelInfer", FromGrpcStatus(status));
   return Report(*f, response, absl::Now() - start);
 }
 

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
-#include <random>
 #include <set>
 #include <thread>
 #include <variant>
@@ -17,8 +16,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/cli_call.h"
 #include "client/cli_flags.h"
 #include "client/posenc_client.h"
+#include "client/tensor_io.h"
 #include "client/tensor_proto.h"
 #include "grpc/grpc.h"
 #include "nlohmann/json.hpp"
@@ -282,11 +283,7 @@ struct PreparedCall {
 
 absl::StatusOr<v1::Tensor> RandomTensor(const std::vector<int64_t>& shape, uint64_t seed) {
   ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape, "--mix"));
-  std::vector<float> values(static_cast<size_t>(n));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& v : values) v = uniform(rng);
-  return MakeTensor(values, shape);
+  return MakeTensor(RandomFloats(static_cast<size_t>(n), seed), shape);
 }
 
 absl::StatusOr<AnyRequest> BuildRequest(const MixItem& item, uint64_t seed) {
@@ -518,28 +515,26 @@ void PrintText(const LoadConfig& config, int64_t retry_buffer, const RunResult& 
   }
 }
 
-int UsageError(const absl::Status& status) {
-  std::cerr << "posenc-client load: " << status.message()
-            << "\n(run posenc-client load --help for usage)\n";
-  return kExitUsage;
+int LoadUsageError(const absl::Status& status) {
+  return UsageError(status, "posenc-client load", "posenc-client load --help for usage");
 }
 
 }  // namespace
 
 int RunLoadCommand(const std::vector<std::string>& args) {
   auto flags = ParseCommandFlags(args, kLoadFlags, {"retry", "json"});
-  if (!flags.ok()) return UsageError(flags.status());
+  if (!flags.ok()) return LoadUsageError(flags.status());
   if (flags->Has("help")) {
     std::cout << kLoadUsage;
     return kExitOk;
   }
   auto config = ReadLoadConfig(*flags);
-  if (!config.ok()) return UsageError(config.status());
+  if (!config.ok()) return LoadUsageError(config.status());
   auto calls = PrepareCalls(*config);
-  if (!calls.ok()) return UsageError(calls.status());
+  if (!calls.ok()) return LoadUsageError(calls.status());
   const int64_t retry_buffer = RetryBufferBytes(*config, *calls);
   auto clients = MakeClients(*config, retry_buffer);
-  if (!clients.ok()) return UsageError(clients.status());
+  if (!clients.ok()) return LoadUsageError(clients.status());
   for (const auto& client : *clients) {
     if (absl::Status s = client->WaitForConnected(config->client.timeout); !s.ok()) {
       std::cerr << "posenc-client load: cannot connect to " << config->client.target << " within "

@@ -47,6 +47,20 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
   return grpc::SslCredentials(ssl);
 }
 
+// One unary call on `stub` with a deadline `timeout` from now: the response, or the call's
+// status.
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CallUnary(Stub& stub,
+                                   grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                                             Response*),
+                                   const Request& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Response response;
+  RETURN_IF_ERROR(FromGrpcStatus((stub.*rpc)(&context, request, &response)));
+  return response;
+}
+
 }  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -87,39 +101,27 @@ void PosencClient::SetDeadline(grpc::ClientContext* context) const {
 }
 
 absl::StatusOr<v1::EncodeResponse> PosencClient::Encode(const v1::EncodeRequest& request) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::EncodeResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->Encode(&context, request, &response)));
-  return response;
+  return CallUnary(*stub_, &v1::PositionalEncoding::Stub::Encode, request, timeout_);
 }
 
 absl::Status PosencClient::RegisterSharedMemory(
     const v1::RegisterSharedMemoryRequest& request) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::RegisterSharedMemoryResponse response;
-  return FromGrpcStatus(stub_->RegisterSharedMemory(&context, request, &response));
+  return CallUnary(*stub_, &v1::PositionalEncoding::Stub::RegisterSharedMemory, request, timeout_)
+      .status();
 }
 
 absl::Status PosencClient::UnregisterSharedMemory(const std::string& name) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::UnregisterSharedMemoryRequest request;
   request.set_name(name);
-  v1::UnregisterSharedMemoryResponse response;
-  return FromGrpcStatus(stub_->UnregisterSharedMemory(&context, request, &response));
+  return CallUnary(*stub_, &v1::PositionalEncoding::Stub::UnregisterSharedMemory, request, timeout_)
+      .status();
 }
 
 absl::StatusOr<v1::SharedMemoryStatusResponse> PosencClient::SharedMemoryStatus(
     const std::string& name) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   v1::SharedMemoryStatusRequest request;
   request.set_name(name);
-  v1::SharedMemoryStatusResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->SharedMemoryStatus(&context, request, &response)));
-  return response;
+  return CallUnary(*stub_, &v1::PositionalEncoding::Stub::SharedMemoryStatus, request, timeout_);
 }
 
 absl::Status PosencClient::EncodeStream(
@@ -179,11 +181,7 @@ absl::StatusOr<std::vector<v1::EncodeResponse>> PosencClient::EncodeStream(
 }
 
 absl::StatusOr<v1::BiasResponse> PosencClient::AttentionBias(const v1::BiasRequest& request) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::BiasResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->AttentionBias(&context, request, &response)));
-  return response;
+  return CallUnary(*stub_, &v1::PositionalEncoding::Stub::AttentionBias, request, timeout_);
 }
 
 absl::StatusOr<std::vector<v1::TableChunk>> PosencClient::GetTable(
@@ -231,29 +229,19 @@ absl::StatusOr<v1::Tensor> PosencClient::GetTableTensor(const v1::TableRequest& 
 }
 
 absl::StatusOr<v1::ListSchemesResponse> PosencClient::ListSchemes() const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::ListSchemesResponse response;
-  RETURN_IF_ERROR(
-      FromGrpcStatus(stub_->ListSchemes(&context, v1::ListSchemesRequest(), &response)));
-  return response;
+  return CallUnary(*stub_, &v1::PositionalEncoding::Stub::ListSchemes, v1::ListSchemesRequest(),
+                   timeout_);
 }
 
 absl::StatusOr<v1::GraphResponse> PosencClient::GraphEncode(const v1::GraphRequest& request) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::GraphResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->GraphEncode(&context, request, &response)));
-  return response;
+  return CallUnary(*stub_, &v1::PositionalEncoding::Stub::GraphEncode, request, timeout_);
 }
 
 absl::StatusOr<HealthStatus> PosencClient::Health(const std::string& service) const {
-  grpc::ClientContext context;
-  SetDeadline(&context);
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
-  grpc::health::v1::HealthCheckResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(health_stub_->Check(&context, request, &response)));
+  ASSIGN_OR_RETURN(const grpc::health::v1::HealthCheckResponse response,
+                   CallUnary(*health_stub_, &grpc::health::v1::Health::Stub::Check, request, timeout_));
   return response.status();
 }
 

@@ -239,8 +239,11 @@ void PosencServer::Shutdown(std::chrono::milliseconds grace) {
   std::call_once(shutdown_once_, [&] {
     if (!server_) return;  // Start failed before the server existed
     const auto deadline = std::chrono::steady_clock::now() + grace;
-    health_->Shutdown();
+    // The drain's snapshot of open streams first: a health Watch that Shutdown ends must
+    // still be counted as the tracked stream it is, not taken for a call still uploading
+    // (which would let one new call from that client through).
     tracker_->StartDrain();
+    health_->Shutdown();
     tracker_->WaitIdle(deadline);
     // Cancels whatever is still running; long work polls for it and stops.
     server_->Shutdown(std::chrono::system_clock::now());

@@ -7,10 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bench/roofline.h"
 #include "server/kernels/add_kernel.h"
 #include "server/kernels/bias_kernel.h"
+#include "server/kernels/convert_kernel.h"
 #include "server/kernels/isa.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/rope_scheme.h"
@@ -41,6 +43,7 @@ struct KernelFixture {
         head_dim(head_dim), bias_heads(bias_heads), bias_len(bias_len),
         tensor(std::max({nb * seq * dim, q_batch * q_seq * q_heads * head_dim,
                          bias_heads * bias_len * bias_len}) * sizeof(float)),
+        concat_input(static_cast<size_t>(nb * seq * (dim / 2)) * sizeof(float)),
         cache(size_t{256} << 20) {
     learned = std::make_shared<Table>();
     learned->rows = seq;
@@ -53,6 +56,7 @@ struct KernelFixture {
   int64_t q_batch, q_seq, q_heads, head_dim;
   int64_t bias_heads, bias_len;
   Buffer tensor;
+  Buffer concat_input;  // CONCAT's x, [nb, seq, dim/2] (its output is `tensor`)
   TableCache cache;
   std::shared_ptr<Table> learned;
   std::vector<float> t5_table;  // [32 buckets, heads]
@@ -171,9 +175,47 @@ void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelC
                    nullptr});
 }
 
+// The copies that convert, each implementation side by side: CONCAT fusion
+// [nb, seq, dim/2] + pe [seq, dim/2] -> [nb, seq, dim], and a float32 table [seq, dim]
+// rounded to a 16-bit dtype (GetTable's chunks).
+void AddConvertCases(KernelFixture& f, const std::string& size, std::vector<KernelCase>& cases) {
+  void* out = f.tensor.data();
+  const void* x = f.concat_input.data();
+  const float* table = f.learned->data.data();
+  const int64_t half = f.dim / 2;
+  const Shape in_shape{f.nb, f.seq, half}, out_shape{f.nb, f.seq, f.dim};
+  const auto last = [] { return std::string(LastConvertImplementation()); };
+  const std::pair<const char*, ConvertImplementation> impls[] = {
+      {"vector", ConvertImplementation::kVector}, {"onednn", ConvertImplementation::kOneDnn}};
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const size_t out_bytes = static_cast<size_t>(f.nb * f.seq * f.dim) * DTypeSize(dt);
+    const size_t moved = out_bytes + out_bytes / 2 + static_cast<size_t>(f.seq * half) * 4;
+    for (auto [label, impl] : impls) {
+      cases.push_back({absl::StrCat("concat_", label), size, out_shape, dt, out_bytes, moved,
+                       [=] {
+                         Check(ConcatEncoding(ConstTensorView{dt, in_shape, x}, table, half, 1.0f,
+                                              1.0f, TensorView{dt, out_shape, out}, impl),
+                               "ConcatEncoding");
+                       },
+                       last, /*comparison=*/true});
+    }
+  }
+  const int64_t n = f.seq * f.dim;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    const size_t out_bytes = static_cast<size_t>(n) * DTypeSize(dt);
+    for (auto [label, impl] : impls) {
+      cases.push_back({absl::StrCat("convert_", label), size, Shape{f.seq, f.dim}, dt, out_bytes,
+                       out_bytes + static_cast<size_t>(n) * 4,
+                       [=] { Check(ConvertFromFloat32(table, dt, out, n, impl), "Convert"); },
+                       last, /*comparison=*/true});
+    }
+  }
+}
+
 std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa isa) {
   std::vector<KernelCase> cases;
   AddAbsoluteCases(f, size, isa, cases);
+  AddConvertCases(f, size, cases);
   AddRopeCases(f, size, cases);
   AddBiasCases(f, size, cases);
   return cases;
@@ -236,7 +278,12 @@ json RunKernels(const Options& o, Isa isa) {
       if (!Selected(o, c)) continue;
       FillFloats(fixture.tensor.data(), c.dtype, c.tensor_bytes / DTypeSize(c.dtype),
                  c.name == "alibi_add" ? 0.0f : 0.25f);
-      if (c.name == "add_onednn") {  // a oneDNN without a JIT kernel here runs the loop
+      if (absl::StartsWith(c.name, "concat_")) {
+        FillFloats(fixture.concat_input.data(), c.dtype, fixture.nb * fixture.seq * (fixture.dim / 2),
+                   0.25f);
+      }
+      // A oneDNN without a kernel here runs another implementation: no row then.
+      if (absl::EndsWith(c.name, "_onednn")) {
         c.run();
         if (c.impl() != "onednn") continue;
       }

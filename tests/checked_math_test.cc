@@ -6,10 +6,14 @@
 #include <limits>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
@@ -38,7 +42,7 @@ TEST(CheckedMath, ProductOverflowsAtAnyStep) {
 
 TEST(CheckedMath, SizeWithinIsResourceExhaustedOverTheLimitOrOnOverflow) {
   auto fits = SizeWithin({4, 8, 16}, 512, "the bias [8,16]", "--max_message_bytes");
-  ASSERT_TRUE(fits.ok()) << fits.status();
+  ASSERT_THAT(fits, IsOk());
   EXPECT_EQ(*fits, 512);
 
   auto over = SizeWithin({4, 8, 17}, 512, "the bias [8,17]", "--max_message_bytes");
@@ -55,7 +59,7 @@ TEST(CheckedMath, SizeWithinIsResourceExhaustedOverTheLimitOrOnOverflow) {
 }
 
 TEST(CheckedMath, CheckInRangeNamesTheFieldAndRefusesNaN) {
-  EXPECT_TRUE(CheckInRange("rope.scaling.factor", 1e6, 1e-6, 1e6).ok());
+  EXPECT_THAT(CheckInRange("rope.scaling.factor", 1e6, 1e-6, 1e6), IsOk());
   const absl::Status s = CheckInRange("rope.scaling.factor", 1e-300, 1e-6, 1e6);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "rope.scaling.factor is 1e-300; it must be in [1e-06, 1e+06]");
@@ -65,7 +69,7 @@ TEST(CheckedMath, CheckInRangeNamesTheFieldAndRefusesNaN) {
 
 TEST(CheckedMath, CheckRowsFiniteFindsNaNAndInf) {
   std::vector<float> rows(64, 0.5f);
-  EXPECT_TRUE(CheckRowsFinite(rows, "sinusoidal").ok());
+  EXPECT_THAT(CheckRowsFinite(rows, "sinusoidal"), IsOk());
   rows[63] = std::numeric_limits<float>::infinity();
   absl::Status s = CheckRowsFinite(rows, "sinusoidal");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -11,6 +11,7 @@
 
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "posenc/v1/posenc.grpc.pb.h"
@@ -18,6 +19,7 @@
 #include "server/tensor/npy.h"
 #include "client/shm_region.h"
 #include "tests/integration/server_process.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
 namespace {
@@ -100,7 +102,8 @@ void SetParameter(ModelInferRequest& r, const std::string& key, int64_t value) {
 
 std::string Json(const google::protobuf::Message& m) {
   std::string json;
-  EXPECT_TRUE(google::protobuf::util::MessageToJsonString(m, &json).ok());
+  const auto converted = google::protobuf::util::MessageToJsonString(m, &json);
+  EXPECT_TRUE(converted.ok()) << converted.message();  // protobuf's Status, not absl's
   return json;
 }
 
@@ -132,8 +135,8 @@ class InferenceTest : public ::testing::Test {
     const std::string dir = ::testing::TempDir();
     // wpe: [64, 8]; t5rel: [32 buckets, 2 heads].
     const std::vector<float> wpe = RandomFloats(64 * 8, 7), t5 = RandomFloats(32 * 2, 8);
-    ASSERT_TRUE(WriteNpyFile(dir + "/oip_wpe.npy", DType::kFloat32, {64, 8}, Bytes(wpe)).ok());
-    ASSERT_TRUE(WriteNpyFile(dir + "/oip_t5.npy", DType::kFloat32, {32, 2}, Bytes(t5)).ok());
+    ASSERT_THAT(WriteNpyFile(dir + "/oip_wpe.npy", DType::kFloat32, {64, 8}, Bytes(wpe)), IsOk());
+    ASSERT_THAT(WriteNpyFile(dir + "/oip_t5.npy", DType::kFloat32, {32, 2}, Bytes(t5)), IsOk());
     server_ = new ServerProcess(
         {"--table=wpe=" + dir + "/oip_wpe.npy", "--table=t5rel=" + dir + "/oip_t5.npy"});
   }
@@ -157,21 +160,21 @@ class InferenceTest : public ::testing::Test {
     v1::EncodeResponse response;
     grpc::ClientContext ctx;
     grpc::Status s = native_->Encode(&ctx, request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(s, IsOk());
     return response;
   }
   v1::BiasResponse Bias(const v1::BiasRequest& request) {
     v1::BiasResponse response;
     grpc::ClientContext ctx;
     grpc::Status s = native_->AttentionBias(&ctx, request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(s, IsOk());
     return response;
   }
   v1::GraphResponse Graph(const v1::GraphRequest& request) {
     v1::GraphResponse response;
     grpc::ClientContext ctx;
     grpc::Status s = native_->GraphEncode(&ctx, request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(s, IsOk());
     return response;
   }
 
@@ -196,7 +199,7 @@ class InferenceTest : public ::testing::Test {
                         const ModelInferRequest& oip) {
     const v1::EncodeResponse expected = Encode(native);
     InferResult got = Infer(oip);
-    ASSERT_TRUE(got.status.ok()) << model << ": " << got.status.error_message();
+    ASSERT_THAT(got.status, IsOk()) << model << ": " << got.status.error_message();
     EXPECT_EQ(got.response.model_name(), model);
     EXPECT_EQ(got.response.model_version(), "1");
     EXPECT_EQ(got.response.id(), oip.id());
@@ -306,8 +309,8 @@ TEST_F(InferenceTest, TypedContentsEqualRawBytes) {
   ids->add_shape(3);
   for (int32_t id : {0, 1, 2}) ids->mutable_contents()->add_int_contents(id);
   InferResult a = Infer(raw), b = Infer(typed);
-  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
-  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  ASSERT_THAT(a.status, IsOk());
+  ASSERT_THAT(b.status, IsOk());
   ASSERT_EQ(b.response.raw_output_contents_size(), 1);
   EXPECT_TRUE(a.response.raw_output_contents(0) == b.response.raw_output_contents(0));
   EXPECT_NE(a.response.raw_output_contents(0), Bytes(x));  // the encoding was added
@@ -344,7 +347,7 @@ TEST_F(InferenceTest, AlibiAndT5MatchAttentionBiasWithAndWithoutScores) {
       }
       const v1::BiasResponse expected = Bias(native);
       InferResult got = Infer(oip);
-      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      ASSERT_THAT(got.status, IsOk());
       ExpectSame(got.response, "output", expected.output());
     }
   }
@@ -371,7 +374,7 @@ TEST_F(InferenceTest, GraphLaplacianMatchesGraphEncodeWithAndWithoutInput) {
     }
     const v1::GraphResponse expected = Graph(native);
     InferResult got = Infer(oip);
-    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    ASSERT_THAT(got.status, IsOk());
     ExpectSame(got.response, "output", expected.output());
     EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"output", "eigenvalues"}));
     ASSERT_EQ(got.response.outputs(1).datatype(), "FP64");
@@ -391,7 +394,7 @@ TEST_F(InferenceTest, RequestedOutputsComeInTheirOrder) {
   r.add_outputs()->set_name("eigenvalues");
   r.add_outputs()->set_name("output");
   InferResult got = Infer(r);
-  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  ASSERT_THAT(got.status, IsOk());
   EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"eigenvalues", "output"}));
   EXPECT_EQ(got.response.raw_output_contents(0).size(), 8u);
   EXPECT_EQ(got.response.raw_output_contents(1).size(), 3u * 4u);
@@ -401,7 +404,7 @@ TEST_F(InferenceTest, RequestedOutputsComeInTheirOrder) {
   AddRaw(rope, "key", "FP32", {1, 2, 1, 4}, Bytes(RandomFloats(8, 10)));
   rope.add_outputs()->set_name("key_output");
   got = Infer(rope);
-  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  ASSERT_THAT(got.status, IsOk());
   EXPECT_EQ(OutputNames(got.response), std::vector<std::string>{"key_output"});
 }
 
@@ -411,7 +414,7 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
   inference::RepositoryIndexResponse index;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(oip_->RepositoryIndex(&ctx, {}, &index).ok());
+    ASSERT_THAT(oip_->RepositoryIndex(&ctx, {}, &index), IsOk());
   }
   ASSERT_EQ(index.models_size(), 8);
   for (int i = 0; i < 8; ++i) {
@@ -425,7 +428,7 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
     mreq.set_name(name);
     inference::ModelMetadataResponse meta;
     grpc::ClientContext ctx;
-    ASSERT_TRUE(oip_->ModelMetadata(&ctx, mreq, &meta).ok());
+    ASSERT_THAT(oip_->ModelMetadata(&ctx, mreq, &meta), IsOk());
     EXPECT_EQ(meta.name(), name);
     ASSERT_EQ(meta.versions_size(), 1);
     EXPECT_EQ(meta.versions(0), "1");
@@ -439,7 +442,7 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
     creq.set_version("1");
     inference::ModelConfigResponse config;
     grpc::ClientContext cctx;
-    ASSERT_TRUE(oip_->ModelConfig(&cctx, creq, &config).ok());
+    ASSERT_THAT(oip_->ModelConfig(&cctx, creq, &config), IsOk());
     EXPECT_EQ(config.config().name(), name);
     EXPECT_EQ(config.config().platform(), "posenc");
     EXPECT_EQ(config.config().max_batch_size(), 0);
@@ -463,12 +466,12 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
   inference::ServerMetadataResponse server;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(oip_->ServerMetadata(&ctx, {}, &server).ok());
+    ASSERT_THAT(oip_->ServerMetadata(&ctx, {}, &server), IsOk());
   }
   v1::ListSchemesResponse schemes;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(native_->ListSchemes(&ctx, {}, &schemes).ok());
+    ASSERT_THAT(native_->ListSchemes(&ctx, {}, &schemes), IsOk());
   }
   EXPECT_EQ(server.name(), "posenc");
   EXPECT_EQ(server.version(), schemes.version());
@@ -479,17 +482,17 @@ TEST_F(InferenceTest, LiveAndReady) {
   inference::ServerLiveResponse live;
   inference::ServerReadyResponse ready;
   grpc::ClientContext c1, c2, c3, c4;
-  ASSERT_TRUE(oip_->ServerLive(&c1, {}, &live).ok());
-  ASSERT_TRUE(oip_->ServerReady(&c2, {}, &ready).ok());
+  ASSERT_THAT(oip_->ServerLive(&c1, {}, &live), IsOk());
+  ASSERT_THAT(oip_->ServerReady(&c2, {}, &ready), IsOk());
   EXPECT_TRUE(live.live());
   EXPECT_TRUE(ready.ready());
   inference::ModelReadyRequest req;
   inference::ModelReadyResponse model;
   req.set_name("rope");
-  ASSERT_TRUE(oip_->ModelReady(&c3, req, &model).ok());
+  ASSERT_THAT(oip_->ModelReady(&c3, req, &model), IsOk());
   EXPECT_TRUE(model.ready());
   req.set_name("bert");
-  ASSERT_TRUE(oip_->ModelReady(&c4, req, &model).ok());
+  ASSERT_THAT(oip_->ModelReady(&c4, req, &model), IsOk());
   EXPECT_FALSE(model.ready());
   // grpc.health.v1 knows the service by name, as it knows posenc.v1.
   auto health = grpc::health::v1::Health::NewStub(server_->Channel());
@@ -497,7 +500,7 @@ TEST_F(InferenceTest, LiveAndReady) {
   check.set_service("inference.GRPCInferenceService");
   grpc::health::v1::HealthCheckResponse serving;
   grpc::ClientContext c5;
-  ASSERT_TRUE(health->Check(&c5, check, &serving).ok());
+  ASSERT_THAT(health->Check(&c5, check, &serving), IsOk());
   EXPECT_EQ(serving.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
@@ -520,7 +523,7 @@ TEST_F(InferenceTest, StreamAnswersInOrderAndAnErrorFailsOnlyItsRequest) {
   ModelStreamInferResponse response;
   while (stream->Read(&response)) responses.push_back(response);
   writer.join();
-  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_THAT(stream->Finish(), IsOk());
   ASSERT_EQ(responses.size(), static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     SCOPED_TRACE(i);
@@ -531,7 +534,7 @@ TEST_F(InferenceTest, StreamAnswersInOrderAndAnErrorFailsOnlyItsRequest) {
     }
     EXPECT_EQ(responses[i].error_message(), "");
     InferResult unary = Infer(requests[i]);
-    ASSERT_TRUE(unary.status.ok());
+    ASSERT_THAT(unary.status, IsOk());
     EXPECT_TRUE(responses[i].infer_response().raw_output_contents(0) ==
                 unary.response.raw_output_contents(0));
   }
@@ -639,7 +642,7 @@ TEST_F(InferenceTest, EveryBadInputGetsItsCodeAndNamesWhatIsWrong) {
   // The server is unharmed.
   ModelInferRequest r = Request("sinusoidal");
   AddRaw(r, "input", "FP32", {2, 4}, Bytes(std::vector<float>(8, 1.0f)));
-  EXPECT_TRUE(Infer(r).status.ok());
+  EXPECT_THAT(Infer(r).status, IsOk());
 }
 
 // Sums the samples of `name` whose labels contain every fragment.
@@ -666,7 +669,7 @@ TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext ctx;
     ModelInferResponse response;
-    ASSERT_TRUE(oip->ModelInfer(&ctx, r, &response).ok());
+    ASSERT_THAT(oip->ModelInfer(&ctx, r, &response), IsOk());
   }
   r.mutable_inputs(0)->set_name("query");
   {
@@ -688,7 +691,7 @@ TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
     int n = 0;
     while (stream->Read(&response)) n += response.error_message().empty();
     EXPECT_EQ(n, 2);
-    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_THAT(stream->Finish(), IsOk());
   }
   const std::string text = HttpGet(server.metrics_port(), "/metrics");
   const std::string total = "posenc_requests_total";
@@ -709,13 +712,13 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
   {
     grpc::ClientContext ctx;
     inference::ServerMetadataResponse meta;
-    ASSERT_TRUE(oip->ServerMetadata(&ctx, {}, &meta).ok());
+    ASSERT_THAT(oip->ServerMetadata(&ctx, {}, &meta), IsOk());
     EXPECT_EQ(std::vector<std::string>(meta.extensions().begin(), meta.extensions().end()),
               std::vector<std::string>{"system_shared_memory"});
   }
   const std::string key = "/posenc_oip_" + std::to_string(getpid());
   auto region = client::ShmRegion::Create(key, 1 << 20);
-  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_THAT(region, IsOk());
   {  // registered through the Open Inference Protocol...
     inference::SystemSharedMemoryRegisterRequest reg;
     reg.set_name("oip_region");
@@ -723,13 +726,13 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
     reg.set_byte_size(1 << 20);
     grpc::ClientContext ctx;
     inference::SystemSharedMemoryRegisterResponse resp;
-    ASSERT_TRUE(oip->SystemSharedMemoryRegister(&ctx, reg, &resp).ok());
+    ASSERT_THAT(oip->SystemSharedMemoryRegister(&ctx, reg, &resp), IsOk());
   }
   {  // ...and seen by posenc.v1's status
     grpc::ClientContext ctx;
     v1::SharedMemoryStatusRequest req;
     v1::SharedMemoryStatusResponse resp;
-    ASSERT_TRUE(native->SharedMemoryStatus(&ctx, req, &resp).ok());
+    ASSERT_THAT(native->SharedMemoryStatus(&ctx, req, &resp), IsOk());
     ASSERT_EQ(resp.regions_size(), 1);
     EXPECT_EQ(resp.regions(0).name(), "oip_region");
   }
@@ -740,7 +743,7 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
   v1::EncodeResponse expected;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(native->Encode(&ctx, inline_req, &expected).ok());
+    ASSERT_THAT(native->Encode(&ctx, inline_req, &expected), IsOk());
   }
   std::memcpy(region->bytes().data() + 4096, x.data(), x.size() * 4);
   ModelInferRequest r = Request("rope", "shm-1");
@@ -755,7 +758,7 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
   {
     grpc::ClientContext ctx;
     const grpc::Status st = oip->ModelInfer(&ctx, r, &resp);
-    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_THAT(st, IsOk());
   }
   ASSERT_EQ(resp.outputs_size(), 1);
   // An output in shared memory keeps its raw_output_contents slot, empty: no bytes travel.
@@ -769,10 +772,10 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
     grpc::ClientContext ctx;
     v1::UnregisterSharedMemoryRequest req;
     v1::UnregisterSharedMemoryResponse out;
-    ASSERT_TRUE(native->UnregisterSharedMemory(&ctx, req, &out).ok());
+    ASSERT_THAT(native->UnregisterSharedMemory(&ctx, req, &out), IsOk());
     grpc::ClientContext ctx2;
     inference::SystemSharedMemoryStatusResponse status;
-    ASSERT_TRUE(oip->SystemSharedMemoryStatus(&ctx2, {}, &status).ok());
+    ASSERT_THAT(oip->SystemSharedMemoryStatus(&ctx2, {}, &status), IsOk());
     EXPECT_TRUE(status.regions().empty());
   }
 }

@@ -15,9 +15,11 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "tests/integration/server_process.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
 namespace {
@@ -103,7 +105,7 @@ TEST(Reliability, SmallCallIsNotQueuedBehindTwoLongGraphSolves) {
   ServerProcess server({"--threads=1"});
   ASSERT_TRUE(server.started());
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
-  ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());  // warm the channel
+  ASSERT_THAT(CallEncode(*stub, ZerosRequest(1, 8, 16)), IsOk());  // warm the channel
   const v1::GraphRequest graph = SlowGraph(20);
   auto first = std::async(std::launch::async, [&] {
     return CallGraph(*stub, graph, std::chrono::seconds(60)); });
@@ -113,15 +115,15 @@ TEST(Reliability, SmallCallIsNotQueuedBehindTwoLongGraphSolves) {
   double worst = 0;
   for (int i = 0; i < 10; ++i) {
     const auto start = Clock::now();
-    ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+    ASSERT_THAT(CallEncode(*stub, ZerosRequest(1, 8, 16)), IsOk());
     worst = std::max(worst, Seconds(Clock::now() - start));
   }
   // Before the work pool, this waited for both solves (several seconds).
   EXPECT_LT(worst, 0.25) << "a [1,8,16] Encode waited behind the graph solves";
   EXPECT_EQ(first.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "the solves were too short to test anything";
-  EXPECT_TRUE(first.get().ok());
-  EXPECT_TRUE(second.get().ok());
+  EXPECT_THAT(first.get(), IsOk());
+  EXPECT_THAT(second.get(), IsOk());
 }
 
 TEST(Reliability, DeadlineStopsAGraphSolveAndIsCountedAsDeadlineExceeded) {
@@ -135,7 +137,7 @@ TEST(Reliability, DeadlineStopsAGraphSolveAndIsCountedAsDeadlineExceeded) {
   // graph would wait for it.
   v1::GraphRequest small = SlowGraph(1);
   const grpc::Status next = CallGraph(*stub, small, std::chrono::seconds(30));
-  EXPECT_TRUE(next.ok()) << next.error_message();
+  EXPECT_THAT(next, IsOk());
   EXPECT_LT(Seconds(Clock::now() - start), 2.5);
   EXPECT_EQ(Metric(server, "posenc_requests_total",
                    {"method=\"GraphEncode\"", "code=\"DEADLINE_EXCEEDED\""}), 1);
@@ -164,7 +166,7 @@ TEST(Reliability, OverTheByteBudgetIsRefusedAtOnceAndCounted) {
             1);
   // What fits still runs.
   req.mutable_sinusoidal()->set_pe_dim(1000);
-  EXPECT_TRUE(CallEncode(*stub, req).ok());
+  EXPECT_THAT(CallEncode(*stub, req), IsOk());
 }
 
 TEST(Reliability, ConcurrentCallLimitRefusesTheExtraCall) {
@@ -180,9 +182,9 @@ TEST(Reliability, ConcurrentCallLimitRefusesTheExtraCall) {
   const grpc::Status third = CallEncode(*stub, ZerosRequest(1, 8, 16));
   EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(third.error_message().find("--max_concurrent_calls"), std::string::npos);
-  EXPECT_TRUE(a.get().ok());
-  EXPECT_TRUE(b.get().ok());
-  EXPECT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());  // slots came back
+  EXPECT_THAT(a.get(), IsOk());
+  EXPECT_THAT(b.get(), IsOk());
+  EXPECT_THAT(CallEncode(*stub, ZerosRequest(1, 8, 16)), IsOk());  // slots came back
 }
 
 TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
@@ -190,7 +192,7 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   ASSERT_TRUE(server.started());
   auto channel = server.Channel();
   auto stub = v1::PositionalEncoding::NewStub(channel);
-  ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+  ASSERT_THAT(CallEncode(*stub, ZerosRequest(1, 8, 16)), IsOk());
   // An open Watch must not hold the drain.
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext watch_ctx;
@@ -225,7 +227,7 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   ASSERT_TRUE(watch->Read(&watched));
   EXPECT_EQ(watched.status(), HealthCheckResponse::NOT_SERVING);
   EXPECT_FALSE(watch->Read(&watched)) << "the Watch stayed open during the drain";
-  EXPECT_TRUE(watch->Finish().ok());
+  EXPECT_THAT(watch->Finish(), IsOk());
   {  // a call that arrives now, on a connection of its own, is turned away, retryably
     grpc::ChannelArguments own_connection;
     own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -238,10 +240,10 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   for (auto& r : results) {
     const grpc::Status s = r.get();
     ok += s.ok();
-    EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+    EXPECT_THAT(s, IsOk()) << s.error_code() << " " << s.error_message();
   }
   EXPECT_EQ(ok, kCalls);
-  EXPECT_TRUE(graph.get().ok());
+  EXPECT_THAT(graph.get(), IsOk());
   EXPECT_EQ(server.Wait(), 0);
 }
 
@@ -293,7 +295,7 @@ TEST(Reliability, MessageTheTransportRefusesIsCounted) {
     EXPECT_EQ(CallEncode(*stub, ZerosRequest(1, 512, 1024)).error_code(),
               grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
-  EXPECT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+  EXPECT_THAT(CallEncode(*stub, ZerosRequest(1, 8, 16)), IsOk());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the monitor's next tick
   EXPECT_EQ(Metric(server, "posenc_transport_failed_calls_total", {}), 2);
 }
@@ -309,7 +311,7 @@ TEST(Reliability, InflightGaugeCountsAnOpenStream) {
   ASSERT_TRUE(stream->Read(&resp));
   EXPECT_EQ(Metric(server, "posenc_inflight_requests", {}), 1);
   stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_THAT(stream->Finish(), IsOk());
 }
 
 // Runs posenc-server with `flags`; returns its exit status (-1 for a signal) and stderr.

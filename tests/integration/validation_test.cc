@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "tests/integration/server_process.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
 namespace {
@@ -188,7 +190,7 @@ class Validation : public ::testing::Test {
     v1::EncodeRequest req = Sinusoidal();
     req.mutable_positions()->add_offsets(3);
     const grpc::Status st = Stub()->Encode(&ctx, req, &resp);
-    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_THAT(st, IsOk());
     ASSERT_EQ(resp.output().data().size(), 4u * 8 * 4);
     std::vector<float> out(4 * 8);
     std::memcpy(out.data(), resp.output().data().data(), out.size() * 4);

@@ -20,6 +20,10 @@
 namespace posenc {
 namespace {
 
+using ::testing::HasSubstr;
+
+using ::posenc::testing::StatusIs;
+
 using ::posenc::testing::IsOk;
 
 // A float32 rounded once from float64 is within half an ulp: 2^-24 relative, and values
@@ -256,7 +260,9 @@ TEST(Learned, AddsRowsAndHandlesOverflowModes) {
   {
     auto x = Zeros(6);
     auto r = ApplyLearned({"t", table, Overflow::kClamp}, {}, View(x, {2, 3}), {}, {});
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        r, StatusIs(absl::StatusCode::kInvalidArgument,
+                    HasSubstr("learned.table 't' has width 2 but input.shape[-1] (d_model) is 3")));
   }
 }
 

@@ -13,6 +13,10 @@
 namespace posenc {
 namespace {
 
+using ::testing::HasSubstr;
+
+using ::posenc::testing::StatusIs;
+
 using ::posenc::testing::IsOk;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -55,7 +59,8 @@ TEST(CheckedMath, SizeWithinIsResourceExhaustedOverTheLimitOrOnOverflow) {
   EXPECT_EQ(wraps.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(wraps.status().message().find("more than 2^63 bytes"), std::string::npos);
 
-  EXPECT_EQ(SizeWithin({4, -1}, 512, "x", "limit").status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(SizeWithin({4, -1}, 512, "x", "limit"),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("a size factor is negative (-1)")));
 }
 
 TEST(CheckedMath, CheckInRangeNamesTheFieldAndRefusesNaN) {
@@ -63,8 +68,9 @@ TEST(CheckedMath, CheckInRangeNamesTheFieldAndRefusesNaN) {
   const absl::Status s = CheckInRange("rope.scaling.factor", 1e-300, 1e-6, 1e6);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "rope.scaling.factor is 1e-300; it must be in [1e-06, 1e+06]");
-  EXPECT_EQ(CheckInRange("x", std::nan(""), -1, 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckInRange("x", INFINITY, -1, INFINITY).code(), absl::StatusCode::kOk);
+  EXPECT_THAT(CheckInRange("x", std::nan(""), -1, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, "x is nan; it must be in [-1, 1]"));
+  EXPECT_THAT(CheckInRange("x", INFINITY, -1, INFINITY), IsOk());
 }
 
 TEST(CheckedMath, CheckRowsFiniteFindsNaNAndInf) {
@@ -77,7 +83,9 @@ TEST(CheckedMath, CheckRowsFiniteFindsNaNAndInf) {
       << s;
   rows[63] = 0;
   rows[5] = std::nanf("");
-  EXPECT_EQ(CheckRowsFinite(rows, "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(CheckRowsFinite(rows, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("non-finite encoding value (element 5)")));
 }
 
 }  // namespace

@@ -26,6 +26,10 @@
 namespace posenc {
 namespace {
 
+using ::testing::HasSubstr;
+
+using ::posenc::testing::StatusIs;
+
 using ::posenc::testing::IsOk;
 
 using Fields = std::map<std::string, std::vector<double>>;
@@ -681,9 +685,14 @@ TEST(RopeTableRows, DynamicUsesTheTableLength) {
 
 TEST(RopeTableRows, Errors) {
   RopeSpec spec;
-  EXPECT_EQ(RopeTableRows(spec, 7, 0, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RopeTableRows(spec, 8, 5, 10, 10).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RopeTableRows(spec, 8, 0, 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      RopeTableRows(spec, 7, 0, 1, 1),
+      StatusIs(absl::StatusCode::kInvalidArgument, "dim is 7; a rope table needs an even dim > 0"));
+  EXPECT_THAT(
+      RopeTableRows(spec, 8, 5, 10, 10),
+      StatusIs(absl::StatusCode::kInvalidArgument, "rows 5 .. 5 + 10 do not fit in length 10"));
+  EXPECT_THAT(RopeTableRows(spec, 8, 0, 1, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("length is 0")));
 }
 
 // ---------------------------------------------------------------------------------------

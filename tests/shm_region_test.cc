@@ -64,15 +64,18 @@ TEST(ShmRegionTest, RefusesAnExistingKeyBadKeysAndZeroSize) {
   const std::string key = UniqueKey();
   auto first = ShmRegion::Create(key, 64);
   ASSERT_THAT(first, IsOk());
-  EXPECT_EQ(ShmRegion::Create(key, 64).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(ShmRegion::Create(key, 64),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("File exists")));
   EXPECT_EQ(first->bytes().size(), 64u);  // the failed create did not unlink it
   EXPECT_TRUE(ObjectExists(key));
   for (const std::string bad : {"", "/", "/posenc_a/b", "//posenc_a"}) {
-    EXPECT_EQ(ShmRegion::Create(bad, 64).status().code(), absl::StatusCode::kInvalidArgument)
+    EXPECT_THAT(ShmRegion::Create(bad, 64),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("must be a name with at most a leading '/'")))
         << bad;
   }
-  EXPECT_EQ(ShmRegion::Create(UniqueKey(), 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ShmRegion::Create(UniqueKey(), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "shared memory byte_size is 0"));
   const std::string huge = UniqueKey();
   EXPECT_THAT(ShmRegion::Create(huge, std::numeric_limits<uint64_t>::max()),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -84,9 +87,15 @@ TEST(ShmRegionTest, SlicesAreBoundsCheckedWithoutOverflow) {
   auto region = ShmRegion::Create(UniqueKey(), 4096);
   ASSERT_THAT(region, IsOk());
   const uint64_t max = std::numeric_limits<uint64_t>::max();
-  EXPECT_EQ(region->Slice(4096, 1).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(region->Slice(max - 31, 64).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(region->Slice(1, max).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(region->Slice(4096, 1),
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       "offset 4096 + byte_size 1 is past the end of the region (4096 bytes)"));
+  EXPECT_THAT(region->Slice(max - 31, 64),
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       HasSubstr("offset 18446744073709551584 + byte_size 64 is past the end")));
+  EXPECT_THAT(region->Slice(1, max),
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       HasSubstr("byte_size 18446744073709551615 is past the end")));
   auto tail = region->Slice(4000, 96);
   ASSERT_THAT(tail, IsOk());
   EXPECT_EQ(tail->data(), region->bytes().data() + 4000);
@@ -95,9 +104,12 @@ TEST(ShmRegionTest, SlicesAreBoundsCheckedWithoutOverflow) {
   auto floats = region->SliceAs<float>(64, 1000);
   ASSERT_THAT(floats, IsOk());
   EXPECT_EQ(reinterpret_cast<uint8_t*>(floats->data()), region->bytes().data() + 64);
-  EXPECT_EQ(region->SliceAs<float>(2, 4).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(region->SliceAs<float>(0, 1025).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(region->SliceAs<float>(0, max / 2).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(region->SliceAs<float>(2, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument, "offset 2 is not a multiple of 4"));
+  EXPECT_THAT(region->SliceAs<float>(0, 1025),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("byte_size 4100 is past the end")));
+  EXPECT_THAT(region->SliceAs<float>(0, max / 2),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("count")));
 }
 
 TEST(ShmRegionTest, MovesTransferOwnership) {

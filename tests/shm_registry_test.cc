@@ -307,7 +307,8 @@ TEST(ShmRegistryTest, LookupBoundsAreOverflowSafe) {
                 object.key());
   ExpectRefused(registry.Lookup({"", 0, 1}).status(), absl::StatusCode::kInvalidArgument,
                 object.key());
-  EXPECT_EQ(registry.Status("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(registry.Status("nope"), StatusIs(absl::StatusCode::kNotFound,
+                                                "shared memory region 'nope' is not registered"));
 }
 
 TEST(ShmRegistryTest, InUseCountsLiveLeases) {
@@ -341,7 +342,8 @@ TEST(ShmRegistryTest, UnregisterWhileLeasedDefersTheUnmap) {
   ASSERT_THAT(registry.Unregister("r"), IsOk());
   EXPECT_EQ(registry.regions(), 0);
   EXPECT_TRUE(registry.Status("")->empty());
-  EXPECT_EQ(registry.Lookup({"r", 0, 1}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(registry.Lookup({"r", 0, 1}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("region 'r' is not registered")));
   EXPECT_EQ(registry.mapped_bytes(), 2 * kPage);  // still mapped
   EXPECT_NE(MappingOf(address).find(object.key()), std::string::npos) << MappingOf(address);
   lease->data()[0] = 42;  // still valid
@@ -418,8 +420,9 @@ TEST(ShmRegistryTest, TruncationUnderALeaseIsDataLossNotACrash) {
   EXPECT_EQ(intact.message(), "shared memory region 't' was truncated while in use");
   ExpectRefused(registry.Lookup({"t", 0, 1}).status(), absl::StatusCode::kFailedPrecondition,
                 object.key());
-  EXPECT_EQ(registry.Register("t", object.key(), 0, kPage).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(
+      registry.Register("t", object.key(), 0, kPage),
+      StatusIs(absl::StatusCode::kAlreadyExists, "shared memory region 't' is already registered"));
 
   // Unregister, grow the object back, register again: a fresh, intact mapping.
   ASSERT_THAT(registry.Unregister("t"), IsOk());
@@ -429,7 +432,9 @@ TEST(ShmRegistryTest, TruncationUnderALeaseIsDataLossNotACrash) {
   ASSERT_THAT(fresh, IsOk());
   fresh->data()[4 * kPage - 1] = 1;
   EXPECT_THAT(fresh->CheckIntact(), IsOk());
-  EXPECT_EQ(lease->CheckIntact().code(), absl::StatusCode::kDataLoss);  // the old one stays
+  EXPECT_THAT(lease->CheckIntact(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("truncated while in use")));  // the old one stays
 }
 
 TEST(ShmRegistryTest, TruncationWhileThreadsReadFailsEveryLease) {
@@ -460,7 +465,8 @@ TEST(ShmRegistryTest, TruncationWhileThreadsReadFailsEveryLease) {
   truncated.store(true);
   for (std::thread& reader : readers) reader.join();
   for (const absl::Status& result : results) {
-    EXPECT_EQ(result.code(), absl::StatusCode::kDataLoss) << result;
+    EXPECT_THAT(result, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated while in use")))
+        << result;
   }
 }
 

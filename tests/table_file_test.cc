@@ -15,6 +15,8 @@
 namespace posenc {
 namespace {
 
+using ::posenc::testing::StatusIs;
+
 using ::posenc::testing::IsOk;
 
 using ::testing::HasSubstr;
@@ -69,7 +71,9 @@ TEST(ParseTableSpecTest, RejectsBadSpecs) {
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << spec;
     EXPECT_THAT(parsed.status().message(), HasSubstr(spec));
   }
-  EXPECT_EQ(LoadTableSpec("wpe=x.bin").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("wpe=x.bin"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--table 'wpe=x.bin': the path must end in .npy")));
 }
 
 TEST(LoadTableSpecTest, NpyFloat32AndFloat16) {
@@ -98,7 +102,8 @@ TEST(LoadTableSpecTest, NpyFloat32AndFloat16) {
 
 TEST(LoadTableSpecTest, NpyErrors) {
   auto missing = LoadTableSpec("x=" + TempPath("missing.npy"));
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound,
+                                HasSubstr("table_file_test_missing.npy: cannot open")));
 
   const std::string one_d = TempPath("1d.npy");
   ASSERT_THAT(WriteNpyFile(one_d, DType::kFloat32, {3}, FloatBytes({1, 2, 3})), IsOk());
@@ -112,11 +117,14 @@ TEST(LoadTableSpecTest, NpyErrors) {
   ASSERT_THAT(WriteNpyFile(ints, DType::kInt32, {1, 2},
                            std::string(reinterpret_cast<const char*>(i32.data()), 8)),
               IsOk());
-  EXPECT_EQ(LoadTableSpec("x=" + ints).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("x=" + ints),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has dtype INT32")));
 
   const std::string empty = TempPath("empty.npy");
   ASSERT_THAT(WriteNpyFile(empty, DType::kFloat32, {0, 4}, ""), IsOk());
-  EXPECT_EQ(LoadTableSpec("x=" + empty).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("x=" + empty),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has shape [0,4]; it must not be empty")));
 
   const std::string nan = TempPath("nan.npy");
   ASSERT_THAT(WriteNpyFile(nan, DType::kFloat32, {1, 2}, FloatBytes({1.0f, std::nanf("")})),
@@ -168,9 +176,11 @@ TEST(LoadTableSpecTest, SafetensorsUnknownTensorListsTheOthers) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("'wpe'"));
   EXPECT_THAT(missing.status().message(), HasSubstr("pos.weight, tok.weight"));
-  EXPECT_EQ(LoadTableSpec("x=" + path + ":__metadata__").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(LoadTableSpec("x=" + TempPath("nope.safetensors") + ":a").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(LoadTableSpec("x=" + path + ":__metadata__"),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("no tensor '__metadata__'; it has: pos.weight, tok.weight")));
+  EXPECT_THAT(LoadTableSpec("x=" + TempPath("nope.safetensors") + ":a"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope.safetensors: cannot open")));
 }
 
 TEST(LoadTableSpecTest, SafetensorsMalformed) {
@@ -225,8 +235,11 @@ TEST(LoadTableSpecTest, ReadsFilesWrittenByNumpy) {
   auto fortran = LoadTableSpec("t=" + out + "/table_fortran.npy");
   EXPECT_EQ(fortran.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(fortran.status().message(), HasSubstr("table_fortran.npy"));
-  EXPECT_EQ(LoadTableSpec("t=" + out + "/table_3d.npy").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LoadTableSpec("t=" + out + "/table_i32.npy").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("t=" + out + "/table_3d.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has shape [1,5,6]; a table must be 2-D")));
+  EXPECT_THAT(LoadTableSpec("t=" + out + "/table_i32.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has dtype INT32")));
 
   const std::string st = out + "/tables.safetensors";
   auto f32 = LoadTableSpec("t=" + st + ":pos.weight");
@@ -240,8 +253,11 @@ TEST(LoadTableSpecTest, ReadsFilesWrittenByNumpy) {
     EXPECT_EQ(half->data[i], HalfToFloat(FloatToHalf(expected[i]))) << i;
     EXPECT_EQ(bf16->data[i], BFloat16ToFloat(FloatToBFloat16(expected[i]))) << i;
   }
-  EXPECT_EQ(LoadTableSpec("t=" + st + ":vec").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LoadTableSpec("t=" + st + ":ids").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("t=" + st + ":vec"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has shape [6]; a table must be 2-D")));
+  EXPECT_THAT(LoadTableSpec("t=" + st + ":ids"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                          HasSubstr("tensor 'ids' has dtype I64")));
   auto unknown = LoadTableSpec("t=" + st + ":wpe");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(unknown.status().message(), HasSubstr("pos_bf16"));

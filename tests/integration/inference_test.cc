@@ -24,6 +24,8 @@
 namespace posenc::testing {
 namespace {
 
+using ::testing::HasSubstr;
+
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
 using inference::ModelStreamInferResponse;
@@ -675,7 +677,9 @@ TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
   {
     grpc::ClientContext ctx;
     ModelInferResponse response;
-    EXPECT_EQ(oip->ModelInfer(&ctx, r, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(oip->ModelInfer(&ctx, r, &response),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("unexpected inference input 'query' for model 'rope'")));
   }
   {
     grpc::ClientContext ctx;

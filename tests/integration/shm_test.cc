@@ -25,6 +25,8 @@
 namespace posenc::testing {
 namespace {
 
+using ::testing::HasSubstr;
+
 using client::ShmRegion;
 
 std::string Key(const std::string& what) {
@@ -236,7 +238,9 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
   auto region = ShmRegion::Create(Key("bad"), 65536);
   ASSERT_THAT(region, IsOk());
   ASSERT_THAT(Register("r", region->key(), 0, region->byte_size()), IsOk());
-  EXPECT_EQ(Register("r", region->key(), 0, 4096).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(
+      Register("r", region->key(), 0, 4096),
+      StatusIs(absl::StatusCode::kAlreadyExists, "shared memory region 'r' is already registered"));
   v1::EncodeRequest req;
   req.mutable_sinusoidal();
   *req.mutable_input() = Inline({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 1));
@@ -261,7 +265,8 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
     v1::EncodeRequest r = req;
     *r.mutable_input()->mutable_shm() = ShmRegion::Ref("r", 0, 256);
     v1::EncodeResponse resp;
-    EXPECT_EQ(Encode(r, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(Encode(r, &resp), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("input has both data and shm")));
   }
   {  // an output slice overlapping a different input (the key)
     v1::EncodeRequest r;
@@ -276,21 +281,24 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
     EXPECT_NE(st.error_message().find("overlaps"), std::string::npos) << st.error_message();
   }
   // Keys the server must refuse.
-  EXPECT_EQ(Register("a", "/other_prefix", 0, 4096).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Register("a", "/posenc_a/b", 0, 4096).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(Register("a", "/other_prefix", 0, 4096),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("does not start with the server's --shm_key_prefix")));
+  EXPECT_THAT(Register("a", "/posenc_a/b", 0, 4096),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("the key has a '/' after its first character")));
   const std::string link = Key("link");
   ASSERT_EQ(symlink(("/dev/shm" + region->key()).c_str(), ("/dev/shm" + link).c_str()), 0);
   const grpc::Status symlinked = Register("a", link, 0, 4096);
   unlink(("/dev/shm" + link).c_str());
-  EXPECT_EQ(symlinked.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(symlinked,
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("it is a symbolic link")));
   if (geteuid() == 0) {  // an object owned by another uid
     auto other = ShmRegion::Create(Key("other"), 4096);
     ASSERT_THAT(other, IsOk());
     ASSERT_EQ(chown(("/dev/shm" + other->key()).c_str(), 65534, 65534), 0);
-    EXPECT_EQ(Register("a", other->key(), 0, 4096).error_code(),
-              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(Register("a", other->key(), 0, 4096),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("owned by another user")));
   }
 }
 

@@ -21,6 +21,7 @@
 #include "server/tables/rope_frequencies.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/rope_reference.h"
+#include "tests/support/random_values.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
@@ -31,6 +32,7 @@ using ::testing::HasSubstr;
 using ::posenc::testing::StatusIs;
 
 using ::posenc::testing::IsOk;
+using ::posenc::testing::RandomFloats;
 
 using Fields = std::map<std::string, std::vector<double>>;
 
@@ -149,14 +151,6 @@ INSTANTIATE_TEST_SUITE_P(AllScalings, RopeFixtureTest,
 
 // ---------------------------------------------------------------------------------------
 // The vector kernels against the scalar reference.
-
-std::vector<float> RandomFloats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 // Unit-norm (cos, sin) rows for `tokens` tokens.
 std::vector<float> RandomRows(int64_t tokens, int rotary_dim, uint32_t seed) {

@@ -3,7 +3,6 @@
 // grpc_service.proto. Every model's answer is compared bit for bit with the native posenc.v1
 // rpc's answer for the same request.
 #include <cstring>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -18,7 +17,8 @@
 #include "server/tensor/dtype.h"
 #include "server/tensor/npy.h"
 #include "client/shm_region.h"
-#include "tests/integration/server_process.h"
+#include "tests/integration/v1_helpers.h"
+#include "tests/support/random_values.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
@@ -34,14 +34,6 @@ struct InferResult {
   grpc::Status status;
   ModelInferResponse response;
 };
-
-std::vector<float> RandomFloats(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = uniform(rng);
-  return v;
-}
 
 // `values` rounded to `dtype` (FLOAT32 or BFLOAT16), as little-endian bytes.
 std::string Encoded(const std::vector<float>& values, v1::DType dtype) {
@@ -59,19 +51,6 @@ const char* Datatype(v1::DType dtype) {
     case v1::INT64: return "INT64";
     default: return "FP32";
   }
-}
-
-template <typename T>
-std::string Bytes(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-v1::Tensor NativeTensor(const std::vector<int64_t>& shape, v1::DType dtype, std::string bytes) {
-  v1::Tensor t;
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_dtype(dtype);
-  t.set_data(std::move(bytes));
-  return t;
 }
 
 ModelInferRequest Request(const std::string& model, const std::string& id = "") {
@@ -160,23 +139,17 @@ class InferenceTest : public ::testing::Test {
   }
   v1::EncodeResponse Encode(const v1::EncodeRequest& request) {
     v1::EncodeResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = native_->Encode(&ctx, request, &response);
-    EXPECT_THAT(s, IsOk());
+    EXPECT_THAT(posenc::testing::Encode(*native_, request, &response), IsOk());
     return response;
   }
   v1::BiasResponse Bias(const v1::BiasRequest& request) {
     v1::BiasResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = native_->AttentionBias(&ctx, request, &response);
-    EXPECT_THAT(s, IsOk());
+    EXPECT_THAT(AttentionBias(*native_, request, &response), IsOk());
     return response;
   }
   v1::GraphResponse Graph(const v1::GraphRequest& request) {
     v1::GraphResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = native_->GraphEncode(&ctx, request, &response);
-    EXPECT_THAT(s, IsOk());
+    EXPECT_THAT(GraphEncode(*native_, request, &response), IsOk());
     return response;
   }
 
@@ -227,7 +200,7 @@ TEST_P(EveryDtype, AbsoluteModelsMatchEncodeBitForBit) {
   const v1::DType dtype = GetParam();
   v1::EncodeRequest native;
   native.set_request_id("abs");
-  *native.mutable_input() = NativeTensor({2, 5, 8}, dtype, Encoded(RandomFloats(80, 1), dtype));
+  *native.mutable_input() = MakeTensor({2, 5, 8}, dtype, Encoded(RandomFloats(80, 1), dtype));
   native.mutable_positions()->add_offsets(3);
   native.mutable_positions()->add_offsets(40);
 
@@ -269,8 +242,8 @@ TEST_P(EveryDtype, RopeWithGqaKeysAndPositionIdsMatchesEncodeBitForBit) {
   const v1::DType dtype = GetParam();
   v1::EncodeRequest native;
   native.set_request_id("rope-1");
-  *native.mutable_input() = NativeTensor({1, 6, 4, 16}, dtype, Encoded(RandomFloats(384, 2), dtype));
-  *native.mutable_key() = NativeTensor({1, 6, 2, 16}, dtype, Encoded(RandomFloats(192, 3), dtype));
+  *native.mutable_input() = MakeTensor({1, 6, 4, 16}, dtype, Encoded(RandomFloats(384, 2), dtype));
+  *native.mutable_key() = MakeTensor({1, 6, 2, 16}, dtype, Encoded(RandomFloats(192, 3), dtype));
   v1::Rope* rope = native.mutable_rope();
   rope->set_base(500000);
   rope->mutable_scaling()->set_type(v1::LLAMA3);
@@ -344,7 +317,7 @@ TEST_F(InferenceTest, AlibiAndT5MatchAttentionBiasWithAndWithoutScores) {
       SetParameter(oip, "query_offset", int64_t{2});
       if (dtype != v1::DTYPE_UNSPECIFIED) {
         *native.mutable_scores() =
-            NativeTensor({1, 2, 3, 7}, dtype, Encoded(RandomFloats(42, 5), dtype));
+            MakeTensor({1, 2, 3, 7}, dtype, Encoded(RandomFloats(42, 5), dtype));
         AddRaw(oip, "scores", native.scores());
       }
       const v1::BiasResponse expected = Bias(native);
@@ -371,7 +344,8 @@ TEST_F(InferenceTest, GraphLaplacianMatchesGraphEncodeWithAndWithoutInput) {
     SetParameter(oip, "k", int64_t{3});
     (*oip.mutable_parameters())["normalized"].set_bool_param(true);
     if (with_input) {
-      *native.mutable_input() = NativeTensor({6, 4}, v1::FLOAT32, Encoded(RandomFloats(24, 6), v1::FLOAT32));
+      *native.mutable_input() =
+          MakeTensor({6, 4}, v1::FLOAT32, Encoded(RandomFloats(24, 6), v1::FLOAT32));
       AddRaw(oip, "input", native.input());
     }
     const v1::GraphResponse expected = Graph(native);
@@ -647,21 +621,6 @@ TEST_F(InferenceTest, EveryBadInputGetsItsCodeAndNamesWhatIsWrong) {
   EXPECT_THAT(Infer(r).status, IsOk());
 }
 
-// Sums the samples of `name` whose labels contain every fragment.
-double MetricSum(const std::string& text, const std::string& name,
-                 const std::vector<std::string>& fragments) {
-  double sum = 0;
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
-    bool all = true;
-    for (const auto& f : fragments) all = all && line.find(f) != std::string::npos;
-    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
-
 TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
   ServerProcess server;
   ASSERT_TRUE(server.started());
@@ -743,7 +702,7 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
   const std::vector<float> x = RandomFloats(2 * 8 * 4 * 16, 21);
   v1::EncodeRequest inline_req;
   inline_req.mutable_rope();
-  *inline_req.mutable_input() = NativeTensor({2, 8, 4, 16}, v1::FLOAT32, Bytes(x));
+  *inline_req.mutable_input() = MakeTensor({2, 8, 4, 16}, v1::FLOAT32, Bytes(x));
   v1::EncodeResponse expected;
   {
     grpc::ClientContext ctx;

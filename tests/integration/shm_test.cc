@@ -11,15 +11,15 @@
 #include <dirent.h>
 #include <fstream>
 #include <future>
-#include <random>
 #include <thread>
 
 #include "client/shm_region.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
-#include "tests/integration/server_process.h"
+#include "tests/integration/v1_helpers.h"
 #include "tests/support/npy_writer.h"
+#include "tests/support/random_values.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
@@ -57,35 +57,21 @@ class ShmTest : public ::testing::Test {
     return stub_->UnregisterSharedMemory(&ctx, req, &resp);
   }
   grpc::Status Encode(const v1::EncodeRequest& req, v1::EncodeResponse* resp) {
-    grpc::ClientContext ctx;
-    return stub_->Encode(&ctx, req, resp);
+    return posenc::testing::Encode(*stub_, req, resp);
   }
   grpc::Status Bias(const v1::BiasRequest& req, v1::BiasResponse* resp) {
-    grpc::ClientContext ctx;
-    return stub_->AttentionBias(&ctx, req, resp);
+    return AttentionBias(*stub_, req, resp);
   }
 
   ServerProcess server_;
   std::unique_ptr<v1::PositionalEncoding::Stub> stub_;
 };
 
+// `n` bytes of floats in [-2, 2) (the last n % 4 bytes zero).
 std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::string out(n, '\0');
-  for (size_t i = 0; i + 4 <= n; i += 4) {
-    const float f = u(rng);
-    std::memcpy(&out[i], &f, 4);
-  }
+  std::string out = Bytes(RandomFloats(n / 4, seed, -2.0f, 2.0f));
+  out.resize(n, '\0');
   return out;
-}
-
-v1::Tensor Inline(const std::vector<int64_t>& shape, v1::DType dtype, std::string data) {
-  v1::Tensor t;
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_dtype(dtype);
-  t.set_data(std::move(data));
-  return t;
 }
 
 // The same tensor by reference: its bytes copied into `region` at `offset`.
@@ -125,9 +111,9 @@ TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
                                               : std::vector<int64_t>{2, 16, 64};
       const size_t elem = dtype == v1::FLOAT32 ? 4 : 2;
       const size_t bytes = (rope ? 2 * 16 * 4 * 32 : 2 * 16 * 64) * elem;
-      *inline_req.mutable_input() = Inline(shape, dtype, RandomBytes(bytes, i));
+      *inline_req.mutable_input() = MakeTensor(shape, dtype, RandomBytes(bytes, i));
       if (rope) {
-        *inline_req.mutable_key() = Inline({2, 16, 2, 32}, dtype, RandomBytes(bytes / 2, 99));
+        *inline_req.mutable_key() = MakeTensor({2, 16, 2, 32}, dtype, RandomBytes(bytes / 2, 99));
       }
       v1::EncodeResponse inline_resp, ref_resp;
       ASSERT_THAT(Encode(inline_req, &inline_resp), IsOk()) << i;
@@ -154,8 +140,8 @@ TEST_F(ShmTest, MetricsCountRegionsAndBytesByTransport) {
   ASSERT_THAT(Register("m", region->key(), 0, region->byte_size()), IsOk());
   v1::EncodeRequest req;
   req.mutable_sinusoidal();
-  *req.mutable_input() = ByRef(Inline({1, 16, 64}, v1::FLOAT32, RandomBytes(4096, 3)), *region,
-                               "m", 0);
+  *req.mutable_input() =
+      ByRef(MakeTensor({1, 16, 64}, v1::FLOAT32, RandomBytes(4096, 3)), *region, "m", 0);
   v1::EncodeResponse resp;
   ASSERT_THAT(Encode(req, &resp), IsOk());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the gauges' next update
@@ -176,7 +162,7 @@ TEST_F(ShmTest, ConcatAndOutputSlices) {
   v1::EncodeRequest req;
   req.mutable_sinusoidal()->set_fusion(v1::CONCAT);
   req.mutable_sinusoidal()->set_pe_dim(16);
-  *req.mutable_input() = Inline({1, 8, 32}, v1::FLOAT32, RandomBytes(8 * 32 * 4, 5));
+  *req.mutable_input() = MakeTensor({1, 8, 32}, v1::FLOAT32, RandomBytes(8 * 32 * 4, 5));
   v1::EncodeResponse inline_resp, ref_resp;
   ASSERT_THAT(Encode(req, &inline_resp), IsOk());
   v1::EncodeRequest ref_req = req;
@@ -209,7 +195,8 @@ TEST_F(ShmTest, BiasesByReferenceEqualInline) {
   req.set_query_length(16);
   req.set_key_length(32);
   req.mutable_alibi()->set_num_heads(4);
-  *req.mutable_scores() = Inline({2, 4, 16, 32}, v1::FLOAT32, RandomBytes(2 * 4 * 16 * 32 * 4, 7));
+  *req.mutable_scores() =
+      MakeTensor({2, 4, 16, 32}, v1::FLOAT32, RandomBytes(2 * 4 * 16 * 32 * 4, 7));
   v1::BiasResponse inline_resp, ref_resp;
   ASSERT_THAT(Bias(req, &inline_resp), IsOk());
   v1::BiasRequest ref_req = req;
@@ -243,7 +230,7 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
       StatusIs(absl::StatusCode::kAlreadyExists, "shared memory region 'r' is already registered"));
   v1::EncodeRequest req;
   req.mutable_sinusoidal();
-  *req.mutable_input() = Inline({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 1));
+  *req.mutable_input() = MakeTensor({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 1));
   auto with_ref = [&](uint64_t offset, uint64_t size, const std::string& name = "r") {
     v1::EncodeRequest r = req;
     r.mutable_input()->clear_data();
@@ -271,9 +258,9 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
   {  // an output slice overlapping a different input (the key)
     v1::EncodeRequest r;
     r.mutable_rope();
-    *r.mutable_input() = Inline({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 2));
-    *r.mutable_key() = ByRef(Inline({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 3)), *region,
-                             "r", 0);
+    *r.mutable_input() = MakeTensor({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 2));
+    *r.mutable_key() =
+        ByRef(MakeTensor({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 3)), *region, "r", 0);
     *r.mutable_output_shm() = ShmRegion::Ref("r", 128, 256);
     v1::EncodeResponse resp;
     const grpc::Status st = Encode(r, &resp);
@@ -322,33 +309,21 @@ TEST(ShmTables, LearnedAndT5TableByReferenceEqualInline) {
   }
   v1::EncodeRequest enc;
   enc.mutable_learned()->set_table("wpe");
-  *enc.mutable_input() = Inline({2, 16, 32}, v1::FLOAT32, RandomBytes(2 * 16 * 32 * 4, 11));
+  *enc.mutable_input() = MakeTensor({2, 16, 32}, v1::FLOAT32, RandomBytes(2 * 16 * 32 * 4, 11));
   v1::EncodeResponse inline_enc, ref_enc;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_THAT(stub->Encode(&ctx, enc, &inline_enc), IsOk());
-  }
+  ASSERT_THAT(Encode(*stub, enc, &inline_enc), IsOk());
   *enc.mutable_input() = ByRef(enc.input(), *region, "r", 0);
-  {
-    grpc::ClientContext ctx;
-    ASSERT_THAT(stub->Encode(&ctx, enc, &ref_enc), IsOk());
-  }
+  ASSERT_THAT(Encode(*stub, enc, &ref_enc), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_enc.output().shm()), inline_enc.output().data());
   v1::BiasRequest bias;
   bias.set_query_length(8);
   bias.set_key_length(8);
   bias.mutable_t5()->set_table("rel");
-  *bias.mutable_scores() = Inline({1, 4, 8, 8}, v1::FLOAT32, RandomBytes(4 * 64 * 4, 12));
+  *bias.mutable_scores() = MakeTensor({1, 4, 8, 8}, v1::FLOAT32, RandomBytes(4 * 64 * 4, 12));
   v1::BiasResponse inline_bias, ref_bias;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_THAT(stub->AttentionBias(&ctx, bias, &inline_bias), IsOk());
-  }
+  ASSERT_THAT(AttentionBias(*stub, bias, &inline_bias), IsOk());
   *bias.mutable_scores() = ByRef(bias.scores(), *region, "r", 65536);
-  {
-    grpc::ClientContext ctx;
-    ASSERT_THAT(stub->AttentionBias(&ctx, bias, &ref_bias), IsOk());
-  }
+  ASSERT_THAT(AttentionBias(*stub, bias, &ref_bias), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_bias.output().shm()), inline_bias.output().data());
 }
 
@@ -453,7 +428,7 @@ TEST_F(ShmTest, UnregisterAndTruncateWhileRequestsRunKeepTheServerServing) {
   // Still serving, inline and by reference on a fresh region.
   v1::EncodeRequest small;
   small.mutable_sinusoidal();
-  *small.mutable_input() = Inline({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 9));
+  *small.mutable_input() = MakeTensor({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 9));
   v1::EncodeResponse resp;
   EXPECT_THAT(Encode(small, &resp), IsOk());
 }

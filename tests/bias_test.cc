@@ -7,13 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
@@ -246,8 +245,8 @@ int32_t HfBucket(const T5Spec& spec, const BiasGeometry& g, int64_t i, int64_t j
 }
 
 TEST(T5Buckets, MatchHfFormulaFixture) {
-  std::ifstream in(FixturePath("t5_buckets.txt"));
-  ASSERT_TRUE(in) << FixturePath("t5_buckets.txt");
+  const auto lines = ReadFixtureLines("t5_buckets.txt");
+  ASSERT_FALSE(lines.empty()) << "missing fixture " << FixturePath("t5_buckets.txt");
   struct Run {
     int64_t start;
     int32_t bucket;
@@ -276,27 +275,27 @@ TEST(T5Buckets, MatchHfFormulaFixture) {
     }
     runs.clear();
   };
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream f(line);
-    std::string kind;
-    f >> kind;
+  for (const std::vector<std::string>& w : lines) {
+    const std::string& kind = w[0];
+    const std::string line = absl::StrJoin(w, " ");
     if (kind == "config") {
+      ASSERT_EQ(w.size(), 6u) << line;
       check_runs();
-      int bidir;
-      f >> bidir >> spec.num_buckets >> spec.max_distance >> lo >> hi;
-      spec.bidirectional = bidir != 0;
+      spec.bidirectional = std::stoi(w[1]) != 0;
+      spec.num_buckets = std::stoi(w[2]);
+      spec.max_distance = std::stoi(w[3]);
+      lo = std::stoll(w[4]);
+      hi = std::stoll(w[5]);
       ASSERT_THAT(ValidateT5Spec(spec), IsOk()) << line;
       ++configs;
-    } else if (kind == "run") {
-      Run r;
-      f >> r.start >> r.bucket;
-      runs.push_back(r);
-    } else if (kind == "point") {
-      int64_t rel;
-      int32_t bucket;
-      f >> rel >> bucket;
+    } else if (kind == "run" || kind == "point") {
+      ASSERT_EQ(w.size(), 3u) << line;
+      const int64_t rel = std::stoll(w[1]);
+      const int32_t bucket = std::stoi(w[2]);
+      if (kind == "run") {
+        runs.push_back({rel, bucket});
+        continue;
+      }
       EXPECT_EQ(T5RelativeBucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance),
                 bucket)
           << line << " in config " << spec.num_buckets << "/" << spec.max_distance;

@@ -10,13 +10,21 @@
 #include <utility>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
 #include "nlohmann/json.hpp"
 #include "server/kernels/add_kernel.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::testing::HasSubstr;
+
+using ::posenc::testing::StatusIs;
+
+using ::posenc::testing::IsOk;
 
 // A float32 rounded once from float64 is within half an ulp: 2^-24 relative, and values
 // here are at most 1 in magnitude. Allow a little more for the oneDNN add of 0.
@@ -50,7 +58,7 @@ TEST(Sinusoidal, MatchesEveryVariantOfTheFixtures) {
     PositionsSpec p;
     p.ids = positions;
     auto result = ApplySinusoidal(spec, CombineSpec{}, View(x, {n, d}), p, cache, {});
-    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_THAT(result, IsOk());
     EXPECT_EQ(result->shape, (Shape{n, d}));
     for (int64_t i = 0; i < n * d; ++i) {
       ASSERT_NEAR(x[i], ref[i], kRoundedOnce)
@@ -84,7 +92,7 @@ TEST(Sinusoidal, ScalesOffsetsPerRowAndDenseTable) {
   combine.pe_scale = 0.5f;
   TableCache cache(256 << 20);
   auto result = ApplySinusoidal({}, combine, View(x, {b, s, d}), p, cache, {});
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   for (int64_t r = 0; r < b; ++r) {
     for (int64_t t = 0; t < s; ++t) {
       for (int64_t c = 0; c < d; ++c) {
@@ -105,7 +113,7 @@ TEST(Sinusoidal, FarPositionsDoNotBuildAHugeTable) {
   PositionsSpec p;
   p.ids = ids;
   TableCache cache(256 << 20);
-  ASSERT_TRUE(ApplySinusoidal({}, {}, View(x, {3, d}), p, cache, {}).ok());
+  ASSERT_THAT(ApplySinusoidal({}, {}, View(x, {3, d}), p, cache, {}), IsOk());
   EXPECT_EQ(cache.bytes(), 0u);
   for (int64_t c = 0; c < d; ++c) EXPECT_NEAR(x[c], PaperPe(1000000, c, d, 1e4), kRoundedOnce);
 }
@@ -141,7 +149,7 @@ TEST(Sinusoidal, ConcatFusionWithPeDim) {
   combine.input_scale = 2.0f;
   TableCache cache(1 << 20);
   auto result = ApplySinusoidal({}, combine, View(x, {1, s, d}), {}, cache, {});
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_THAT(result, IsOk());
   EXPECT_EQ(result->shape, (Shape{1, s, d + pe_dim}));
   ASSERT_TRUE(result->concat.has_value());
   const float* out = reinterpret_cast<const float*>(result->concat->data());
@@ -166,7 +174,7 @@ TEST(Sinusoidal, HalfAndBFloat16RoundOnceFromFloat32Arithmetic) {
     }
     TableCache cache(1 << 20);
     TensorView view{dtype, {s, d}, x.data()};
-    ASSERT_TRUE(ApplySinusoidal({}, {}, view, {}, cache, {}).ok());
+    ASSERT_THAT(ApplySinusoidal({}, {}, view, {}, cache, {}), IsOk());
     for (int64_t i = 0; i < s * d; ++i) {
       const float want = in[i] + static_cast<float>(PaperPe(i / d, i % d, d, 1e4));
       const uint16_t want_bits =
@@ -230,14 +238,14 @@ TEST(Learned, AddsRowsAndHandlesOverflowModes) {
   }
   {
     auto x = Zeros(6);
-    ASSERT_TRUE(ApplyLearned({"t", table, Overflow::kClamp}, {}, View(x, {3, 2}), p, {}).ok());
+    ASSERT_THAT(ApplyLearned({"t", table, Overflow::kClamp}, {}, View(x, {3, 2}), p, {}), IsOk());
     EXPECT_EQ(x, (std::vector<float>{-1, -0.75f, 0.5f, 0.75f, 0.5f, 0.75f}));
   }
   {
     // L = 7, M = 4: position p reads point p*3/6; position 3 -> 1.5 (between rows 1 and 2).
     auto x = Zeros(6);
-    ASSERT_TRUE(
-        ApplyLearned({"t", table, Overflow::kInterpolate}, {}, View(x, {3, 2}), p, {}).ok());
+    ASSERT_THAT(ApplyLearned({"t", table, Overflow::kInterpolate}, {}, View(x, {3, 2}), p, {}),
+                IsOk());
     EXPECT_EQ(x, (std::vector<float>{-1, -0.75f, -0.25f, 0.0f, 0.5f, 0.75f}));
   }
   {
@@ -245,14 +253,16 @@ TEST(Learned, AddsRowsAndHandlesOverflowModes) {
     PositionsSpec q;
     q.ids = inside;
     auto x = Zeros(4);
-    ASSERT_TRUE(
-        ApplyLearned({"t", table, Overflow::kInterpolate}, {}, View(x, {2, 2}), q, {}).ok());
+    ASSERT_THAT(ApplyLearned({"t", table, Overflow::kInterpolate}, {}, View(x, {2, 2}), q, {}),
+                IsOk());
     EXPECT_EQ(x, (std::vector<float>{0, 0.25f, -0.5f, -0.25f}));
   }
   {
     auto x = Zeros(6);
     auto r = ApplyLearned({"t", table, Overflow::kClamp}, {}, View(x, {2, 3}), {}, {});
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        r, StatusIs(absl::StatusCode::kInvalidArgument,
+                    HasSubstr("learned.table 't' has width 2 but input.shape[-1] (d_model) is 3")));
   }
 }
 
@@ -261,7 +271,7 @@ TEST(Hierarchical, SumsScaledLevels) {
   auto x = Zeros(s * d);
   const std::vector<int64_t> word = {0, 1, 0, 1}, sentence = {0, 0, 1, 1};
   std::vector<HierarchicalLevel> levels = {{word, 10000.0, 1.0f}, {sentence, 100.0, 0.5f}};
-  ASSERT_TRUE(ApplyHierarchical(levels, View(x, {s, d}), {}).ok());
+  ASSERT_THAT(ApplyHierarchical(levels, View(x, {s, d}), {}), IsOk());
   for (int64_t t = 0; t < s; ++t) {
     for (int64_t c = 0; c < d; ++c) {
       const double want = PaperPe(word[t], c, d, 10000.0) + 0.5 * PaperPe(sentence[t], c, d, 100.0);
@@ -278,7 +288,7 @@ TEST(Continuous, EncodesRealValuedPositions) {
   p.values = values;
   ContinuousSpec spec;
   spec.value_scale = 100.0;
-  ASSERT_TRUE(ApplyContinuous(spec, View(x, {s, d}), p, {}).ok());
+  ASSERT_THAT(ApplyContinuous(spec, View(x, {s, d}), p, {}), IsOk());
   for (int64_t t = 0; t < s; ++t) {
     for (int64_t c = 0; c < d; ++c) {
       const double pos = values[t] * 100.0;
@@ -322,7 +332,7 @@ TEST(FiniteOrRefused, SinusoidalBaseThatOverflowsTheFrequencies) {
   for (Timescale t : {Timescale::kPerDim, Timescale::kHalfMinusOne}) {
     spec.timescale = t;
     x = Zeros(2 * 5);
-    ASSERT_TRUE(ApplySinusoidal(spec, {}, View(x, {2, 5}), p, cache, {}).ok());
+    ASSERT_THAT(ApplySinusoidal(spec, {}, View(x, {2, 5}), p, cache, {}), IsOk());
     EXPECT_TRUE(AllFinite(x));
   }
 }
@@ -343,7 +353,7 @@ TEST(FiniteOrRefused, ScalesAreBounded) {
   CombineSpec edge;
   edge.input_scale = static_cast<float>(kMaxScale);
   edge.pe_scale = -static_cast<float>(kMaxScale);
-  EXPECT_TRUE(ApplySinusoidal({}, edge, View(x, {2, 4}), {}, cache, {}).ok());
+  EXPECT_THAT(ApplySinusoidal({}, edge, View(x, {2, 4}), {}, cache, {}), IsOk());
 }
 
 TEST(FiniteOrRefused, HierarchicalScaleAndLevelCount) {
@@ -362,7 +372,7 @@ TEST(FiniteOrRefused, HierarchicalScaleAndLevelCount) {
   ExpectStatus(ApplyHierarchical(levels, View(x, {s, d}), {}).status(),
                absl::StatusCode::kResourceExhausted, "hierarchical.levels has 65 levels");
   levels.resize(kMaxHierarchicalLevels);
-  EXPECT_TRUE(ApplyHierarchical(levels, View(x, {s, d}), {}).ok());
+  EXPECT_THAT(ApplyHierarchical(levels, View(x, {s, d}), {}), IsOk());
 }
 
 TEST(FiniteOrRefused, ContinuousPositionsBounded) {
@@ -386,7 +396,7 @@ TEST(FiniteOrRefused, ContinuousPositionsBounded) {
   const std::vector<double> edge = {0.0, static_cast<double>(kMaxPosition)};
   p.values = edge;
   spec.value_scale = 1.0;
-  ASSERT_TRUE(ApplyContinuous(spec, View(x, {s, d}), p, {}).ok());
+  ASSERT_THAT(ApplyContinuous(spec, View(x, {s, d}), p, {}), IsOk());
   EXPECT_TRUE(AllFinite(x));
 }
 
@@ -395,7 +405,7 @@ TEST(FiniteOrRefused, NonFiniteInputIsTheClientsDataAndPropagates) {
   std::vector<float> x = Zeros(2 * 4);
   x[5] = std::nanf("");
   x[6] = -std::numeric_limits<float>::infinity();
-  ASSERT_TRUE(ApplySinusoidal({}, {}, View(x, {2, 4}), {}, cache, {}).ok());
+  ASSERT_THAT(ApplySinusoidal({}, {}, View(x, {2, 4}), {}, cache, {}), IsOk());
   EXPECT_TRUE(std::isnan(x[5]));
   EXPECT_EQ(x[6], -std::numeric_limits<float>::infinity());
   EXPECT_NEAR(x[4], std::sin(1.0), kRoundedOnce);  // its neighbours are encoded as usual
@@ -453,7 +463,7 @@ TEST(AbsoluteSchemes, EmptyInputWithAHugeDModelIsRefusedBeforeAllocating) {
   }
   // An empty input of an ordinary width is fine, and stays empty.
   auto ok = ApplyHierarchical(levels, TensorView{DType::kFloat32, {0, 1, 16}, &dummy}, {});
-  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(ok->shape, (Shape{0, 1, 16}));
 }
 
@@ -472,9 +482,9 @@ TEST(AddKernel, OneDnnAndLoopAgree) {
   for (auto [in_scale, pe_scale] : {std::pair{1.5f, 0.25f}, std::pair{-0.5f, 2.0f},
                                     std::pair{1.0f, 1.0f}}) {
     std::vector<float> x1 = x0, x2 = x0;
-    ASSERT_TRUE(AddEncodingInPlace(View(x1, {b, s, d}), pe.data(), in_scale, pe_scale,
-                                   AddImplementation::kOneDnn)
-                    .ok());
+    ASSERT_THAT(AddEncodingInPlace(View(x1, {b, s, d}), pe.data(), in_scale, pe_scale,
+                                   AddImplementation::kOneDnn),
+                IsOk());
     ASSERT_STREQ(LastAddImplementation(), "onednn");
     AddEncodingLoop(View(x2, {b, s, d}), pe.data(), in_scale, pe_scale);
     for (size_t i = 0; i < x1.size(); ++i) {

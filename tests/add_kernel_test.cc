@@ -17,14 +17,18 @@
 #include <utility>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/kernels/add_kernel.h"
 #include "server/kernels/isa.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
 
 uint16_t ToBits16(DType dtype, float v) {
   return dtype == DType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v);
@@ -84,7 +88,7 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
       std::vector<char> fast = MakeInput(dtype, n, rng);
       std::vector<char> slow = fast;
       TensorView x{dtype, {c.nb, c.seq, c.dim}, fast.data()};
-      ASSERT_TRUE(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, impl).ok());
+      ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, impl), IsOk());
       AddEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
                       c.input_scale, c.pe_scale);
       const size_t elem = DTypeSize(dtype);
@@ -123,9 +127,9 @@ TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
       for (auto [a, b] : {std::pair{1.0f, 1.0f}, std::pair{1.0f, 0.5f}, std::pair{0.75f, 0.5f}}) {
         std::vector<uint16_t> fast(dim), slow(dim);
         for (int64_t i = 0; i < dim; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
-        ASSERT_TRUE(AddEncodingInPlace(TensorView{dtype, {1, 1, dim}, fast.data()}, pe.data(),
-                                       a, b, impl)
-                        .ok());
+        ASSERT_THAT(
+            AddEncodingInPlace(TensorView{dtype, {1, 1, dim}, fast.data()}, pe.data(), a, b, impl),
+            IsOk());
         AddEncodingLoop(TensorView{dtype, {1, 1, dim}, slow.data()}, pe.data(), a, b);
         auto is_nan16 = [dtype](uint16_t v) {
           return (v & 0x7fff) > (dtype == DType::kFloat16 ? 0x7c00 : 0x7f80);
@@ -164,9 +168,9 @@ TEST(AddKernel, EveryForcedIsaRunsItsRowsBitIdenticalToLoop) {
         for (auto& v : pe) v = u(rng);
         std::vector<char> fast = MakeInput(dtype, n, rng);
         std::vector<char> slow = fast;
-        ASSERT_TRUE(AddEncodingInPlace(TensorView{dtype, {c.nb, c.seq, c.dim}, fast.data()},
-                                       pe.data(), c.input_scale, c.pe_scale)
-                        .ok());
+        ASSERT_THAT(AddEncodingInPlace(TensorView{dtype, {c.nb, c.seq, c.dim}, fast.data()},
+                                       pe.data(), c.input_scale, c.pe_scale),
+                    IsOk());
         const bool wide_rows = isa == Isa::kAvx512 && dtype != DType::kFloat32 &&
                                (dtype == DType::kFloat16 || simd::HasAvx512Bf16());
         const char* want = isa == Isa::kScalar ? "loop" : wide_rows ? "avx512" : "avx2";
@@ -188,9 +192,8 @@ TEST(AddKernel, EveryForcedIsaRunsItsRowsBitIdenticalToLoop) {
 
 TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
   std::vector<float> x(16, 1.0f), pe(16, 0.5f);
-  ASSERT_TRUE(AddEncodingInPlace(TensorView{DType::kFloat32, {1, 2, 8}, x.data()}, pe.data(),
-                                 1, 1)
-                  .ok());
+  ASSERT_THAT(AddEncodingInPlace(TensorView{DType::kFloat32, {1, 2, 8}, x.data()}, pe.data(), 1, 1),
+              IsOk());
   if (simd::HasAvx2F16c()) {
     EXPECT_STREQ(LastAddImplementation(), "avx2");
   }
@@ -199,9 +202,9 @@ TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
   const int64_t dim = 1024, seq = 512;
   std::vector<uint16_t> big(static_cast<size_t>(seq * dim), FloatToBFloat16(1.0f));
   std::vector<float> big_pe(static_cast<size_t>(seq * dim), 0.5f);
-  ASSERT_TRUE(AddEncodingInPlace(TensorView{DType::kBFloat16, {1, seq, dim}, big.data()},
-                                 big_pe.data(), 1, 1)
-                  .ok());
+  ASSERT_THAT(AddEncodingInPlace(TensorView{DType::kBFloat16, {1, seq, dim}, big.data()},
+                                 big_pe.data(), 1, 1),
+              IsOk());
   if (std::getenv("POSENC_ADD_IMPL") == nullptr && __builtin_cpu_supports("avx512f") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512dq") && simd::HasAvx512Bf16()) {

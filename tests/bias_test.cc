@@ -7,18 +7,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
 
 using ::posenc::testing::FixturePath;
 using ::posenc::testing::ReadFixtureLines;
@@ -95,7 +98,7 @@ TEST(AlibiBias, BuildMatchesPerElementFormula) {
         const AlibiSpec spec{heads, causal, 8.0};
         const BiasGeometry g{c.q, c.k, c.offset};
         std::vector<float> out(static_cast<size_t>(heads * c.q * c.k), 123.f);
-        ASSERT_TRUE(BuildAlibiBias(spec, g, out.data()).ok());
+        ASSERT_THAT(BuildAlibiBias(spec, g, out.data()), IsOk());
         for (int h = 0; h < heads; ++h) {
           for (int64_t i = 0; i < c.q; ++i) {
             for (int64_t j = 0; j < c.k; ++j) {
@@ -117,7 +120,7 @@ TEST(AlibiBias, IndependentValuesAndDefaultOffset) {
   const BiasGeometry g = MakeBiasGeometry(2, 4);
   EXPECT_EQ(g.query_offset, 2);
   std::vector<float> out(4 * 2 * 4);
-  ASSERT_TRUE(BuildAlibiBias(sym, g, out.data()).ok());
+  ASSERT_THAT(BuildAlibiBias(sym, g, out.data()), IsOk());
   const float row0_h0[] = {-0.5f, -0.25f, 0.f, -0.25f};
   const float row1_h1[] = {-3.f / 16, -2.f / 16, -1.f / 16, 0.f};
   for (int j = 0; j < 4; ++j) {
@@ -127,7 +130,7 @@ TEST(AlibiBias, IndependentValuesAndDefaultOffset) {
   EXPECT_FALSE(std::signbit(out[2])) << "the diagonal is +0, not -0";
 
   const AlibiSpec causal{4, true, 8.0};
-  ASSERT_TRUE(BuildAlibiBias(causal, g, out.data()).ok());
+  ASSERT_THAT(BuildAlibiBias(causal, g, out.data()), IsOk());
   EXPECT_EQ(out[0], -0.5f);
   EXPECT_EQ(out[2], 0.f);
   EXPECT_EQ(out[3], -std::numeric_limits<float>::infinity());
@@ -162,7 +165,7 @@ void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeomet
   const std::vector<float> f32_before = f32;
   const std::vector<uint16_t> f16_before = f16;
   view.data = dtype == DType::kFloat32 ? static_cast<void*>(f32.data()) : f16.data();
-  ASSERT_TRUE(add(view).ok());
+  ASSERT_THAT(add(view), IsOk());
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < g.query_length; ++i) {
@@ -242,8 +245,8 @@ int32_t HfBucket(const T5Spec& spec, const BiasGeometry& g, int64_t i, int64_t j
 }
 
 TEST(T5Buckets, MatchHfFormulaFixture) {
-  std::ifstream in(FixturePath("t5_buckets.txt"));
-  ASSERT_TRUE(in) << FixturePath("t5_buckets.txt");
+  const auto lines = ReadFixtureLines("t5_buckets.txt");
+  ASSERT_FALSE(lines.empty()) << "missing fixture " << FixturePath("t5_buckets.txt");
   struct Run {
     int64_t start;
     int32_t bucket;
@@ -272,27 +275,27 @@ TEST(T5Buckets, MatchHfFormulaFixture) {
     }
     runs.clear();
   };
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream f(line);
-    std::string kind;
-    f >> kind;
+  for (const std::vector<std::string>& w : lines) {
+    const std::string& kind = w[0];
+    const std::string line = absl::StrJoin(w, " ");
     if (kind == "config") {
+      ASSERT_EQ(w.size(), 6u) << line;
       check_runs();
-      int bidir;
-      f >> bidir >> spec.num_buckets >> spec.max_distance >> lo >> hi;
-      spec.bidirectional = bidir != 0;
-      ASSERT_TRUE(ValidateT5Spec(spec).ok()) << line;
+      spec.bidirectional = std::stoi(w[1]) != 0;
+      spec.num_buckets = std::stoi(w[2]);
+      spec.max_distance = std::stoi(w[3]);
+      lo = std::stoll(w[4]);
+      hi = std::stoll(w[5]);
+      ASSERT_THAT(ValidateT5Spec(spec), IsOk()) << line;
       ++configs;
-    } else if (kind == "run") {
-      Run r;
-      f >> r.start >> r.bucket;
-      runs.push_back(r);
-    } else if (kind == "point") {
-      int64_t rel;
-      int32_t bucket;
-      f >> rel >> bucket;
+    } else if (kind == "run" || kind == "point") {
+      ASSERT_EQ(w.size(), 3u) << line;
+      const int64_t rel = std::stoll(w[1]);
+      const int32_t bucket = std::stoi(w[2]);
+      if (kind == "run") {
+        runs.push_back({rel, bucket});
+        continue;
+      }
       EXPECT_EQ(T5RelativeBucket(rel, spec.bidirectional, spec.num_buckets, spec.max_distance),
                 bucket)
           << line << " in config " << spec.num_buckets << "/" << spec.max_distance;
@@ -324,7 +327,7 @@ TEST(T5Buckets, BuildMatchesPerElement) {
     for (const GeomCase& c : kGeoms) {
       const BiasGeometry g{c.q, c.k, c.offset};
       std::vector<int32_t> out(static_cast<size_t>(c.q * c.k), -1);
-      ASSERT_TRUE(BuildT5Buckets(spec, g, out.data()).ok());
+      ASSERT_THAT(BuildT5Buckets(spec, g, out.data()), IsOk());
       for (int64_t i = 0; i < c.q; ++i) {
         for (int64_t j = 0; j < c.k; ++j) {
           ASSERT_EQ(out[i * c.k + j], HfBucket(spec, g, i, j));
@@ -336,7 +339,7 @@ TEST(T5Buckets, BuildMatchesPerElement) {
   const T5Spec spec{32, 128, true};
   const BiasGeometry g{3, 700, 650};
   std::vector<int32_t> out(3 * 700);
-  ASSERT_TRUE(BuildT5Buckets(spec, g, out.data()).ok());
+  ASSERT_THAT(BuildT5Buckets(spec, g, out.data()), IsOk());
   for (int64_t i = 0; i < 3; ++i) {
     for (int64_t j = 0; j < 700; ++j) {
       ASSERT_EQ(out[i * 700 + j], T5RelativeBucket(j - (650 + i), true, 32, 128));
@@ -360,7 +363,7 @@ TEST(T5Bias, BuildIsTableLookup) {
     for (const GeomCase& c : kGeoms) {
       const BiasGeometry g{c.q, c.k, c.offset};
       std::vector<float> out(static_cast<size_t>(heads * c.q * c.k));
-      ASSERT_TRUE(BuildT5Bias(spec, g, table.data(), heads, out.data()).ok());
+      ASSERT_THAT(BuildT5Bias(spec, g, table.data(), heads, out.data()), IsOk());
       for (int h = 0; h < heads; ++h) {
         for (int64_t i = 0; i < c.q; ++i) {
           for (int64_t j = 0; j < c.k; ++j) {
@@ -381,7 +384,7 @@ TEST(BiasBuild, LargeOutputsMatchPerElement) {
   {
     const AlibiSpec spec{3, true, 8.0};
     std::vector<float> buffer(3 * head + 1, 123.f);
-    ASSERT_TRUE(BuildAlibiBias(spec, g, buffer.data() + 1).ok());
+    ASSERT_THAT(BuildAlibiBias(spec, g, buffer.data() + 1), IsOk());
     ASSERT_EQ(buffer[0], 123.f);
     for (int h = 0; h < 3; ++h) {
       for (int64_t i = 0; i < g.query_length; ++i) {
@@ -398,7 +401,7 @@ TEST(BiasBuild, LargeOutputsMatchPerElement) {
     const int heads = 3;
     const std::vector<float> table = RandomTable(32, heads);
     std::vector<float> buffer(heads * head + 1, 123.f);
-    ASSERT_TRUE(BuildT5Bias(spec, g, table.data(), heads, buffer.data() + 1).ok());
+    ASSERT_THAT(BuildT5Bias(spec, g, table.data(), heads, buffer.data() + 1), IsOk());
     ASSERT_EQ(buffer[0], 123.f);
     for (int h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < g.query_length; ++i) {
@@ -413,7 +416,7 @@ TEST(BiasBuild, LargeOutputsMatchPerElement) {
   {
     const BiasGeometry big{1500, 1501, 0};
     std::vector<int32_t> buffer(static_cast<size_t>(big.query_length * big.key_length) + 1, -7);
-    ASSERT_TRUE(BuildT5Buckets(spec, big, buffer.data() + 1).ok());
+    ASSERT_THAT(BuildT5Buckets(spec, big, buffer.data() + 1), IsOk());
     ASSERT_EQ(buffer[0], -7);
     for (int64_t i = 0; i < big.query_length; ++i) {
       for (int64_t j = 0; j < big.key_length; ++j) {
@@ -456,7 +459,7 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   ExpectInvalid(ValidateAlibiSpec({-3, true, 8}), "alibi.num_heads is -3");
   ExpectInvalid(ValidateAlibiSpec({8, false, 0}), "alibi.max_bias");
   ExpectInvalid(ValidateAlibiSpec({8, false, std::nan("")}), "alibi.max_bias");
-  EXPECT_TRUE(ValidateAlibiSpec({1, false, 8}).ok());
+  EXPECT_THAT(ValidateAlibiSpec({1, false, 8}), IsOk());
 
   ExpectInvalid(ValidateT5Spec({3, 128, true}), "t5.num_buckets is 3");
   ExpectInvalid(ValidateT5Spec({1, 128, false}), "t5.num_buckets is 1");
@@ -464,9 +467,9 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   ExpectInvalid(ValidateT5Spec({32, 8, true}), "t5.max_distance is 8");   // max_exact 8
   ExpectInvalid(ValidateT5Spec({32, 16, false}), "t5.max_distance is 16");  // max_exact 16
   ExpectInvalid(ValidateT5Spec({32, -1, false}), "t5.max_distance");
-  EXPECT_TRUE(ValidateT5Spec({4, 2, true}).ok());
-  EXPECT_TRUE(ValidateT5Spec({2, 2, false}).ok());
-  EXPECT_TRUE(ValidateT5Spec({32, 9, true}).ok());
+  EXPECT_THAT(ValidateT5Spec({4, 2, true}), IsOk());
+  EXPECT_THAT(ValidateT5Spec({2, 2, false}), IsOk());
+  EXPECT_THAT(ValidateT5Spec({32, 9, true}), IsOk());
 
   ExpectInvalid(ValidateBiasGeometry({0, 4, 0}), "query_length is 0");
   ExpectInvalid(ValidateBiasGeometry({2, -1, 0}), "key_length is -1");
@@ -474,7 +477,7 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   ExpectInvalid(ValidateBiasGeometry({2, 4, kMaxBiasPosition}), "query_offset");
   ExpectInvalid(ValidateBiasGeometry({2, std::numeric_limits<int64_t>::max(), 0}),
                 "key_length");
-  EXPECT_TRUE(ValidateBiasGeometry({5, 3, 0}).ok());
+  EXPECT_THAT(ValidateBiasGeometry({5, 3, 0}), IsOk());
   // Found by fuzzing (UBSan in scripts/sanitize.sh): the default offset 32 - (-2^63) overflowed.
   const BiasGeometry most_negative =
       MakeBiasGeometry(std::numeric_limits<int64_t>::min(), 32);
@@ -486,7 +489,7 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   ExpectInvalid(ValidateT5TableShape({32, 128, true}, {16, 4}), "t5.table.shape[0] is 16");
   ExpectInvalid(ValidateT5TableShape({32, 128, true}, {32}), "t5.table");
   ExpectInvalid(ValidateT5TableShape({32, 128, true}, {32, 0}), "t5.table.shape[1]");
-  EXPECT_TRUE(ValidateT5TableShape({32, 128, true}, {32, 12}).ok());
+  EXPECT_THAT(ValidateT5TableShape({32, 128, true}, {32, 12}), IsOk());
 }
 
 // max_bias finite and > 0 is the whole range check ALiBi needs: every slope is then in
@@ -496,9 +499,9 @@ TEST(BiasLimits, ExtremeMaxBiasStaysFinite) {
   for (double max_bias : {5e-324, 1e-300, 1e300, std::numeric_limits<double>::max()}) {
     for (bool causal : {false, true}) {
       const AlibiSpec spec{12, causal, max_bias};  // 12 heads: the extra-heads slopes too
-      ASSERT_TRUE(ValidateAlibiSpec(spec).ok()) << max_bias;
+      ASSERT_THAT(ValidateAlibiSpec(spec), IsOk()) << max_bias;
       std::vector<float> out(12 * 3 * 5);
-      ASSERT_TRUE(BuildAlibiBias(spec, g, out.data()).ok());
+      ASSERT_THAT(BuildAlibiBias(spec, g, out.data()), IsOk());
       for (int32_t h = 0; h < 12; ++h) {
         for (int64_t i = 0; i < 3; ++i) {
           for (int64_t j = 0; j < 5; ++j) {
@@ -517,7 +520,7 @@ TEST(BiasLimits, ScoresMustFit) {
   const BiasGeometry g{2, 3, 1};
   std::vector<float> data(2 * 4 * 2 * 3);
   TensorView v{DType::kFloat32, {2, 4, 2, 3}, data.data()};
-  EXPECT_TRUE(ValidateScores(g, 4, "alibi.num_heads", v).ok());
+  EXPECT_THAT(ValidateScores(g, 4, "alibi.num_heads", v), IsOk());
   ExpectInvalid(ValidateScores(g, 5, "alibi.num_heads", v),
                 "scores.shape[1] (heads) is 4; it must equal alibi.num_heads (5)");
   ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {2, 4, 3, 3}, data.data()}),

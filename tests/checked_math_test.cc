@@ -6,10 +6,18 @@
 #include <limits>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::testing::HasSubstr;
+
+using ::posenc::testing::StatusIs;
+
+using ::posenc::testing::IsOk;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
@@ -38,7 +46,7 @@ TEST(CheckedMath, ProductOverflowsAtAnyStep) {
 
 TEST(CheckedMath, SizeWithinIsResourceExhaustedOverTheLimitOrOnOverflow) {
   auto fits = SizeWithin({4, 8, 16}, 512, "the bias [8,16]", "--max_message_bytes");
-  ASSERT_TRUE(fits.ok()) << fits.status();
+  ASSERT_THAT(fits, IsOk());
   EXPECT_EQ(*fits, 512);
 
   auto over = SizeWithin({4, 8, 17}, 512, "the bias [8,17]", "--max_message_bytes");
@@ -51,21 +59,23 @@ TEST(CheckedMath, SizeWithinIsResourceExhaustedOverTheLimitOrOnOverflow) {
   EXPECT_EQ(wraps.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(wraps.status().message().find("more than 2^63 bytes"), std::string::npos);
 
-  EXPECT_EQ(SizeWithin({4, -1}, 512, "x", "limit").status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(SizeWithin({4, -1}, 512, "x", "limit"),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("a size factor is negative (-1)")));
 }
 
 TEST(CheckedMath, CheckInRangeNamesTheFieldAndRefusesNaN) {
-  EXPECT_TRUE(CheckInRange("rope.scaling.factor", 1e6, 1e-6, 1e6).ok());
+  EXPECT_THAT(CheckInRange("rope.scaling.factor", 1e6, 1e-6, 1e6), IsOk());
   const absl::Status s = CheckInRange("rope.scaling.factor", 1e-300, 1e-6, 1e6);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "rope.scaling.factor is 1e-300; it must be in [1e-06, 1e+06]");
-  EXPECT_EQ(CheckInRange("x", std::nan(""), -1, 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckInRange("x", INFINITY, -1, INFINITY).code(), absl::StatusCode::kOk);
+  EXPECT_THAT(CheckInRange("x", std::nan(""), -1, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, "x is nan; it must be in [-1, 1]"));
+  EXPECT_THAT(CheckInRange("x", INFINITY, -1, INFINITY), IsOk());
 }
 
 TEST(CheckedMath, CheckRowsFiniteFindsNaNAndInf) {
   std::vector<float> rows(64, 0.5f);
-  EXPECT_TRUE(CheckRowsFinite(rows, "sinusoidal").ok());
+  EXPECT_THAT(CheckRowsFinite(rows, "sinusoidal"), IsOk());
   rows[63] = std::numeric_limits<float>::infinity();
   absl::Status s = CheckRowsFinite(rows, "sinusoidal");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -73,7 +83,9 @@ TEST(CheckedMath, CheckRowsFiniteFindsNaNAndInf) {
       << s;
   rows[63] = 0;
   rows[5] = std::nanf("");
-  EXPECT_EQ(CheckRowsFinite(rows, "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(CheckRowsFinite(rows, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("non-finite encoding value (element 5)")));
 }
 
 }  // namespace

@@ -13,9 +13,12 @@
 #include "gmock/gmock.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::client {
 namespace {
+
+using ::posenc::testing::IsOk;
 
 using ::testing::HasSubstr;
 
@@ -85,7 +88,7 @@ class ClientTest : public ::testing::Test {
     options.target = absl::StrCat("127.0.0.1:", port_);
     options.timeout = absl::Seconds(10);
     auto client = PosencClient::Create(options);
-    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_THAT(client, IsOk());
     client_ = std::move(*client);
   }
   void TearDown() override {
@@ -106,14 +109,14 @@ TEST_F(ClientTest, EncodeRoundTripsTensorsInEveryFloatDtype) {
     v1::EncodeRequest request;
     request.set_request_id("rt");
     auto tensor = MakeTensor(values, {1, 2, 3}, dtype);
-    ASSERT_TRUE(tensor.ok()) << tensor.status();
+    ASSERT_THAT(tensor, IsOk());
     *request.mutable_input() = *tensor;
     request.mutable_sinusoidal();
     auto response = client_->Encode(request);
-    ASSERT_TRUE(response.ok()) << response.status();
+    ASSERT_THAT(response, IsOk());
     EXPECT_EQ(response->request_id(), "rt");
     auto out = TensorToFloats(response->output(), "output");
-    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_THAT(out, IsOk());
     ASSERT_EQ(out->size(), values.size());
     for (size_t i = 0; i < values.size(); ++i) {
       const float expected = dtype == v1::FLOAT16    ? HalfToFloat(FloatToHalf(values[i]))
@@ -152,7 +155,7 @@ TEST_F(ClientTest, EncodeStreamKeepsOrderUnderLoad) {
     *requests[i].mutable_input() = *MakeTensor(values, {1, 128, 128});
   }
   auto responses = client_->EncodeStream(requests);
-  ASSERT_TRUE(responses.ok()) << responses.status();
+  ASSERT_THAT(responses, IsOk());
   ASSERT_EQ(responses->size(), requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ((*responses)[i].request_id(), absl::StrCat("r", i));
@@ -176,13 +179,13 @@ TEST_F(ClientTest, GetTableJoinsChunks) {
   v1::TableRequest request;
   request.set_length(6);
   auto chunks = client_->GetTable(request);
-  ASSERT_TRUE(chunks.ok()) << chunks.status();
+  ASSERT_THAT(chunks, IsOk());
   EXPECT_EQ(chunks->size(), 3u);
   auto table = client_->GetTableTensor(request);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_THAT(table, IsOk());
   EXPECT_THAT(table->shape(), ::testing::ElementsAre(6, 4));
   auto values = TensorToFloats(*table, "table");
-  ASSERT_TRUE(values.ok());
+  ASSERT_THAT(values, IsOk());
   for (int i = 0; i < 24; ++i) EXPECT_EQ((*values)[i], static_cast<float>(i));
 
   request.set_length(99);
@@ -193,25 +196,25 @@ TEST_F(ClientTest, GetTableJoinsChunks) {
 
 TEST_F(ClientTest, HealthListAndUnimplemented) {
   auto health = client_->Health();
-  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_THAT(health, IsOk());
   EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_EQ(client_->Health("no.such.Service").status().code(), absl::StatusCode::kNotFound);
 
   auto list = client_->ListSchemes();
-  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_THAT(list, IsOk());
   EXPECT_EQ(list->version(), "fake");
   EXPECT_EQ(client_->GraphEncode(v1::GraphRequest()).status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(client_->AttentionBias(v1::BiasRequest()).status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(client_->WaitForConnected(absl::Seconds(5)).ok());
+  EXPECT_THAT(client_->WaitForConnected(absl::Seconds(5)), IsOk());
 }
 
 TEST_F(ClientTest, UnixSocketTarget) {
   ClientOptions options;
   options.target = "unix:" + socket_;
   auto client = PosencClient::Create(options);
-  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_THAT(client, IsOk());
   auto list = (*client)->ListSchemes();
-  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_THAT(list, IsOk());
   EXPECT_EQ(list->version(), "fake");
 }
 
@@ -233,7 +236,7 @@ TEST(ClientOptionsTest, RejectsBadOptions) {
   // A server that is not there: UNAVAILABLE, not a hang.
   options.tls_ca_file.clear();
   auto client = PosencClient::Create(options);
-  ASSERT_TRUE(client.ok());
+  ASSERT_THAT(client, IsOk());
   EXPECT_EQ((*client)->ListSchemes().status().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -252,7 +255,7 @@ TEST(TensorProtoTest, ValidatesSizesAndDtypes) {
   const std::vector<int32_t> ids = {-3, 0, 7};
   auto ints = MakeTensorFromBytes(DType::kInt32, {3},
                                   std::string(reinterpret_cast<const char*>(ids.data()), 12));
-  ASSERT_TRUE(ints.ok());
+  ASSERT_THAT(ints, IsOk());
   EXPECT_THAT(*TensorToInts(*ints, "ids"), ::testing::ElementsAre(-3, 0, 7));
   EXPECT_EQ(TensorToFloats(*ints, "ids").status().code(), absl::StatusCode::kInvalidArgument);
 

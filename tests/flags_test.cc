@@ -1,10 +1,15 @@
 // The one flag parser (server/common/flags.h) that posenc-server and posenc-client share.
 #include "server/common/flags.h"
+#include "tests/support/status_matchers.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
+using ::posenc::testing::StatusIs;
 
 CommandFlags::Options ServerLike() {
   return {{"listen", "table", "threads", "shm", "shutdown_grace"}, {"shm"}, 0};
@@ -14,7 +19,7 @@ TEST(FlagsTest, BothFormsBareBooleansAndRepeats) {
   auto f = CommandFlags::Parse({"--listen", "a:1", "--table=x=1.npy", "--shm", "--table",
                                 "y=2.npy", "--threads=3"},
                                ServerLike());
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_THAT(f, IsOk());
   EXPECT_EQ(f->Str("listen"), "a:1");
   EXPECT_EQ(f->All("table"), (std::vector<std::string>{"x=1.npy", "y=2.npy"}));
   EXPECT_EQ(f->Str("table"), "y=2.npy");  // the last one
@@ -38,31 +43,33 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
            {{"--shutdown-grace=1s"}, "unknown flag --shutdown-grace"},
        }) {
     auto f = CommandFlags::Parse(c.args, ServerLike());
-    ASSERT_FALSE(f.ok()) << c.message;
-    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(f.status().message(), c.message);
+    EXPECT_THAT(f, StatusIs(absl::StatusCode::kInvalidArgument, c.message));
   }
   auto f = CommandFlags::Parse({"--threads=x", "--shm=maybe", "--shutdown_grace=soon"},
                                ServerLike());
-  ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ(f->IntIn("threads", 0, 1024, 0).status().message(),
-            "--threads 'x' is not an integer in [0, 1024]");
-  EXPECT_EQ(f->Bool("shm").status().message(), "--shm 'maybe' is not true or false");
-  EXPECT_EQ(f->Duration("shutdown_grace", absl::Seconds(1)).status().message(),
-            "--shutdown_grace 'soon' is not a duration (10s, 500ms, 5m)");
+  ASSERT_THAT(f, IsOk());
+  EXPECT_THAT(f->IntIn("threads", 0, 1024, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--threads 'x' is not an integer in [0, 1024]"));
+  EXPECT_THAT(f->Bool("shm"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--shm 'maybe' is not true or false"));
+  EXPECT_THAT(f->Duration("shutdown_grace", absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--shutdown_grace 'soon' is not a duration (10s, 500ms, 5m)"));
 }
 
 TEST(FlagsTest, SeparatorFoldsDashesAndUnderscores) {
   CommandFlags::Options options{{"tls-ca", "shape", "timeout"}, {}, '-'};
   auto f = CommandFlags::Parse({"--tls_ca=ca.pem", "--shape", "2x16,64", "--timeout=0"},
                                options);
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_THAT(f, IsOk());
   EXPECT_EQ(f->Str("tls-ca"), "ca.pem");
   EXPECT_EQ(f->IntList("shape").value_or(std::vector<int64_t>{}),
             (std::vector<int64_t>{2, 16, 64}));
-  EXPECT_FALSE(f->Duration("timeout", absl::Seconds(30), absl::ZeroDuration(), absl::Hours(24),
-                           /*lo_exclusive=*/true)
-                   .ok());
+  EXPECT_THAT(f->Duration("timeout", absl::Seconds(30), absl::ZeroDuration(), absl::Hours(24),
+                          /*lo_exclusive=*/true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--timeout '0' is not a duration in (0, 24h]"));
 }
 
 TEST(FlagsTest, DurationText) {

@@ -12,12 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/graphs.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
+using ::posenc::testing::StatusIs;
+using ::testing::HasSubstr;
 
 using ::posenc::testing::FixturePath;
 using ::posenc::testing::ReadFixtureLines;
@@ -128,7 +134,7 @@ TEST(GraphEncoding, SmallGraphsMatchNumpyEigvalsh) {
     SCOPED_TRACE(g.name + (g.normalized ? " normalized" : ""));
     for (int k : {1, 3, static_cast<int>(g.n) + 2}) {
       auto enc = ComputeLaplacianEncoding({g.n, g.edges, k, g.normalized}, GraphLimits());
-      ASSERT_TRUE(enc.ok()) << enc.status();
+      ASSERT_THAT(enc, IsOk());
       ASSERT_EQ(enc->vectors.size(), static_cast<size_t>(g.n * k));
       const size_t used = std::min<size_t>(k, g.n - 1);
       ASSERT_EQ(enc->eigenvalues.size(), used);
@@ -145,7 +151,7 @@ TEST(GraphEncoding, ComponentsGiveIndicatorColumnsFirst) {
   // Components {0,3,6} (triangle), {1,4,5,7} (path), {2} (isolated); node 0's is skipped.
   const std::vector<int64_t> edges = {0, 3, 3, 6, 6, 0, 1, 4, 4, 5, 5, 7};
   auto enc = ComputeLaplacianEncoding({8, edges, 3, false}, GraphLimits());
-  ASSERT_TRUE(enc.ok()) << enc.status();
+  ASSERT_THAT(enc, IsOk());
   EXPECT_EQ(enc->eigenvalues[0], 0.0);
   EXPECT_EQ(enc->eigenvalues[1], 0.0);
   EXPECT_GT(enc->eigenvalues[2], 0.1);
@@ -158,7 +164,7 @@ TEST(GraphEncoding, ComponentsGiveIndicatorColumnsFirst) {
   }
   // Normalized: the path's null vector is D^1/2 1 / |.|: degrees 1,2,2,1 -> sqrt(d/6).
   auto norm = ComputeLaplacianEncoding({8, edges, 2, true}, GraphLimits());
-  ASSERT_TRUE(norm.ok());
+  ASSERT_THAT(norm, IsOk());
   const std::vector<double> npath = Column(*norm, 0);
   EXPECT_NEAR(npath[1], std::sqrt(1.0 / 6), 1e-7);
   EXPECT_NEAR(npath[4], std::sqrt(2.0 / 6), 1e-7);
@@ -170,7 +176,7 @@ TEST(GraphEncoding, SignRuleOnPathFiedlerVector) {
   std::vector<int64_t> edges;
   for (int64_t v = 0; v + 1 < 9; ++v) edges.insert(edges.end(), {v, v + 1});
   auto enc = ComputeLaplacianEncoding({9, edges, 2, false}, GraphLimits());
-  ASSERT_TRUE(enc.ok());
+  ASSERT_THAT(enc, IsOk());
   const std::vector<double> fiedler = Column(*enc, 0);
   EXPECT_GT(fiedler[0], 0);
   EXPECT_LT(fiedler[8], 0);
@@ -194,9 +200,9 @@ void CheckPathsAgree(const std::string& name, int64_t n, const std::vector<int64
   auto a = ComputeLaplacianEncoding({n, edges, k, normalized}, dense);
   auto b = ComputeLaplacianEncoding({n, edges, k, normalized}, shift_invert);
   auto c = ComputeLaplacianEncoding({n, edges, k, normalized}, shifted);
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  ASSERT_THAT(c, IsOk());
   ASSERT_EQ(a->eigenvalues.size(), static_cast<size_t>(k));
   ASSERT_EQ(b->eigenvalues.size(), static_cast<size_t>(k));
   ASSERT_EQ(c->eigenvalues.size(), static_cast<size_t>(k));
@@ -230,7 +236,7 @@ TEST(GraphEncoding, RingAndStarClosedForms) {
   std::vector<int64_t> ring;
   for (int64_t v = 0; v < n; ++v) ring.insert(ring.end(), {v, (v + 1) % n});
   auto enc = ComputeLaplacianEncoding({n, ring, 6, false}, GraphLimits());
-  ASSERT_TRUE(enc.ok()) << enc.status();
+  ASSERT_THAT(enc, IsOk());
   for (int c = 0; c < 6; ++c) {
     EXPECT_NEAR(enc->eigenvalues[c], 2 - 2 * std::cos(2 * M_PI * (c / 2 + 1) / n), 1e-12) << c;
   }
@@ -239,7 +245,7 @@ TEST(GraphEncoding, RingAndStarClosedForms) {
   std::vector<int64_t> star;
   for (int64_t v = 1; v < 10; ++v) star.insert(star.end(), {0, v});
   auto s = ComputeLaplacianEncoding({10, star, 9, false}, GraphLimits());
-  ASSERT_TRUE(s.ok());
+  ASSERT_THAT(s, IsOk());
   for (int c = 0; c < 8; ++c) EXPECT_NEAR(s->eigenvalues[c], 1.0, 1e-12);
   EXPECT_NEAR(s->eigenvalues[8], 10.0, 1e-12);
   CheckEigenPairs(*s, star, false, 1e-5, 10);
@@ -247,9 +253,7 @@ TEST(GraphEncoding, RingAndStarClosedForms) {
 
 void ExpectError(const absl::StatusOr<GraphEncoding>& r, absl::StatusCode code,
                  const std::string& text) {
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), code) << r.status();
-  EXPECT_NE(r.status().message().find(text), absl::string_view::npos) << r.status();
+  EXPECT_THAT(r, StatusIs(code, HasSubstr(text)));
 }
 
 TEST(GraphEncoding, Limits) {
@@ -293,7 +297,7 @@ TEST(GraphEncoding, Limits) {
 TEST(GraphEncoding, ManyComponentsAndFewNodes) {
   // 50 isolated nodes, k 4: columns are e_1 .. e_4 (node 0's is skipped).
   auto enc = ComputeLaplacianEncoding({50, {}, 4, true}, GraphLimits());
-  ASSERT_TRUE(enc.ok());
+  ASSERT_THAT(enc, IsOk());
   for (int c = 0; c < 4; ++c) {
     EXPECT_EQ(enc->eigenvalues[c], 0.0);
     const std::vector<double> v = Column(*enc, c);
@@ -301,7 +305,7 @@ TEST(GraphEncoding, ManyComponentsAndFewNodes) {
   }
   // One node: no eigenvalue left; k columns of zeros.
   auto one = ComputeLaplacianEncoding({1, {}, 3, false}, GraphLimits());
-  ASSERT_TRUE(one.ok());
+  ASSERT_THAT(one, IsOk());
   EXPECT_TRUE(one->eigenvalues.empty());
   EXPECT_EQ(one->vectors, std::vector<float>(3, 0.f));
 }

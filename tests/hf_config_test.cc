@@ -8,9 +8,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::client {
 namespace {
+
+using ::posenc::testing::IsOk;
 
 using ::testing::HasSubstr;
 namespace v1 = ::posenc::v1;
@@ -21,7 +24,7 @@ std::string FixturePath(const std::string& name) {
 
 HfRopeConfig LoadFixture(const std::string& name) {
   absl::StatusOr<HfRopeConfig> config = LoadHfRopeConfig(FixturePath(name));
-  EXPECT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config, IsOk());
   return config.ok() ? *config : HfRopeConfig();
 }
 
@@ -115,7 +118,7 @@ TEST(HfConfigTest, DeepseekV2YarnWithMscale) {
 
 TEST(HfConfigTest, DefaultsWithoutRopeKeys) {
   auto c = Parse(R"({"hidden_size": 512, "num_attention_heads": 8, "head_dim": null})");
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_THAT(c, IsOk());
   EXPECT_DOUBLE_EQ(c->rope.base(), 10000.0);
   EXPECT_EQ(c->head_dim, 64);
   EXPECT_FALSE(c->rope.has_scaling());
@@ -126,23 +129,23 @@ TEST(HfConfigTest, SuAndDefaultAndLinearAndDynamic) {
   auto su = Parse(R"({"head_dim": 8, "max_position_embeddings": 100,
     "rope_scaling": {"type": "su", "short_factor": [1,1,1,1], "long_factor": [2,2,2,2],
                      "original_max_position_embeddings": 50}})");
-  ASSERT_TRUE(su.ok()) << su.status();
+  ASSERT_THAT(su, IsOk());
   EXPECT_EQ(su->rope.scaling().type(), v1::LONGROPE);
   EXPECT_EQ(su->rope.scaling().original_max_position_embeddings(), 50);
   EXPECT_FALSE(su->rope.scaling().has_factor());
 
   auto def = Parse(R"({"head_dim": 8, "rope_scaling": {"rope_type": "default"}})");
-  ASSERT_TRUE(def.ok()) << def.status();
+  ASSERT_THAT(def, IsOk());
   EXPECT_FALSE(def->rope.has_scaling());
 
   auto linear = Parse(R"({"head_dim": 8, "rope_scaling": {"type": "linear", "factor": 2}})");
-  ASSERT_TRUE(linear.ok()) << linear.status();
+  ASSERT_THAT(linear, IsOk());
   EXPECT_EQ(linear->rope.scaling().type(), v1::LINEAR);
   EXPECT_DOUBLE_EQ(linear->rope.scaling().factor(), 2.0);
 
   auto dynamic = Parse(R"({"head_dim": 8, "max_position_embeddings": 4096,
     "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})");
-  ASSERT_TRUE(dynamic.ok()) << dynamic.status();
+  ASSERT_THAT(dynamic, IsOk());
   EXPECT_EQ(dynamic->rope.scaling().type(), v1::DYNAMIC);
   EXPECT_EQ(dynamic->rope.scaling().max_position_embeddings(), 4096);
 }
@@ -151,7 +154,7 @@ TEST(HfConfigTest, YarnExtrasAndRopeTypeWinsOverType) {
   auto c = Parse(R"({"head_dim": 16, "max_position_embeddings": 8192,
     "rope_scaling": {"rope_type": "yarn", "type": "linear", "factor": 4, "beta_fast": 16,
                      "beta_slow": 2, "attention_factor": 1.5, "truncate": false}})");
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_THAT(c, IsOk());
   const v1::RopeScaling& s = c->rope.scaling();
   EXPECT_EQ(s.type(), v1::YARN);
   EXPECT_EQ(s.original_max_position_embeddings(), 8192);  // falls back to max_position_embeddings
@@ -164,13 +167,13 @@ TEST(HfConfigTest, YarnExtrasAndRopeTypeWinsOverType) {
 
 TEST(HfConfigTest, PartialRotaryFactorAndGptj) {
   auto phi = Parse(R"({"hidden_size": 2560, "num_attention_heads": 32, "partial_rotary_factor": 0.4})");
-  ASSERT_TRUE(phi.ok()) << phi.status();
+  ASSERT_THAT(phi, IsOk());
   EXPECT_EQ(phi->rotary_dim, 32);  // int(80 * 0.4)
   EXPECT_EQ(phi->rope.rotary_dim(), 32);
 
   auto gptj = Parse(R"({"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64,
                         "n_positions": 2048})");
-  ASSERT_TRUE(gptj.ok()) << gptj.status();
+  ASSERT_THAT(gptj, IsOk());
   EXPECT_EQ(gptj->head_dim, 256);
   EXPECT_EQ(gptj->rope.rotary_dim(), 64);
   EXPECT_EQ(gptj->rope.style(), v1::GPTJ);
@@ -181,13 +184,13 @@ TEST(HfConfigTest, TransformersV5RopeParameters) {
   auto c = Parse(R"({"head_dim": 64, "max_position_embeddings": 131072,
     "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000, "factor": 32.0,
                         "original_max_position_embeddings": 4096, "truncate": false}})");
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_THAT(c, IsOk());
   EXPECT_DOUBLE_EQ(c->rope.base(), 150000.0);
   EXPECT_EQ(c->rope.scaling().type(), v1::YARN);
   EXPECT_DOUBLE_EQ(c->rope.scaling().factor(), 32.0);
 
   auto theta_only = Parse(R"({"head_dim": 64, "rope_parameters": {"rope_theta": 5e5}})");
-  ASSERT_TRUE(theta_only.ok()) << theta_only.status();
+  ASSERT_THAT(theta_only, IsOk());
   EXPECT_DOUBLE_EQ(theta_only->rope.base(), 5e5);
   EXPECT_FALSE(theta_only->rope.has_scaling());
 }

@@ -13,16 +13,20 @@
 #include "grpc/grpc.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::client {
 namespace {
+
+using ::posenc::testing::IsOk;
+using ::posenc::testing::StatusIs;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(ParseMixTest, ItemsDimsAndWeights) {
   auto mix = ParseMix("sinusoidal:1,8,16*4; rope:1,128,8,64;alibi:8,128,128;graph:256,8;table:64,16*2");
-  ASSERT_TRUE(mix.ok()) << mix.status();
+  ASSERT_THAT(mix, IsOk());
   ASSERT_EQ(mix->size(), 5u);
   EXPECT_EQ((*mix)[0].kind, "sinusoidal");
   EXPECT_THAT((*mix)[0].dims, ElementsAre(1, 8, 16));
@@ -36,11 +40,11 @@ TEST(ParseMixTest, ItemsDimsAndWeights) {
 
 TEST(ParseMixTest, Presets) {
   auto large = ParseMix("large");
-  ASSERT_TRUE(large.ok()) << large.status();
+  ASSERT_THAT(large, IsOk());
   ASSERT_EQ(large->size(), 1u);
   EXPECT_THAT((*large)[0].dims, ElementsAre(1, 1024, 256));  // 1 MiB of float32
   auto mixed = ParseMix("mixed");
-  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  ASSERT_THAT(mixed, IsOk());
   EXPECT_EQ(mixed->size(), 5u);
 }
 
@@ -60,9 +64,7 @@ TEST(ParseMixTest, RefusesBadItemsNamingThem) {
   };
   for (const auto& c : cases) {
     auto mix = ParseMix(c.mix);
-    ASSERT_FALSE(mix.ok()) << c.mix;
-    EXPECT_EQ(mix.status().code(), absl::StatusCode::kInvalidArgument) << c.mix;
-    EXPECT_THAT(std::string(mix.status().message()), HasSubstr(c.message)) << c.mix;
+    EXPECT_THAT(mix, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message))) << c.mix;
   }
 }
 
@@ -171,7 +173,7 @@ TEST_F(RetryTest, WithoutThePolicyUnavailableReachesTheCaller) {
 
 TEST_F(RetryTest, ThePolicyRetriesUnavailable) {
   const absl::Status status = EncodeOnce(2, 16, /*retry=*/true, 0);
-  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_THAT(status, IsOk()) << status;
   EXPECT_EQ(service_->attempts(), 3);
 }
 
@@ -185,7 +187,7 @@ TEST_F(RetryTest, LargeCallIsRetriedOnlyWithALargerRetryBuffer) {
   server_->Shutdown();
 
   const absl::Status large_buffer = EncodeOnce(1, kOneMiBOfFloats, /*retry=*/true, 4 << 20);
-  EXPECT_TRUE(large_buffer.ok()) << large_buffer;
+  EXPECT_THAT(large_buffer, IsOk()) << large_buffer;
   EXPECT_EQ(service_->attempts(), 2);
 }
 

@@ -10,9 +10,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::StatusIs;
+
+using ::posenc::testing::IsOk;
 
 using ::testing::HasSubstr;
 
@@ -39,7 +44,7 @@ TEST(NpyTest, MatchesNumpyBytes) {
   // The headers np.save (numpy 1.24) writes for these arrays, byte for byte.
   const std::vector<float> f32 = {0, 1, 2, 3, 4, 5};
   auto image = SerializeNpy(DType::kFloat32, {2, 3}, Bytes(f32));
-  ASSERT_TRUE(image.ok()) << image.status();
+  ASSERT_THAT(image, IsOk());
   const std::string numpy_header =
       std::string("\x93NUMPY\x01\x00v\x00", 10) +
       "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + std::string(58, ' ') + "\n";
@@ -47,14 +52,14 @@ TEST(NpyTest, MatchesNumpyBytes) {
 
   const std::vector<int64_t> i64 = {0, 1, 2, 3, 4};
   image = SerializeNpy(DType::kInt64, {5}, Bytes(i64));
-  ASSERT_TRUE(image.ok());
+  ASSERT_THAT(image, IsOk());
   EXPECT_EQ(image->substr(0, 128),
             std::string("\x93NUMPY\x01\x00v\x00", 10) +
                 "{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }" + std::string(60, ' ') + "\n");
 
   const std::vector<uint16_t> scalar = {FloatToHalf(1.5f)};
   image = SerializeNpy(DType::kFloat16, {}, Bytes(scalar));
-  ASSERT_TRUE(image.ok());
+  ASSERT_THAT(image, IsOk());
   EXPECT_THAT(*image, HasSubstr("'shape': (), }"));
   EXPECT_EQ(image->size(), 130u);
 }
@@ -72,14 +77,14 @@ TEST(NpyTest, RoundTripsEveryDtype) {
                         {DType::kFloat32, {0, 4}, ""}};
   for (const Case& c : cases) {
     auto image = SerializeNpy(c.dtype, c.shape, c.data);
-    ASSERT_TRUE(image.ok()) << image.status();
+    ASSERT_THAT(image, IsOk());
     auto parsed = ParseNpy(*image, "mem");
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ASSERT_THAT(parsed, IsOk());
     EXPECT_EQ(parsed->dtype, c.dtype);
     EXPECT_EQ(parsed->shape, c.shape);
     EXPECT_EQ(parsed->data, c.data);
     auto header = ParseNpyHeader(*image, "mem");
-    ASSERT_TRUE(header.ok());
+    ASSERT_THAT(header, IsOk());
     EXPECT_EQ(header->data_offset % 64, 0u);
     EXPECT_EQ(header->data_bytes, c.data.size());
   }
@@ -90,14 +95,14 @@ TEST(NpyTest, ReadsVersion2And3AndLooseHeaders) {
   for (int major : {2, 3}) {
     auto parsed = ParseNpy(
         Image("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", Bytes(f32), major), "v");
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ASSERT_THAT(parsed, IsOk());
     EXPECT_EQ(parsed->shape, (Shape{3, 2}));
     EXPECT_EQ(parsed->data, Bytes(f32));
   }
   // Other key order, double quotes, no trailing comma, Python 2 long suffix.
   auto parsed = ParseNpy(
       Image("{\"shape\": (6L,), \"fortran_order\": False, \"descr\": \"<f4\"}", Bytes(f32)), "loose");
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_THAT(parsed, IsOk());
   EXPECT_EQ(parsed->shape, (Shape{6}));
 }
 
@@ -143,19 +148,20 @@ TEST(NpyTest, RejectsMalformedInput) {
 }
 
 TEST(NpyTest, SerializeRejectsBfloat16AndSizeMismatch) {
-  EXPECT_EQ(SerializeNpy(DType::kBFloat16, {1}, "ab").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SerializeNpy(DType::kFloat32, {2}, "abcd").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SerializeNpy(DType::kBFloat16, {1}, "ab"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no bfloat16 dtype")));
+  EXPECT_THAT(SerializeNpy(DType::kFloat32, {2}, "abcd"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("shape [2] of FLOAT32 needs 8 bytes, got 4")));
 }
 
 TEST(NpyTest, FilesRoundTripAndErrors) {
   const std::string dir = ::testing::TempDir();
   const std::string path = dir + "/npy_test_roundtrip.npy";
   const std::vector<float> f32 = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f};
-  ASSERT_TRUE(WriteNpyFile(path, DType::kFloat32, {3, 2}, Bytes(f32)).ok());
+  ASSERT_THAT(WriteNpyFile(path, DType::kFloat32, {3, 2}, Bytes(f32)), IsOk());
   auto read = ReadNpyFile(path);
-  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_THAT(read, IsOk());
   EXPECT_EQ(read->shape, (Shape{3, 2}));
   EXPECT_EQ(read->data, Bytes(f32));
   EXPECT_EQ(read->view().NumElements(), 6);
@@ -164,9 +170,9 @@ TEST(NpyTest, FilesRoundTripAndErrors) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("npy_test_does_not_exist.npy"));
 
-  EXPECT_EQ(WriteNpyFile(dir + "/no/such/dir/x.npy", DType::kFloat32, {1}, Bytes(std::vector<float>{1}))
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      WriteNpyFile(dir + "/no/such/dir/x.npy", DType::kFloat32, {1}, Bytes(std::vector<float>{1})),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("x.npy: cannot create")));
 
   // A header that claims far more data than the file holds fails before allocating it.
   const std::string lying = dir + "/npy_test_lying.npy";
@@ -179,11 +185,13 @@ TEST(NpyTest, FilesRoundTripAndErrors) {
   // Truncated inside the header.
   const std::string truncated = dir + "/npy_test_truncated.npy";
   std::ofstream(truncated, std::ios::binary) << std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 18);
-  EXPECT_EQ(ReadNpyFile(truncated).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ReadNpyFile(truncated), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("header of 64 bytes is truncated")));
 
   const std::string empty = dir + "/npy_test_empty.npy";
   std::ofstream(empty, std::ios::binary).flush();
-  EXPECT_EQ(ReadNpyFile(empty).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ReadNpyFile(empty),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NUMPY magic")));
 }
 
 }  // namespace

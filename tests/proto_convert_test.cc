@@ -5,10 +5,14 @@
 
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
 
 void ExpectUnknownEnum(const absl::Status& status, const std::string& message) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
@@ -76,7 +80,7 @@ TEST(ProtoConvert, KnownValuesStillMap) {
   r.mutable_scaling()->set_type(v1::YARN);
   r.mutable_scaling()->set_factor(4);
   auto rope = RopeFromProto(r);
-  ASSERT_TRUE(rope.ok()) << rope.status();
+  ASSERT_THAT(rope, IsOk());
   EXPECT_EQ(rope->style, RopeSpec::Style::kGptj);
   EXPECT_EQ(rope->layout, RopeSpec::Layout::kBhsd);
   EXPECT_EQ(rope->scaling.type, RopeScalingSpec::Type::kYarn);
@@ -89,20 +93,21 @@ TEST(ProtoConvert, KnownValuesStillMap) {
   s.set_pe_dim(6);
   auto spec = SinusoidalFromProto(s);
   auto combine = CombineFromSinusoidal(s);
-  ASSERT_TRUE(spec.ok() && combine.ok());
+  ASSERT_THAT(spec, IsOk());
+  ASSERT_THAT(combine, IsOk());
   EXPECT_EQ(spec->layout, SinusoidalLayout::kConcatenated);
   EXPECT_EQ(spec->timescale, Timescale::kHalfMinusOne);
   EXPECT_EQ(combine->fusion, Fusion::kConcat);
   EXPECT_EQ(combine->pe_dim, 6);
 
   auto overflow = OverflowFromProto(v1::INTERPOLATE);
-  ASSERT_TRUE(overflow.ok());
+  ASSERT_THAT(overflow, IsOk());
   EXPECT_EQ(*overflow, Overflow::kInterpolate);
   v1::Alibi a;
   a.set_mode(v1::CAUSAL);
   a.set_max_bias(4);
   auto alibi = AlibiFromProto(a);
-  ASSERT_TRUE(alibi.ok());
+  ASSERT_THAT(alibi, IsOk());
   EXPECT_TRUE(alibi->causal);
   EXPECT_EQ(alibi->max_bias, 4.0);
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/kernels/isa.h"
 #include "server/kernels/rope_kernel.h"
@@ -20,9 +21,18 @@
 #include "server/tables/rope_frequencies.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/rope_reference.h"
+#include "tests/support/random_values.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::testing::HasSubstr;
+
+using ::posenc::testing::StatusIs;
+
+using ::posenc::testing::IsOk;
+using ::posenc::testing::RandomFloats;
 
 using Fields = std::map<std::string, std::vector<double>>;
 
@@ -97,7 +107,7 @@ TEST_P(RopeFixtureTest, FrequenciesMatchHfFormulas) {
   const RopeSpec spec = SpecFromFields(f);
   const int rotary_dim = spec.rotary_dim.value_or(static_cast<int>(HeadDimOf(f)));
   auto freqs = ComputeRopeFrequencies(spec, rotary_dim, static_cast<int64_t>(f.at("seq_len")[0]));
-  ASSERT_TRUE(freqs.ok()) << freqs.status();
+  ASSERT_THAT(freqs, IsOk());
   const std::vector<double>& want = f.at("inv_freq");
   ASSERT_EQ(freqs->inv_freq.size(), want.size());
   // Both sides are float64 evaluations of the same formulas; allow a few ulps.
@@ -121,7 +131,7 @@ TEST_P(RopeFixtureTest, RotatedQueriesAndKeysMatch) {
   PositionsSpec positions;
   positions.ids = ids;
   TableCache cache(64 << 20);
-  ASSERT_TRUE(ApplyRope(spec, qv, &kv, positions, cache).ok());
+  ASSERT_THAT(ApplyRope(spec, qv, &kv, positions, cache), IsOk());
   // Inputs in [-1, 1], attention factor <= 1.25: fp32 rounding of cos/sin and of two
   // products and a sum stays below 1e-6; 2e-6 leaves a margin.
   constexpr double kAbsTol = 2e-6;
@@ -141,14 +151,6 @@ INSTANTIATE_TEST_SUITE_P(AllScalings, RopeFixtureTest,
 
 // ---------------------------------------------------------------------------------------
 // The vector kernels against the scalar reference.
-
-std::vector<float> RandomFloats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 // Unit-norm (cos, sin) rows for `tokens` tokens.
 std::vector<float> RandomRows(int64_t tokens, int rotary_dim, uint32_t seed) {
@@ -406,12 +408,12 @@ TEST(ApplyRope, DotProductDependsOnlyOnRelativePosition) {
     qp.ids = q_ids;
     PositionsSpec kp;
     kp.ids = k_ids;
-    ASSERT_TRUE(
-        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, q.data()}, nullptr, qp, cache)
-            .ok());
-    ASSERT_TRUE(
-        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, k.data()}, nullptr, kp, cache)
-            .ok());
+    ASSERT_THAT(
+        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, q.data()}, nullptr, qp, cache),
+        IsOk());
+    ASSERT_THAT(
+        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, k.data()}, nullptr, kp, cache),
+        IsOk());
     std::vector<double> dots;
     for (int64_t t = 0; t < tokens; ++t) {
       double d = 0;
@@ -443,9 +445,9 @@ TEST(ApplyRope, LargePositionFloat64AnglesVersusHfFloat32Table) {
   TableCache cache(256 << 20);
   PositionsSpec positions;
   positions.ids = ids;
-  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, ours.data()}, nullptr,
-                        positions, cache)
-                  .ok());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, ours.data()}, nullptr,
+                        positions, cache),
+              IsOk());
 
   double our_err = 0, hf_err = 0;
   for (int64_t t = 0; t < tokens; ++t) {
@@ -484,18 +486,18 @@ TEST(ApplyRope, FarPositionsDoNotBuildALargeTable) {
   const std::vector<int64_t> ids = {1000000, 1000001, 1000002};
   PositionsSpec positions;
   positions.ids = ids;
-  ASSERT_TRUE(
-      ApplyRope(spec, {DType::kFloat32, {1, 3, 8, head_dim}, q.data()}, nullptr, positions, cache)
-          .ok());
+  ASSERT_THAT(
+      ApplyRope(spec, {DType::kFloat32, {1, 3, 8, head_dim}, q.data()}, nullptr, positions, cache),
+      IsOk());
   // A dense table up to 10^6 would be 2^20 * 128 * 4 bytes = 512 MiB.
   EXPECT_LT(cache.bytes(), size_t{64} << 10);
 
   // Modest positions: one dense 256-row table, shared by the next request.
   std::vector<float> q2 = RandomFloats(2 * 100 * 8 * head_dim, 10);
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 100, 8, head_dim}, q2.data()}, nullptr,
-                          PositionsSpec{}, cache)
-                    .ok());
+    ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {2, 100, 8, head_dim}, q2.data()}, nullptr,
+                          PositionsSpec{}, cache),
+                IsOk());
   }
   EXPECT_EQ(cache.entries(), 1u);
   EXPECT_EQ(cache.bytes(), size_t{256} * head_dim * sizeof(float));
@@ -514,12 +516,12 @@ TEST(ApplyRope, DenseAndSparsePathsAgree) {
   positions.offsets = offsets;
   std::vector<float> dense = x, sparse = x;
   TableCache big(256 << 20), none(0);
-  ASSERT_TRUE(
-      ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, dense.data()}, nullptr, positions, big)
-          .ok());
-  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, sparse.data()}, nullptr,
-                        positions, none)
-                  .ok());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, dense.data()}, nullptr,
+                        positions, big),
+              IsOk());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {2, 4, 2, head_dim}, sparse.data()}, nullptr,
+                        positions, none),
+              IsOk());
   EXPECT_EQ(big.entries(), 1u);
   EXPECT_EQ(none.entries(), 0u);
   EXPECT_EQ(dense, sparse);
@@ -552,16 +554,16 @@ TEST(ApplyRope, LayoutsAgree) {
     std::vector<float> q1 = q_bshd, k1 = k_bshd;
     TensorView k1v{DType::kFloat32, {batch, seq, kv_heads, head_dim}, k1.data()};
     spec.layout = RopeSpec::Layout::kBshd;
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, seq, heads, head_dim}, q1.data()}, &k1v,
-                          positions, cache)
-                    .ok());
+    ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {batch, seq, heads, head_dim}, q1.data()}, &k1v,
+                          positions, cache),
+                IsOk());
 
     std::vector<float> q2 = to_bhsd(q_bshd, heads), k2 = to_bhsd(k_bshd, kv_heads);
     TensorView k2v{DType::kFloat32, {batch, kv_heads, seq, head_dim}, k2.data()};
     spec.layout = RopeSpec::Layout::kBhsd;
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch, heads, seq, head_dim}, q2.data()}, &k2v,
-                          positions, cache)
-                    .ok());
+    ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {batch, heads, seq, head_dim}, q2.data()}, &k2v,
+                          positions, cache),
+                IsOk());
     EXPECT_EQ(q2, to_bhsd(q1, heads));
     EXPECT_EQ(k2, to_bhsd(k1, kv_heads));
 
@@ -569,9 +571,9 @@ TEST(ApplyRope, LayoutsAgree) {
     std::vector<float> q3 = q_bshd, k3 = k_bshd;
     TensorView k3v{DType::kFloat32, {batch * seq, kv_heads, head_dim}, k3.data()};
     spec.layout = RopeSpec::Layout::kThd;
-    ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, {batch * seq, heads, head_dim}, q3.data()}, &k3v,
-                          positions, cache)
-                    .ok());
+    ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {batch * seq, heads, head_dim}, q3.data()}, &k3v,
+                          positions, cache),
+                IsOk());
     EXPECT_EQ(q3, q1);
     EXPECT_EQ(k3, k1);
   }
@@ -592,14 +594,15 @@ TEST(ApplyRope, ThdDefaultPositionsAndSingleOffset) {
   p_offset.offsets = offset;
   p_shifted.ids = shifted;
   const Shape shape = {tokens, 1, head_dim};
-  ASSERT_TRUE(
-      ApplyRope(spec, {DType::kFloat32, shape, by_default.data()}, nullptr, {}, cache).ok());
-  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, shape, by_ids.data()}, nullptr, p_ids, cache).ok());
-  ASSERT_TRUE(
-      ApplyRope(spec, {DType::kFloat32, shape, by_offset.data()}, nullptr, p_offset, cache).ok());
-  ASSERT_TRUE(
-      ApplyRope(spec, {DType::kFloat32, shape, by_ids_shifted.data()}, nullptr, p_shifted, cache)
-          .ok());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, by_default.data()}, nullptr, {}, cache),
+              IsOk());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, by_ids.data()}, nullptr, p_ids, cache),
+              IsOk());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, by_offset.data()}, nullptr, p_offset, cache),
+              IsOk());
+  ASSERT_THAT(
+      ApplyRope(spec, {DType::kFloat32, shape, by_ids_shifted.data()}, nullptr, p_shifted, cache),
+      IsOk());
   EXPECT_EQ(by_default, by_ids);
   EXPECT_EQ(by_offset, by_ids_shifted);
   EXPECT_NE(by_offset, by_ids);
@@ -619,11 +622,11 @@ TEST(ApplyRope, SixteenBitQueriesFollowTheFloat32Path) {
   TableCache cache(1 << 20);
   std::vector<float> f32 = x;
   const Shape shape = {batch, seq, heads, head_dim};
-  ASSERT_TRUE(ApplyRope(spec, {DType::kFloat32, shape, f32.data()}, nullptr, {}, cache).ok());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, f32.data()}, nullptr, {}, cache), IsOk());
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     std::vector<uint16_t> h(x.size());
     FromFloat32(x.data(), dtype, h.data(), x.size());
-    ASSERT_TRUE(ApplyRope(spec, {dtype, shape, h.data()}, nullptr, {}, cache).ok());
+    ASSERT_THAT(ApplyRope(spec, {dtype, shape, h.data()}, nullptr, {}, cache), IsOk());
     std::vector<float> back(x.size());
     ToFloat32(dtype, h.data(), back.data(), h.size());
     for (size_t i = 0; i < x.size(); ++i) {
@@ -640,7 +643,7 @@ TEST(RopeTableRows, RowsAreCosThenSinOfFloat64Angles) {
   spec.base = 500000;
   const int rotary_dim = 16;
   auto table = RopeTableRows(spec, rotary_dim, 0, 40, 40);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_THAT(table, IsOk());
   ASSERT_EQ(table->rows, 40);
   ASSERT_EQ(table->cols, rotary_dim);
   for (int64_t p = 0; p < 40; ++p) {
@@ -653,7 +656,7 @@ TEST(RopeTableRows, RowsAreCosThenSinOfFloat64Angles) {
   }
   // A chunk equals the same rows of the whole table.
   auto chunk = RopeTableRows(spec, rotary_dim, 30, 10, 40);
-  ASSERT_TRUE(chunk.ok());
+  ASSERT_THAT(chunk, IsOk());
   EXPECT_EQ(std::vector<float>(table->data.begin() + 30 * rotary_dim, table->data.end()),
             chunk->data);
 }
@@ -664,9 +667,9 @@ TEST(RopeTableRows, DynamicUsesTheTableLength) {
   spec.scaling.factor = 2;
   spec.scaling.max_position_embeddings = 64;
   auto rows = RopeTableRows(spec, 8, 100, 1, 200);
-  ASSERT_TRUE(rows.ok());
+  ASSERT_THAT(rows, IsOk());
   auto freqs = ComputeRopeFrequencies(spec, 8, 200);
-  ASSERT_TRUE(freqs.ok());
+  ASSERT_THAT(freqs, IsOk());
   std::vector<float> want(8);
   FillRopeRowRange(*freqs, 100, 1, want.data());
   EXPECT_EQ(rows->data, want);
@@ -676,9 +679,14 @@ TEST(RopeTableRows, DynamicUsesTheTableLength) {
 
 TEST(RopeTableRows, Errors) {
   RopeSpec spec;
-  EXPECT_EQ(RopeTableRows(spec, 7, 0, 1, 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RopeTableRows(spec, 8, 5, 10, 10).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RopeTableRows(spec, 8, 0, 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      RopeTableRows(spec, 7, 0, 1, 1),
+      StatusIs(absl::StatusCode::kInvalidArgument, "dim is 7; a rope table needs an even dim > 0"));
+  EXPECT_THAT(
+      RopeTableRows(spec, 8, 5, 10, 10),
+      StatusIs(absl::StatusCode::kInvalidArgument, "rows 5 .. 5 + 10 do not fit in length 10"));
+  EXPECT_THAT(RopeTableRows(spec, 8, 0, 1, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("length is 0")));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -721,8 +729,8 @@ TEST(ApplyRope, EmptyQueryWithAHugeHeadDimIsRefusedBeforeAllocating) {
       << explicit_dim;
   // The widest served rotary dimension on an empty query is fine (and does nothing).
   spec.rotary_dim = 1 << 20;
-  EXPECT_TRUE(
-      ApplyRope(spec, {DType::kFloat32, {0, 1, 1, 1 << 20}, &dummy}, nullptr, {}, cache).ok());
+  EXPECT_THAT(ApplyRope(spec, {DType::kFloat32, {0, 1, 1, 1 << 20}, &dummy}, nullptr, {}, cache),
+              IsOk());
 }
 
 TEST(ApplyRope, ErrorsNameTheField) {
@@ -933,7 +941,7 @@ TEST(ApplyRope, EdgesOfTheFiniteRangesStayFiniteAtTheLastPosition) {
     PositionsSpec positions;
     positions.offsets = offsets;
     TableCache cache(1 << 20);
-    ASSERT_TRUE(ApplyRope(spec, qv, nullptr, positions, cache).ok()) << factor;
+    ASSERT_THAT(ApplyRope(spec, qv, nullptr, positions, cache), IsOk()) << factor;
     for (float v : q) ASSERT_TRUE(std::isfinite(v)) << "factor " << factor;
   }
   spec.scaling = {};
@@ -942,7 +950,7 @@ TEST(ApplyRope, EdgesOfTheFiniteRangesStayFiniteAtTheLastPosition) {
   spec.scaling.original_max_position_embeddings = 4096;
   spec.scaling.attention_factor = kMaxAttentionFactor;
   auto rows = RopeTableRows(spec, 8, kMaxPosition - 3, 4, kMaxPosition + 1);
-  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_THAT(rows, IsOk());
   for (float v : rows->data) ASSERT_TRUE(std::isfinite(v));
 }
 
@@ -973,9 +981,9 @@ TEST(ApplyRope, GqaAndMqaKeysRotatedByTheirPositions) {
     for (float& v : k) v = uniform(rng);
     const std::vector<float> q0 = q, k0 = k;
     TensorView kv{DType::kFloat32, {kBatch, kSeq, kv_heads, kDim}, k.data()};
-    ASSERT_TRUE(
-        ApplyRope(spec, {DType::kFloat32, {kBatch, kSeq, kHeads, kDim}, q.data()}, &kv, {}, cache)
-            .ok())
+    ASSERT_THAT(
+        ApplyRope(spec, {DType::kFloat32, {kBatch, kSeq, kHeads, kDim}, q.data()}, &kv, {}, cache),
+        IsOk())
         << kv_heads;
     for (int64_t b = 0; b < kBatch; ++b) {
       for (int64_t s = 0; s < kSeq; ++s) {

@@ -12,11 +12,17 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shm/shared_memory_registry.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::client {
 namespace {
+
+using ::posenc::testing::IsOk;
+using ::posenc::testing::StatusIs;
+using ::testing::HasSubstr;
 
 std::string UniqueKey() {
   static int counter = 0;
@@ -32,7 +38,7 @@ TEST(ShmRegionTest, CreatesAPrivateObjectOfTheSizeAndUnlinksIt) {
   const std::string key = UniqueKey();
   {
     auto region = ShmRegion::Create(key, 10000);
-    ASSERT_TRUE(region.ok()) << region.status();
+    ASSERT_THAT(region, IsOk());
     EXPECT_EQ(region->byte_size(), 10000u);
     EXPECT_EQ(region->bytes().size(), 10000u);
     EXPECT_EQ(region->key(), key);
@@ -57,45 +63,59 @@ TEST(ShmRegionTest, CreatesAPrivateObjectOfTheSizeAndUnlinksIt) {
 TEST(ShmRegionTest, RefusesAnExistingKeyBadKeysAndZeroSize) {
   const std::string key = UniqueKey();
   auto first = ShmRegion::Create(key, 64);
-  ASSERT_TRUE(first.ok());
-  EXPECT_EQ(ShmRegion::Create(key, 64).status().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_THAT(ShmRegion::Create(key, 64),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("File exists")));
   EXPECT_EQ(first->bytes().size(), 64u);  // the failed create did not unlink it
   EXPECT_TRUE(ObjectExists(key));
   for (const std::string bad : {"", "/", "/posenc_a/b", "//posenc_a"}) {
-    EXPECT_EQ(ShmRegion::Create(bad, 64).status().code(), absl::StatusCode::kInvalidArgument)
+    EXPECT_THAT(ShmRegion::Create(bad, 64),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("must be a name with at most a leading '/'")))
         << bad;
   }
-  EXPECT_EQ(ShmRegion::Create(UniqueKey(), 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ShmRegion::Create(UniqueKey(), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "shared memory byte_size is 0"));
   const std::string huge = UniqueKey();
-  EXPECT_FALSE(ShmRegion::Create(huge, std::numeric_limits<uint64_t>::max()).ok());
+  EXPECT_THAT(ShmRegion::Create(huge, std::numeric_limits<uint64_t>::max()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("(18446744073709551615 bytes)")));
   EXPECT_FALSE(ObjectExists(huge));  // a failed create leaves nothing behind
 }
 
 TEST(ShmRegionTest, SlicesAreBoundsCheckedWithoutOverflow) {
   auto region = ShmRegion::Create(UniqueKey(), 4096);
-  ASSERT_TRUE(region.ok());
+  ASSERT_THAT(region, IsOk());
   const uint64_t max = std::numeric_limits<uint64_t>::max();
-  EXPECT_EQ(region->Slice(4096, 1).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(region->Slice(max - 31, 64).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(region->Slice(1, max).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(region->Slice(4096, 1),
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       "offset 4096 + byte_size 1 is past the end of the region (4096 bytes)"));
+  EXPECT_THAT(region->Slice(max - 31, 64),
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       HasSubstr("offset 18446744073709551584 + byte_size 64 is past the end")));
+  EXPECT_THAT(region->Slice(1, max),
+              StatusIs(absl::StatusCode::kOutOfRange,
+                       HasSubstr("byte_size 18446744073709551615 is past the end")));
   auto tail = region->Slice(4000, 96);
-  ASSERT_TRUE(tail.ok());
+  ASSERT_THAT(tail, IsOk());
   EXPECT_EQ(tail->data(), region->bytes().data() + 4000);
   EXPECT_EQ(tail->size(), 96u);
 
   auto floats = region->SliceAs<float>(64, 1000);
-  ASSERT_TRUE(floats.ok()) << floats.status();
+  ASSERT_THAT(floats, IsOk());
   EXPECT_EQ(reinterpret_cast<uint8_t*>(floats->data()), region->bytes().data() + 64);
-  EXPECT_EQ(region->SliceAs<float>(2, 4).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(region->SliceAs<float>(0, 1025).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(region->SliceAs<float>(0, max / 2).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(region->SliceAs<float>(2, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument, "offset 2 is not a multiple of 4"));
+  EXPECT_THAT(region->SliceAs<float>(0, 1025),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("byte_size 4100 is past the end")));
+  EXPECT_THAT(region->SliceAs<float>(0, max / 2),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("count")));
 }
 
 TEST(ShmRegionTest, MovesTransferOwnership) {
   const std::string key = UniqueKey();
   auto created = ShmRegion::Create(key, 128);
-  ASSERT_TRUE(created.ok());
+  ASSERT_THAT(created, IsOk());
   ShmRegion moved = std::move(*created);
   EXPECT_EQ(moved.byte_size(), 128u);
   { ShmRegion sink = std::move(moved); }
@@ -105,7 +125,7 @@ TEST(ShmRegionTest, MovesTransferOwnership) {
 TEST(ShmRegionTest, RequestsDescribeTheRegion) {
   const std::string key = UniqueKey();
   auto region = ShmRegion::Create(key, 1000);
-  ASSERT_TRUE(region.ok());
+  ASSERT_THAT(region, IsOk());
   const v1::RegisterSharedMemoryRequest all = region->RegisterRequest("in0");
   EXPECT_EQ(all.name(), "in0");
   EXPECT_EQ(all.key(), key);
@@ -124,26 +144,26 @@ TEST(ShmRegionTest, RequestsDescribeTheRegion) {
 // The client's bytes are the server's bytes: no copy either way.
 TEST(ShmRegionTest, RoundTripsThroughTheServerRegistry) {
   auto region = ShmRegion::Create(UniqueKey(), 3 * 4096);
-  ASSERT_TRUE(region.ok());
+  ASSERT_THAT(region, IsOk());
   SharedMemoryRegistry::Options options;
   options.enabled = true;
   SharedMemoryRegistry registry(options);
   const v1::RegisterSharedMemoryRequest request = region->RegisterRequest("io", 4096);
-  ASSERT_TRUE(
-      registry.Register(request.name(), request.key(), request.offset(), request.byte_size())
-          .ok());
+  ASSERT_THAT(
+      registry.Register(request.name(), request.key(), request.offset(), request.byte_size()),
+      IsOk());
 
   auto input = region->SliceAs<float>(4096 + 64, 16);
-  ASSERT_TRUE(input.ok());
+  ASSERT_THAT(input, IsOk());
   for (int i = 0; i < 16; ++i) (*input)[i] = 0.5f * i;
   auto lease = registry.Lookup({"io", 64, 16 * sizeof(float)});
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_THAT(lease, IsOk());
   auto* values = reinterpret_cast<float*>(lease->data());
   for (int i = 0; i < 16; ++i) {
     EXPECT_EQ(values[i], 0.5f * i);
     values[i] += 1.0f;  // "in place", as the server writes results
   }
-  EXPECT_TRUE(lease->CheckIntact().ok());
+  EXPECT_THAT(lease->CheckIntact(), IsOk());
   for (int i = 0; i < 16; ++i) EXPECT_EQ((*input)[i], 0.5f * i + 1.0f);
 }
 

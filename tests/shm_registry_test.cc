@@ -20,11 +20,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/shm/fault_guard.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
+using ::posenc::testing::StatusIs;
+using ::testing::HasSubstr;
 
 const uint64_t kPage = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 
@@ -126,23 +132,23 @@ TEST(ShmRegistryTest, LeaseWritesReachTheObjectAtTheRegisteredOffset) {
   SharedMemoryRegistry registry(On());
   TestObject object(4 * kPage);
   const uint64_t offset = kPage + 100;  // not page-aligned on purpose
-  ASSERT_TRUE(registry.Register("in0", object.key(), offset, 2 * kPage).ok());
+  ASSERT_THAT(registry.Register("in0", object.key(), offset, 2 * kPage), IsOk());
   EXPECT_EQ(registry.regions(), 1);
   EXPECT_EQ(registry.mapped_bytes(), 2 * kPage);
 
   auto lease = registry.Lookup({"in0", 8, 16}, "input.shm");
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_THAT(lease, IsOk());
   ASSERT_EQ(lease->size(), 16u);
   for (int i = 0; i < 16; ++i) lease->data()[i] = static_cast<uint8_t>(0xA0 + i);
 
   std::vector<uint8_t> seen(16);
   ASSERT_EQ(pread(object.fd(), seen.data(), 16, static_cast<off_t>(offset + 8)), 16);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(seen[i], 0xA0 + i) << i;
-  EXPECT_TRUE(lease->CheckIntact().ok());
+  EXPECT_THAT(lease->CheckIntact(), IsOk());
   EXPECT_EQ(lease->region_name(), "in0");
 
   auto status = registry.Status("in0");
-  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_THAT(status, IsOk());
   ASSERT_EQ(status->size(), 1u);
   EXPECT_EQ((*status)[0].name, "in0");
   EXPECT_EQ((*status)[0].offset, offset);
@@ -153,13 +159,13 @@ TEST(ShmRegistryTest, LeaseWritesReachTheObjectAtTheRegisteredOffset) {
 TEST(ShmRegistryTest, KeyWithoutLeadingSlashIsAccepted) {
   SharedMemoryRegistry registry(On());
   TestObject object(kPage);
-  EXPECT_TRUE(registry.Register("r", object.key().substr(1), 0, kPage).ok());
+  EXPECT_THAT(registry.Register("r", object.key().substr(1), 0, kPage), IsOk());
 }
 
 TEST(ShmRegistryTest, DuplicateNameIsAlreadyExists) {
   SharedMemoryRegistry registry(On());
   TestObject object(kPage);
-  ASSERT_TRUE(registry.Register("dup", object.key(), 0, kPage).ok());
+  ASSERT_THAT(registry.Register("dup", object.key(), 0, kPage), IsOk());
   const absl::Status status = registry.Register("dup", object.key(), 0, kPage);
   ExpectRefused(status, absl::StatusCode::kAlreadyExists, object.key());
   EXPECT_NE(std::string(status.message()).find("'dup'"), std::string::npos) << status;
@@ -189,7 +195,7 @@ TEST(ShmRegistryTest, CustomPrefixIsEnforced) {
   TestObject app_object(kPage, UniqueKey("app_"));
   ExpectRefused(registry.Register("a", posenc_object.key(), 0, kPage),
                 absl::StatusCode::kPermissionDenied, posenc_object.key());
-  EXPECT_TRUE(registry.Register("b", app_object.key(), 0, kPage).ok());
+  EXPECT_THAT(registry.Register("b", app_object.key(), 0, kPage), IsOk());
 }
 
 TEST(ShmRegistryTest, MissingObjectIsNotFound) {
@@ -255,8 +261,8 @@ TEST(ShmRegistryTest, RegisteredRangeMustLieInsideTheObject) {
                 absl::StatusCode::kInvalidArgument, object.key());
   EXPECT_EQ(registry.regions(), 0);
   EXPECT_EQ(registry.mapped_bytes(), 0u);
-  EXPECT_TRUE(registry.Register("whole", object.key(), 0, 2 * kPage).ok());
-  EXPECT_TRUE(registry.Register("last", object.key(), 2 * kPage - 1, 1).ok());
+  EXPECT_THAT(registry.Register("whole", object.key(), 0, 2 * kPage), IsOk());
+  EXPECT_THAT(registry.Register("last", object.key(), 2 * kPage - 1, 1), IsOk());
 }
 
 TEST(ShmRegistryTest, RegionAndByteLimitsAreResourceExhausted) {
@@ -265,21 +271,21 @@ TEST(ShmRegistryTest, RegionAndByteLimitsAreResourceExhausted) {
   options.max_bytes = 3 * kPage;
   SharedMemoryRegistry registry(options);
   TestObject object(4 * kPage);
-  ASSERT_TRUE(registry.Register("a", object.key(), 0, 2 * kPage).ok());
+  ASSERT_THAT(registry.Register("a", object.key(), 0, 2 * kPage), IsOk());
   ExpectRefused(registry.Register("b", object.key(), 0, 2 * kPage),
                 absl::StatusCode::kResourceExhausted, object.key());
-  ASSERT_TRUE(registry.Register("b", object.key(), 0, kPage).ok());
+  ASSERT_THAT(registry.Register("b", object.key(), 0, kPage), IsOk());
   ExpectRefused(registry.Register("c", object.key(), 0, 1),
                 absl::StatusCode::kResourceExhausted, object.key());
-  ASSERT_TRUE(registry.Unregister("a").ok());
-  EXPECT_TRUE(registry.Register("c", object.key(), 0, 2 * kPage).ok());
+  ASSERT_THAT(registry.Unregister("a"), IsOk());
+  EXPECT_THAT(registry.Register("c", object.key(), 0, 2 * kPage), IsOk());
   EXPECT_EQ(registry.mapped_bytes(), 3 * kPage);
 }
 
 TEST(ShmRegistryTest, LookupBoundsAreOverflowSafe) {
   SharedMemoryRegistry registry(On());
   TestObject object(kPage);
-  ASSERT_TRUE(registry.Register("r", object.key(), 0, kPage).ok());
+  ASSERT_THAT(registry.Register("r", object.key(), 0, kPage), IsOk());
   const uint64_t max = std::numeric_limits<uint64_t>::max();
   struct Case {
     uint64_t offset, byte_size;
@@ -287,32 +293,34 @@ TEST(ShmRegistryTest, LookupBoundsAreOverflowSafe) {
   for (const Case& c : {Case{kPage + 1, 0}, Case{kPage, 1}, Case{kPage - 1, 2}, Case{0, kPage + 1},
                         Case{max - 31, 64}, Case{max - 31, 0}, Case{32, max - 31}, Case{1, max}}) {
     auto lease = registry.Lookup({"r", c.offset, c.byte_size}, "input.shm");
-    ASSERT_FALSE(lease.ok()) << c.offset << " " << c.byte_size;
+    ASSERT_THAT(lease, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input.shm")))
+        << c.offset << " " << c.byte_size;
     ExpectRefused(lease.status(), absl::StatusCode::kInvalidArgument, object.key());
-    EXPECT_NE(std::string(lease.status().message()).find("input.shm"), std::string::npos);
   }
   // byte_size 0 is an empty slice, valid up to the end; the whole region is valid.
   for (const Case& c : {Case{kPage, 0}, Case{0, 0}, Case{0, kPage}, Case{kPage - 1, 1}}) {
     auto lease = registry.Lookup({"r", c.offset, c.byte_size});
-    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_THAT(lease, IsOk());
     EXPECT_EQ(lease->size(), c.byte_size);
   }
   ExpectRefused(registry.Lookup({"nope", 0, 1}).status(), absl::StatusCode::kNotFound,
                 object.key());
   ExpectRefused(registry.Lookup({"", 0, 1}).status(), absl::StatusCode::kInvalidArgument,
                 object.key());
-  EXPECT_EQ(registry.Status("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(registry.Status("nope"), StatusIs(absl::StatusCode::kNotFound,
+                                                "shared memory region 'nope' is not registered"));
 }
 
 TEST(ShmRegistryTest, InUseCountsLiveLeases) {
   SharedMemoryRegistry registry(On());
   TestObject object(kPage);
-  ASSERT_TRUE(registry.Register("r", object.key(), 0, kPage).ok());
+  ASSERT_THAT(registry.Register("r", object.key(), 0, kPage), IsOk());
   auto in_use = [&] { return (*registry.Status("r"))[0].in_use; };
   {
     auto a = registry.Lookup({"r", 0, 8});
     auto b = registry.Lookup({"r", 8, 8});
-    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_THAT(a, IsOk());
+    ASSERT_THAT(b, IsOk());
     EXPECT_EQ(in_use(), 2);
     ShmLease moved = std::move(*a);
     EXPECT_EQ(in_use(), 2);
@@ -325,16 +333,17 @@ TEST(ShmRegistryTest, InUseCountsLiveLeases) {
 TEST(ShmRegistryTest, UnregisterWhileLeasedDefersTheUnmap) {
   SharedMemoryRegistry registry(On());
   TestObject object(2 * kPage);
-  ASSERT_TRUE(registry.Register("r", object.key(), 0, 2 * kPage).ok());
+  ASSERT_THAT(registry.Register("r", object.key(), 0, 2 * kPage), IsOk());
   auto lease = registry.Lookup({"r", kPage, kPage});
-  ASSERT_TRUE(lease.ok());
+  ASSERT_THAT(lease, IsOk());
   const uint8_t* address = lease->data();
   ASSERT_NE(MappingOf(address).find(object.key()), std::string::npos) << MappingOf(address);
 
-  ASSERT_TRUE(registry.Unregister("r").ok());
+  ASSERT_THAT(registry.Unregister("r"), IsOk());
   EXPECT_EQ(registry.regions(), 0);
   EXPECT_TRUE(registry.Status("")->empty());
-  EXPECT_EQ(registry.Lookup({"r", 0, 1}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(registry.Lookup({"r", 0, 1}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("region 'r' is not registered")));
   EXPECT_EQ(registry.mapped_bytes(), 2 * kPage);  // still mapped
   EXPECT_NE(MappingOf(address).find(object.key()), std::string::npos) << MappingOf(address);
   lease->data()[0] = 42;  // still valid
@@ -342,7 +351,7 @@ TEST(ShmRegistryTest, UnregisterWhileLeasedDefersTheUnmap) {
   ASSERT_EQ(pread(object.fd(), &seen, 1, static_cast<off_t>(kPage)), 1);
   EXPECT_EQ(seen, 42);
   // The name is free again while the old mapping lives on.
-  ASSERT_TRUE(registry.Register("r", object.key(), 0, kPage).ok());
+  ASSERT_THAT(registry.Register("r", object.key(), 0, kPage), IsOk());
   EXPECT_EQ(registry.mapped_bytes(), 3 * kPage);
 
   *lease = std::move(*registry.Lookup({"r", 0, 1}));  // drops the old region's last lease
@@ -353,16 +362,16 @@ TEST(ShmRegistryTest, UnregisterWhileLeasedDefersTheUnmap) {
 TEST(ShmRegistryTest, UnregisterEmptyNameDropsAllAndUnknownIsFine) {
   SharedMemoryRegistry registry(On());
   TestObject object(kPage);
-  ASSERT_TRUE(registry.Register("a", object.key(), 0, kPage).ok());
-  ASSERT_TRUE(registry.Register("b", object.key(), 0, kPage).ok());
-  EXPECT_TRUE(registry.Unregister("unknown").ok());
+  ASSERT_THAT(registry.Register("a", object.key(), 0, kPage), IsOk());
+  ASSERT_THAT(registry.Register("b", object.key(), 0, kPage), IsOk());
+  EXPECT_THAT(registry.Unregister("unknown"), IsOk());
   EXPECT_EQ(registry.regions(), 2);
   auto all = registry.Status("");
-  ASSERT_TRUE(all.ok());
+  ASSERT_THAT(all, IsOk());
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].name, "a");
   EXPECT_EQ((*all)[1].name, "b");
-  EXPECT_TRUE(registry.Unregister("").ok());
+  EXPECT_THAT(registry.Unregister(""), IsOk());
   EXPECT_EQ(registry.regions(), 0);
   EXPECT_EQ(registry.mapped_bytes(), 0u);
 }
@@ -370,17 +379,17 @@ TEST(ShmRegistryTest, UnregisterEmptyNameDropsAllAndUnknownIsFine) {
 TEST(ShmRegistryTest, TenThousandCyclesLeakNoMappingOrFd) {
   SharedMemoryRegistry registry(On());
   TestObject object(64 * 1024);
-  ASSERT_TRUE(registry.Register("warm", object.key(), 0, 4096).ok());  // installs the guard
-  ASSERT_TRUE(registry.Unregister("warm").ok());
+  ASSERT_THAT(registry.Register("warm", object.key(), 0, 4096), IsOk());  // installs the guard
+  ASSERT_THAT(registry.Unregister("warm"), IsOk());
   const int maps_before = CountMapsLines(false);
   const int shm_maps_before = CountMapsLines(true);
   const int fds_before = CountOpenFds();
   for (int i = 0; i < 10000; ++i) {
-    ASSERT_TRUE(registry.Register("cycle", object.key(), 0, 64 * 1024).ok()) << i;
+    ASSERT_THAT(registry.Register("cycle", object.key(), 0, 64 * 1024), IsOk()) << i;
     auto lease = registry.Lookup({"cycle", 4096, 4096});
-    ASSERT_TRUE(lease.ok()) << i;
+    ASSERT_THAT(lease, IsOk()) << i;
     lease->data()[0] = static_cast<uint8_t>(i);
-    ASSERT_TRUE(registry.Unregister(i % 2 ? "cycle" : "").ok()) << i;
+    ASSERT_THAT(registry.Unregister(i % 2 ? "cycle" : ""), IsOk()) << i;
   }
   EXPECT_EQ(CountMapsLines(true), shm_maps_before);
   if (!kAsan) EXPECT_EQ(CountMapsLines(false), maps_before);
@@ -393,9 +402,9 @@ TEST(ShmRegistryTest, TenThousandCyclesLeakNoMappingOrFd) {
 TEST(ShmRegistryTest, TruncationUnderALeaseIsDataLossNotACrash) {
   SharedMemoryRegistry registry(On());
   TestObject object(4 * kPage);
-  ASSERT_TRUE(registry.Register("t", object.key(), 0, 4 * kPage).ok());
+  ASSERT_THAT(registry.Register("t", object.key(), 0, 4 * kPage), IsOk());
   auto lease = registry.Lookup({"t", 0, 4 * kPage});
-  ASSERT_TRUE(lease.ok());
+  ASSERT_THAT(lease, IsOk());
   std::memset(lease->data(), 7, lease->size());
   const uint64_t faults_before = fault_guard::FaultCount();
 
@@ -411,24 +420,27 @@ TEST(ShmRegistryTest, TruncationUnderALeaseIsDataLossNotACrash) {
   EXPECT_EQ(intact.message(), "shared memory region 't' was truncated while in use");
   ExpectRefused(registry.Lookup({"t", 0, 1}).status(), absl::StatusCode::kFailedPrecondition,
                 object.key());
-  EXPECT_EQ(registry.Register("t", object.key(), 0, kPage).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(
+      registry.Register("t", object.key(), 0, kPage),
+      StatusIs(absl::StatusCode::kAlreadyExists, "shared memory region 't' is already registered"));
 
   // Unregister, grow the object back, register again: a fresh, intact mapping.
-  ASSERT_TRUE(registry.Unregister("t").ok());
+  ASSERT_THAT(registry.Unregister("t"), IsOk());
   ASSERT_EQ(ftruncate(object.fd(), static_cast<off_t>(4 * kPage)), 0);
-  ASSERT_TRUE(registry.Register("t", object.key(), 0, 4 * kPage).ok());
+  ASSERT_THAT(registry.Register("t", object.key(), 0, 4 * kPage), IsOk());
   auto fresh = registry.Lookup({"t", 0, 4 * kPage});
-  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_THAT(fresh, IsOk());
   fresh->data()[4 * kPage - 1] = 1;
-  EXPECT_TRUE(fresh->CheckIntact().ok());
-  EXPECT_EQ(lease->CheckIntact().code(), absl::StatusCode::kDataLoss);  // the old one stays
+  EXPECT_THAT(fresh->CheckIntact(), IsOk());
+  EXPECT_THAT(lease->CheckIntact(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("truncated while in use")));  // the old one stays
 }
 
 TEST(ShmRegistryTest, TruncationWhileThreadsReadFailsEveryLease) {
   SharedMemoryRegistry registry(On());
   TestObject object(64 * kPage);
-  ASSERT_TRUE(registry.Register("t", object.key(), 0, 64 * kPage).ok());
+  ASSERT_THAT(registry.Register("t", object.key(), 0, 64 * kPage), IsOk());
   std::atomic<bool> truncated{false};
   std::atomic<int> leased{0};
   std::vector<std::thread> readers;
@@ -453,7 +465,8 @@ TEST(ShmRegistryTest, TruncationWhileThreadsReadFailsEveryLease) {
   truncated.store(true);
   for (std::thread& reader : readers) reader.join();
   for (const absl::Status& result : results) {
-    EXPECT_EQ(result.code(), absl::StatusCode::kDataLoss) << result;
+    EXPECT_THAT(result, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated while in use")))
+        << result;
   }
 }
 
@@ -461,7 +474,7 @@ TEST(ShmRegistryTest, TruncationWhileThreadsReadFailsEveryLease) {
 TEST(ShmRegistryDeathTest, FaultOutsideRegionsStillKills) {
   SharedMemoryRegistry registry(On());
   TestObject registered(kPage);
-  ASSERT_TRUE(registry.Register("r", registered.key(), 0, kPage).ok());  // guard installed
+  ASSERT_THAT(registry.Register("r", registered.key(), 0, kPage), IsOk());  // guard installed
   TestObject unguarded(kPage);
   auto* bytes = static_cast<volatile uint8_t*>(
       mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, unguarded.fd(), 0));

@@ -7,10 +7,15 @@
 #include <future>
 #include <thread>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::IsOk;
+using ::posenc::testing::StatusIs;
 
 Table MakeTable(int64_t rows, int64_t cols, float value) {
   Table t;
@@ -39,7 +44,8 @@ TEST(TableCache, HitAfterMiss) {
   };
   auto a = cache.GetOrCompute("k", make);
   auto b = cache.GetOrCompute("k", make);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
   EXPECT_EQ(a->get(), b->get());
   EXPECT_EQ(computed, 1);
   EXPECT_EQ(obs.hits, 1);
@@ -75,7 +81,8 @@ TEST(TableCache, EvictedTableStaysValidForItsHolder) {
   CountingObserver obs;
   TableCache cache(400, &obs);  // room for one table of 100 floats
   auto held = *cache.GetOrCompute("a", [] { return absl::StatusOr<Table>(MakeTable(10, 10, 7)); });
-  ASSERT_TRUE(cache.GetOrCompute("b", [] { return absl::StatusOr<Table>(MakeTable(10, 10, 0)); }).ok());
+  ASSERT_THAT(cache.GetOrCompute("b", [] { return absl::StatusOr<Table>(MakeTable(10, 10, 0)); }),
+              IsOk());
   EXPECT_EQ(obs.evictions, 1);  // "a" made room for "b"
   EXPECT_EQ(cache.entries(), 1u);
   int recomputed = 0;
@@ -83,7 +90,7 @@ TEST(TableCache, EvictedTableStaysValidForItsHolder) {
     ++recomputed;
     return absl::StatusOr<Table>(MakeTable(10, 10, 8));
   });
-  ASSERT_TRUE(again.ok());
+  ASSERT_THAT(again, IsOk());
   EXPECT_EQ(recomputed, 1) << "\"a\" was still cached";
   EXPECT_EQ(held->data[99], 7.0f);  // the holder's copy is untouched
   EXPECT_NE(again->get(), held.get());
@@ -92,7 +99,7 @@ TEST(TableCache, EvictedTableStaysValidForItsHolder) {
 TEST(TableCache, OversizeTableIsReturnedButNotKept) {
   TableCache cache(100);
   auto t = cache.GetOrCompute("big", [] { return absl::StatusOr<Table>(MakeTable(10, 10, 1)); });
-  ASSERT_TRUE(t.ok());
+  ASSERT_THAT(t, IsOk());
   EXPECT_EQ((*t)->rows, 10);
   EXPECT_EQ(cache.entries(), 0u);
   EXPECT_EQ(cache.bytes(), 0u);
@@ -105,8 +112,8 @@ TEST(TableCache, ErrorsAreNotCached) {
     ++calls;
     return absl::StatusOr<Table>(absl::InvalidArgumentError("no"));
   };
-  EXPECT_FALSE(cache.GetOrCompute("k", fail).ok());
-  EXPECT_FALSE(cache.GetOrCompute("k", fail).ok());
+  EXPECT_THAT(cache.GetOrCompute("k", fail), StatusIs(absl::StatusCode::kInvalidArgument, "no"));
+  EXPECT_THAT(cache.GetOrCompute("k", fail), StatusIs(absl::StatusCode::kInvalidArgument, "no"));
   EXPECT_EQ(calls, 2);
 }
 
@@ -137,7 +144,7 @@ TEST(TableCache, ConcurrentMissesComputeOnce) {
         all_waiting = WaitFor([&] { return obs.hits == kThreads - 1; });
         return absl::StatusOr<Table>(MakeTable(8, 8, 3));
       });
-      ASSERT_TRUE(t.ok());
+      ASSERT_THAT(t, IsOk());
       EXPECT_EQ((*t)->data[0], 3.0f);
     });
   }
@@ -194,9 +201,9 @@ TEST(TableCache, ObserversRunOutsideTheLock) {
   TableCache cache(400, &obs);
   obs.cache = &cache;
   auto make = [] { return absl::StatusOr<Table>(MakeTable(10, 10, 1)); };
-  ASSERT_TRUE(cache.GetOrCompute("a", make).ok());  // miss, bytes
-  ASSERT_TRUE(cache.GetOrCompute("a", make).ok());  // hit
-  ASSERT_TRUE(cache.GetOrCompute("b", make).ok());  // miss, evict, bytes
+  ASSERT_THAT(cache.GetOrCompute("a", make), IsOk());  // miss, bytes
+  ASSERT_THAT(cache.GetOrCompute("a", make), IsOk());  // hit
+  ASSERT_THAT(cache.GetOrCompute("b", make), IsOk());  // miss, evict, bytes
   EXPECT_EQ(obs.blocked, 0) << "an observer ran while the cache lock was held";
 }
 

@@ -10,9 +10,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/tensor/npy.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
+
+using ::posenc::testing::StatusIs;
+
+using ::posenc::testing::IsOk;
 
 using ::testing::HasSubstr;
 
@@ -46,13 +51,13 @@ std::string Safetensors(std::string header, const std::string& data) {
 
 TEST(ParseTableSpecTest, SplitsNpyAndSafetensors) {
   auto npy = ParseTableSpec("wpe=/models/gpt2/wpe.npy");
-  ASSERT_TRUE(npy.ok()) << npy.status();
+  ASSERT_THAT(npy, IsOk());
   EXPECT_EQ(npy->name, "wpe");
   EXPECT_EQ(npy->path, "/models/gpt2/wpe.npy");
   EXPECT_FALSE(npy->safetensors);
 
   auto st = ParseTableSpec("t5=/m/v1.0/model.safetensors:encoder.block.0.layer.0.rel_bias.weight");
-  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_THAT(st, IsOk());
   EXPECT_EQ(st->name, "t5");
   EXPECT_EQ(st->path, "/m/v1.0/model.safetensors");
   EXPECT_EQ(st->tensor, "encoder.block.0.layer.0.rel_bias.weight");
@@ -66,15 +71,17 @@ TEST(ParseTableSpecTest, RejectsBadSpecs) {
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << spec;
     EXPECT_THAT(parsed.status().message(), HasSubstr(spec));
   }
-  EXPECT_EQ(LoadTableSpec("wpe=x.bin").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("wpe=x.bin"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--table 'wpe=x.bin': the path must end in .npy")));
 }
 
 TEST(LoadTableSpecTest, NpyFloat32AndFloat16) {
   const std::vector<float> expected = ExpectedTable();
   const std::string f32 = TempPath("f32.npy");
-  ASSERT_TRUE(WriteNpyFile(f32, DType::kFloat32, {kRows, kCols}, FloatBytes(expected)).ok());
+  ASSERT_THAT(WriteNpyFile(f32, DType::kFloat32, {kRows, kCols}, FloatBytes(expected)), IsOk());
   auto table = LoadTableSpec("learned=" + f32);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_THAT(table, IsOk());
   EXPECT_EQ(table->name, "learned");
   EXPECT_EQ(table->shape, (Shape{kRows, kCols}));
   EXPECT_EQ(table->source_dtype, DType::kFloat32);
@@ -83,21 +90,23 @@ TEST(LoadTableSpecTest, NpyFloat32AndFloat16) {
   std::vector<uint16_t> halves(expected.size());
   for (size_t i = 0; i < expected.size(); ++i) halves[i] = FloatToHalf(expected[i]);
   const std::string f16 = TempPath("f16.npy");
-  ASSERT_TRUE(WriteNpyFile(f16, DType::kFloat16, {kRows, kCols},
-                           std::string(reinterpret_cast<const char*>(halves.data()), halves.size() * 2))
-                  .ok());
+  ASSERT_THAT(
+      WriteNpyFile(f16, DType::kFloat16, {kRows, kCols},
+                   std::string(reinterpret_cast<const char*>(halves.data()), halves.size() * 2)),
+      IsOk());
   table = LoadTableSpec("h=" + f16);
-  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_THAT(table, IsOk());
   EXPECT_EQ(table->source_dtype, DType::kFloat16);
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(table->data[i], HalfToFloat(halves[i]));
 }
 
 TEST(LoadTableSpecTest, NpyErrors) {
   auto missing = LoadTableSpec("x=" + TempPath("missing.npy"));
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound,
+                                HasSubstr("table_file_test_missing.npy: cannot open")));
 
   const std::string one_d = TempPath("1d.npy");
-  ASSERT_TRUE(WriteNpyFile(one_d, DType::kFloat32, {3}, FloatBytes({1, 2, 3})).ok());
+  ASSERT_THAT(WriteNpyFile(one_d, DType::kFloat32, {3}, FloatBytes({1, 2, 3})), IsOk());
   auto rank = LoadTableSpec("x=" + one_d);
   EXPECT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(rank.status().message(), HasSubstr("[3]"));
@@ -105,15 +114,21 @@ TEST(LoadTableSpecTest, NpyErrors) {
 
   const std::string ints = TempPath("i32.npy");
   const std::vector<int32_t> i32 = {1, 2};
-  ASSERT_TRUE(WriteNpyFile(ints, DType::kInt32, {1, 2}, std::string(reinterpret_cast<const char*>(i32.data()), 8)).ok());
-  EXPECT_EQ(LoadTableSpec("x=" + ints).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_THAT(WriteNpyFile(ints, DType::kInt32, {1, 2},
+                           std::string(reinterpret_cast<const char*>(i32.data()), 8)),
+              IsOk());
+  EXPECT_THAT(LoadTableSpec("x=" + ints),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has dtype INT32")));
 
   const std::string empty = TempPath("empty.npy");
-  ASSERT_TRUE(WriteNpyFile(empty, DType::kFloat32, {0, 4}, "").ok());
-  EXPECT_EQ(LoadTableSpec("x=" + empty).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_THAT(WriteNpyFile(empty, DType::kFloat32, {0, 4}, ""), IsOk());
+  EXPECT_THAT(LoadTableSpec("x=" + empty),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has shape [0,4]; it must not be empty")));
 
   const std::string nan = TempPath("nan.npy");
-  ASSERT_TRUE(WriteNpyFile(nan, DType::kFloat32, {1, 2}, FloatBytes({1.0f, std::nanf("")})).ok());
+  ASSERT_THAT(WriteNpyFile(nan, DType::kFloat32, {1, 2}, FloatBytes({1.0f, std::nanf("")})),
+              IsOk());
   auto non_finite = LoadTableSpec("x=" + nan);
   EXPECT_EQ(non_finite.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(non_finite.status().message(), HasSubstr("[0,1]"));
@@ -137,14 +152,14 @@ TEST(LoadTableSpecTest, SafetensorsDtypes) {
   WriteFile(path, Safetensors(header, data));
 
   auto a = LoadTableSpec("a=" + path + ":a");
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_THAT(a, IsOk());
   EXPECT_EQ(a->data, expected);
   EXPECT_EQ(a->source_dtype, DType::kFloat32);
   auto b = LoadTableSpec("b=" + path + ":b");
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_THAT(b, IsOk());
   EXPECT_EQ(b->source_dtype, DType::kFloat16);
   auto c = LoadTableSpec("c=" + path + ":c");
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_THAT(c, IsOk());
   EXPECT_EQ(c->source_dtype, DType::kBFloat16);
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(b->data[i], HalfToFloat(FloatToHalf(expected[i])));
@@ -161,9 +176,11 @@ TEST(LoadTableSpecTest, SafetensorsUnknownTensorListsTheOthers) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("'wpe'"));
   EXPECT_THAT(missing.status().message(), HasSubstr("pos.weight, tok.weight"));
-  EXPECT_EQ(LoadTableSpec("x=" + path + ":__metadata__").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(LoadTableSpec("x=" + TempPath("nope.safetensors") + ":a").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(LoadTableSpec("x=" + path + ":__metadata__"),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("no tensor '__metadata__'; it has: pos.weight, tok.weight")));
+  EXPECT_THAT(LoadTableSpec("x=" + TempPath("nope.safetensors") + ":a"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope.safetensors: cannot open")));
 }
 
 TEST(LoadTableSpecTest, SafetensorsMalformed) {
@@ -207,34 +224,40 @@ TEST(LoadTableSpecTest, ReadsFilesWrittenByNumpy) {
   const std::vector<float> expected = ExpectedTable();
   for (const char* file : {"table_f32.npy", "table_v2.npy", "table_v3.npy"}) {
     auto table = LoadTableSpec(std::string("t=") + out + "/" + file);
-    ASSERT_TRUE(table.ok()) << file << ": " << table.status();
+    ASSERT_THAT(table, IsOk()) << file << ": " << table.status();
     EXPECT_EQ(table->shape, (Shape{kRows, kCols})) << file;
     EXPECT_EQ(table->data, expected) << file;
   }
   auto f16 = LoadTableSpec("t=" + out + "/table_f16.npy");
-  ASSERT_TRUE(f16.ok()) << f16.status();
+  ASSERT_THAT(f16, IsOk());
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(f16->data[i], HalfToFloat(FloatToHalf(expected[i])));
 
   auto fortran = LoadTableSpec("t=" + out + "/table_fortran.npy");
   EXPECT_EQ(fortran.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(fortran.status().message(), HasSubstr("table_fortran.npy"));
-  EXPECT_EQ(LoadTableSpec("t=" + out + "/table_3d.npy").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LoadTableSpec("t=" + out + "/table_i32.npy").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("t=" + out + "/table_3d.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has shape [1,5,6]; a table must be 2-D")));
+  EXPECT_THAT(LoadTableSpec("t=" + out + "/table_i32.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has dtype INT32")));
 
   const std::string st = out + "/tables.safetensors";
   auto f32 = LoadTableSpec("t=" + st + ":pos.weight");
-  ASSERT_TRUE(f32.ok()) << f32.status();
+  ASSERT_THAT(f32, IsOk());
   EXPECT_EQ(f32->data, expected);
   auto half = LoadTableSpec("t=" + st + ":pos_f16");
-  ASSERT_TRUE(half.ok()) << half.status();
+  ASSERT_THAT(half, IsOk());
   auto bf16 = LoadTableSpec("t=" + st + ":pos_bf16");
-  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  ASSERT_THAT(bf16, IsOk());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(half->data[i], HalfToFloat(FloatToHalf(expected[i]))) << i;
     EXPECT_EQ(bf16->data[i], BFloat16ToFloat(FloatToBFloat16(expected[i]))) << i;
   }
-  EXPECT_EQ(LoadTableSpec("t=" + st + ":vec").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LoadTableSpec("t=" + st + ":ids").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(LoadTableSpec("t=" + st + ":vec"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("has shape [6]; a table must be 2-D")));
+  EXPECT_THAT(LoadTableSpec("t=" + st + ":ids"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                          HasSubstr("tensor 'ids' has dtype I64")));
   auto unknown = LoadTableSpec("t=" + st + ":wpe");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(unknown.status().message(), HasSubstr("pos_bf16"));

@@ -3,7 +3,6 @@
 // grpc_service.proto. Every model's answer is compared bit for bit with the native posenc.v1
 // rpc's answer for the same request.
 #include <cstring>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -11,16 +10,21 @@
 
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/tensor/dtype.h"
 #include "server/tensor/npy.h"
 #include "client/shm_region.h"
-#include "tests/integration/server_process.h"
+#include "tests/integration/v1_helpers.h"
+#include "tests/support/random_values.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
 namespace {
+
+using ::testing::HasSubstr;
 
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
@@ -30,14 +34,6 @@ struct InferResult {
   grpc::Status status;
   ModelInferResponse response;
 };
-
-std::vector<float> RandomFloats(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = uniform(rng);
-  return v;
-}
 
 // `values` rounded to `dtype` (FLOAT32 or BFLOAT16), as little-endian bytes.
 std::string Encoded(const std::vector<float>& values, v1::DType dtype) {
@@ -55,19 +51,6 @@ const char* Datatype(v1::DType dtype) {
     case v1::INT64: return "INT64";
     default: return "FP32";
   }
-}
-
-template <typename T>
-std::string Bytes(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-v1::Tensor NativeTensor(const std::vector<int64_t>& shape, v1::DType dtype, std::string bytes) {
-  v1::Tensor t;
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_dtype(dtype);
-  t.set_data(std::move(bytes));
-  return t;
 }
 
 ModelInferRequest Request(const std::string& model, const std::string& id = "") {
@@ -100,7 +83,8 @@ void SetParameter(ModelInferRequest& r, const std::string& key, int64_t value) {
 
 std::string Json(const google::protobuf::Message& m) {
   std::string json;
-  EXPECT_TRUE(google::protobuf::util::MessageToJsonString(m, &json).ok());
+  const auto converted = google::protobuf::util::MessageToJsonString(m, &json);
+  EXPECT_TRUE(converted.ok()) << converted.message();  // protobuf's Status, not absl's
   return json;
 }
 
@@ -132,8 +116,8 @@ class InferenceTest : public ::testing::Test {
     const std::string dir = ::testing::TempDir();
     // wpe: [64, 8]; t5rel: [32 buckets, 2 heads].
     const std::vector<float> wpe = RandomFloats(64 * 8, 7), t5 = RandomFloats(32 * 2, 8);
-    ASSERT_TRUE(WriteNpyFile(dir + "/oip_wpe.npy", DType::kFloat32, {64, 8}, Bytes(wpe)).ok());
-    ASSERT_TRUE(WriteNpyFile(dir + "/oip_t5.npy", DType::kFloat32, {32, 2}, Bytes(t5)).ok());
+    ASSERT_THAT(WriteNpyFile(dir + "/oip_wpe.npy", DType::kFloat32, {64, 8}, Bytes(wpe)), IsOk());
+    ASSERT_THAT(WriteNpyFile(dir + "/oip_t5.npy", DType::kFloat32, {32, 2}, Bytes(t5)), IsOk());
     server_ = new ServerProcess(
         {"--table=wpe=" + dir + "/oip_wpe.npy", "--table=t5rel=" + dir + "/oip_t5.npy"});
   }
@@ -155,23 +139,17 @@ class InferenceTest : public ::testing::Test {
   }
   v1::EncodeResponse Encode(const v1::EncodeRequest& request) {
     v1::EncodeResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = native_->Encode(&ctx, request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(posenc::testing::Encode(*native_, request, &response), IsOk());
     return response;
   }
   v1::BiasResponse Bias(const v1::BiasRequest& request) {
     v1::BiasResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = native_->AttentionBias(&ctx, request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(AttentionBias(*native_, request, &response), IsOk());
     return response;
   }
   v1::GraphResponse Graph(const v1::GraphRequest& request) {
     v1::GraphResponse response;
-    grpc::ClientContext ctx;
-    grpc::Status s = native_->GraphEncode(&ctx, request, &response);
-    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(GraphEncode(*native_, request, &response), IsOk());
     return response;
   }
 
@@ -196,7 +174,7 @@ class InferenceTest : public ::testing::Test {
                         const ModelInferRequest& oip) {
     const v1::EncodeResponse expected = Encode(native);
     InferResult got = Infer(oip);
-    ASSERT_TRUE(got.status.ok()) << model << ": " << got.status.error_message();
+    ASSERT_THAT(got.status, IsOk()) << model << ": " << got.status.error_message();
     EXPECT_EQ(got.response.model_name(), model);
     EXPECT_EQ(got.response.model_version(), "1");
     EXPECT_EQ(got.response.id(), oip.id());
@@ -222,7 +200,7 @@ TEST_P(EveryDtype, AbsoluteModelsMatchEncodeBitForBit) {
   const v1::DType dtype = GetParam();
   v1::EncodeRequest native;
   native.set_request_id("abs");
-  *native.mutable_input() = NativeTensor({2, 5, 8}, dtype, Encoded(RandomFloats(80, 1), dtype));
+  *native.mutable_input() = MakeTensor({2, 5, 8}, dtype, Encoded(RandomFloats(80, 1), dtype));
   native.mutable_positions()->add_offsets(3);
   native.mutable_positions()->add_offsets(40);
 
@@ -264,8 +242,8 @@ TEST_P(EveryDtype, RopeWithGqaKeysAndPositionIdsMatchesEncodeBitForBit) {
   const v1::DType dtype = GetParam();
   v1::EncodeRequest native;
   native.set_request_id("rope-1");
-  *native.mutable_input() = NativeTensor({1, 6, 4, 16}, dtype, Encoded(RandomFloats(384, 2), dtype));
-  *native.mutable_key() = NativeTensor({1, 6, 2, 16}, dtype, Encoded(RandomFloats(192, 3), dtype));
+  *native.mutable_input() = MakeTensor({1, 6, 4, 16}, dtype, Encoded(RandomFloats(384, 2), dtype));
+  *native.mutable_key() = MakeTensor({1, 6, 2, 16}, dtype, Encoded(RandomFloats(192, 3), dtype));
   v1::Rope* rope = native.mutable_rope();
   rope->set_base(500000);
   rope->mutable_scaling()->set_type(v1::LLAMA3);
@@ -306,8 +284,8 @@ TEST_F(InferenceTest, TypedContentsEqualRawBytes) {
   ids->add_shape(3);
   for (int32_t id : {0, 1, 2}) ids->mutable_contents()->add_int_contents(id);
   InferResult a = Infer(raw), b = Infer(typed);
-  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
-  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  ASSERT_THAT(a.status, IsOk());
+  ASSERT_THAT(b.status, IsOk());
   ASSERT_EQ(b.response.raw_output_contents_size(), 1);
   EXPECT_TRUE(a.response.raw_output_contents(0) == b.response.raw_output_contents(0));
   EXPECT_NE(a.response.raw_output_contents(0), Bytes(x));  // the encoding was added
@@ -339,12 +317,12 @@ TEST_F(InferenceTest, AlibiAndT5MatchAttentionBiasWithAndWithoutScores) {
       SetParameter(oip, "query_offset", int64_t{2});
       if (dtype != v1::DTYPE_UNSPECIFIED) {
         *native.mutable_scores() =
-            NativeTensor({1, 2, 3, 7}, dtype, Encoded(RandomFloats(42, 5), dtype));
+            MakeTensor({1, 2, 3, 7}, dtype, Encoded(RandomFloats(42, 5), dtype));
         AddRaw(oip, "scores", native.scores());
       }
       const v1::BiasResponse expected = Bias(native);
       InferResult got = Infer(oip);
-      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      ASSERT_THAT(got.status, IsOk());
       ExpectSame(got.response, "output", expected.output());
     }
   }
@@ -366,12 +344,13 @@ TEST_F(InferenceTest, GraphLaplacianMatchesGraphEncodeWithAndWithoutInput) {
     SetParameter(oip, "k", int64_t{3});
     (*oip.mutable_parameters())["normalized"].set_bool_param(true);
     if (with_input) {
-      *native.mutable_input() = NativeTensor({6, 4}, v1::FLOAT32, Encoded(RandomFloats(24, 6), v1::FLOAT32));
+      *native.mutable_input() =
+          MakeTensor({6, 4}, v1::FLOAT32, Encoded(RandomFloats(24, 6), v1::FLOAT32));
       AddRaw(oip, "input", native.input());
     }
     const v1::GraphResponse expected = Graph(native);
     InferResult got = Infer(oip);
-    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    ASSERT_THAT(got.status, IsOk());
     ExpectSame(got.response, "output", expected.output());
     EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"output", "eigenvalues"}));
     ASSERT_EQ(got.response.outputs(1).datatype(), "FP64");
@@ -391,7 +370,7 @@ TEST_F(InferenceTest, RequestedOutputsComeInTheirOrder) {
   r.add_outputs()->set_name("eigenvalues");
   r.add_outputs()->set_name("output");
   InferResult got = Infer(r);
-  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  ASSERT_THAT(got.status, IsOk());
   EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"eigenvalues", "output"}));
   EXPECT_EQ(got.response.raw_output_contents(0).size(), 8u);
   EXPECT_EQ(got.response.raw_output_contents(1).size(), 3u * 4u);
@@ -401,7 +380,7 @@ TEST_F(InferenceTest, RequestedOutputsComeInTheirOrder) {
   AddRaw(rope, "key", "FP32", {1, 2, 1, 4}, Bytes(RandomFloats(8, 10)));
   rope.add_outputs()->set_name("key_output");
   got = Infer(rope);
-  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  ASSERT_THAT(got.status, IsOk());
   EXPECT_EQ(OutputNames(got.response), std::vector<std::string>{"key_output"});
 }
 
@@ -411,7 +390,7 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
   inference::RepositoryIndexResponse index;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(oip_->RepositoryIndex(&ctx, {}, &index).ok());
+    ASSERT_THAT(oip_->RepositoryIndex(&ctx, {}, &index), IsOk());
   }
   ASSERT_EQ(index.models_size(), 8);
   for (int i = 0; i < 8; ++i) {
@@ -425,7 +404,7 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
     mreq.set_name(name);
     inference::ModelMetadataResponse meta;
     grpc::ClientContext ctx;
-    ASSERT_TRUE(oip_->ModelMetadata(&ctx, mreq, &meta).ok());
+    ASSERT_THAT(oip_->ModelMetadata(&ctx, mreq, &meta), IsOk());
     EXPECT_EQ(meta.name(), name);
     ASSERT_EQ(meta.versions_size(), 1);
     EXPECT_EQ(meta.versions(0), "1");
@@ -439,7 +418,7 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
     creq.set_version("1");
     inference::ModelConfigResponse config;
     grpc::ClientContext cctx;
-    ASSERT_TRUE(oip_->ModelConfig(&cctx, creq, &config).ok());
+    ASSERT_THAT(oip_->ModelConfig(&cctx, creq, &config), IsOk());
     EXPECT_EQ(config.config().name(), name);
     EXPECT_EQ(config.config().platform(), "posenc");
     EXPECT_EQ(config.config().max_batch_size(), 0);
@@ -463,12 +442,12 @@ TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
   inference::ServerMetadataResponse server;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(oip_->ServerMetadata(&ctx, {}, &server).ok());
+    ASSERT_THAT(oip_->ServerMetadata(&ctx, {}, &server), IsOk());
   }
   v1::ListSchemesResponse schemes;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(native_->ListSchemes(&ctx, {}, &schemes).ok());
+    ASSERT_THAT(native_->ListSchemes(&ctx, {}, &schemes), IsOk());
   }
   EXPECT_EQ(server.name(), "posenc");
   EXPECT_EQ(server.version(), schemes.version());
@@ -479,17 +458,17 @@ TEST_F(InferenceTest, LiveAndReady) {
   inference::ServerLiveResponse live;
   inference::ServerReadyResponse ready;
   grpc::ClientContext c1, c2, c3, c4;
-  ASSERT_TRUE(oip_->ServerLive(&c1, {}, &live).ok());
-  ASSERT_TRUE(oip_->ServerReady(&c2, {}, &ready).ok());
+  ASSERT_THAT(oip_->ServerLive(&c1, {}, &live), IsOk());
+  ASSERT_THAT(oip_->ServerReady(&c2, {}, &ready), IsOk());
   EXPECT_TRUE(live.live());
   EXPECT_TRUE(ready.ready());
   inference::ModelReadyRequest req;
   inference::ModelReadyResponse model;
   req.set_name("rope");
-  ASSERT_TRUE(oip_->ModelReady(&c3, req, &model).ok());
+  ASSERT_THAT(oip_->ModelReady(&c3, req, &model), IsOk());
   EXPECT_TRUE(model.ready());
   req.set_name("bert");
-  ASSERT_TRUE(oip_->ModelReady(&c4, req, &model).ok());
+  ASSERT_THAT(oip_->ModelReady(&c4, req, &model), IsOk());
   EXPECT_FALSE(model.ready());
   // grpc.health.v1 knows the service by name, as it knows posenc.v1.
   auto health = grpc::health::v1::Health::NewStub(server_->Channel());
@@ -497,7 +476,7 @@ TEST_F(InferenceTest, LiveAndReady) {
   check.set_service("inference.GRPCInferenceService");
   grpc::health::v1::HealthCheckResponse serving;
   grpc::ClientContext c5;
-  ASSERT_TRUE(health->Check(&c5, check, &serving).ok());
+  ASSERT_THAT(health->Check(&c5, check, &serving), IsOk());
   EXPECT_EQ(serving.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
@@ -520,7 +499,7 @@ TEST_F(InferenceTest, StreamAnswersInOrderAndAnErrorFailsOnlyItsRequest) {
   ModelStreamInferResponse response;
   while (stream->Read(&response)) responses.push_back(response);
   writer.join();
-  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_THAT(stream->Finish(), IsOk());
   ASSERT_EQ(responses.size(), static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     SCOPED_TRACE(i);
@@ -531,7 +510,7 @@ TEST_F(InferenceTest, StreamAnswersInOrderAndAnErrorFailsOnlyItsRequest) {
     }
     EXPECT_EQ(responses[i].error_message(), "");
     InferResult unary = Infer(requests[i]);
-    ASSERT_TRUE(unary.status.ok());
+    ASSERT_THAT(unary.status, IsOk());
     EXPECT_TRUE(responses[i].infer_response().raw_output_contents(0) ==
                 unary.response.raw_output_contents(0));
   }
@@ -639,22 +618,7 @@ TEST_F(InferenceTest, EveryBadInputGetsItsCodeAndNamesWhatIsWrong) {
   // The server is unharmed.
   ModelInferRequest r = Request("sinusoidal");
   AddRaw(r, "input", "FP32", {2, 4}, Bytes(std::vector<float>(8, 1.0f)));
-  EXPECT_TRUE(Infer(r).status.ok());
-}
-
-// Sums the samples of `name` whose labels contain every fragment.
-double MetricSum(const std::string& text, const std::string& name,
-                 const std::vector<std::string>& fragments) {
-  double sum = 0;
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
-    bool all = true;
-    for (const auto& f : fragments) all = all && line.find(f) != std::string::npos;
-    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
+  EXPECT_THAT(Infer(r).status, IsOk());
 }
 
 TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
@@ -666,13 +630,15 @@ TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext ctx;
     ModelInferResponse response;
-    ASSERT_TRUE(oip->ModelInfer(&ctx, r, &response).ok());
+    ASSERT_THAT(oip->ModelInfer(&ctx, r, &response), IsOk());
   }
   r.mutable_inputs(0)->set_name("query");
   {
     grpc::ClientContext ctx;
     ModelInferResponse response;
-    EXPECT_EQ(oip->ModelInfer(&ctx, r, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(oip->ModelInfer(&ctx, r, &response),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("unexpected inference input 'query' for model 'rope'")));
   }
   {
     grpc::ClientContext ctx;
@@ -688,7 +654,7 @@ TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
     int n = 0;
     while (stream->Read(&response)) n += response.error_message().empty();
     EXPECT_EQ(n, 2);
-    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_THAT(stream->Finish(), IsOk());
   }
   const std::string text = HttpGet(server.metrics_port(), "/metrics");
   const std::string total = "posenc_requests_total";
@@ -709,13 +675,13 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
   {
     grpc::ClientContext ctx;
     inference::ServerMetadataResponse meta;
-    ASSERT_TRUE(oip->ServerMetadata(&ctx, {}, &meta).ok());
+    ASSERT_THAT(oip->ServerMetadata(&ctx, {}, &meta), IsOk());
     EXPECT_EQ(std::vector<std::string>(meta.extensions().begin(), meta.extensions().end()),
               std::vector<std::string>{"system_shared_memory"});
   }
   const std::string key = "/posenc_oip_" + std::to_string(getpid());
   auto region = client::ShmRegion::Create(key, 1 << 20);
-  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_THAT(region, IsOk());
   {  // registered through the Open Inference Protocol...
     inference::SystemSharedMemoryRegisterRequest reg;
     reg.set_name("oip_region");
@@ -723,24 +689,24 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
     reg.set_byte_size(1 << 20);
     grpc::ClientContext ctx;
     inference::SystemSharedMemoryRegisterResponse resp;
-    ASSERT_TRUE(oip->SystemSharedMemoryRegister(&ctx, reg, &resp).ok());
+    ASSERT_THAT(oip->SystemSharedMemoryRegister(&ctx, reg, &resp), IsOk());
   }
   {  // ...and seen by posenc.v1's status
     grpc::ClientContext ctx;
     v1::SharedMemoryStatusRequest req;
     v1::SharedMemoryStatusResponse resp;
-    ASSERT_TRUE(native->SharedMemoryStatus(&ctx, req, &resp).ok());
+    ASSERT_THAT(native->SharedMemoryStatus(&ctx, req, &resp), IsOk());
     ASSERT_EQ(resp.regions_size(), 1);
     EXPECT_EQ(resp.regions(0).name(), "oip_region");
   }
   const std::vector<float> x = RandomFloats(2 * 8 * 4 * 16, 21);
   v1::EncodeRequest inline_req;
   inline_req.mutable_rope();
-  *inline_req.mutable_input() = NativeTensor({2, 8, 4, 16}, v1::FLOAT32, Bytes(x));
+  *inline_req.mutable_input() = MakeTensor({2, 8, 4, 16}, v1::FLOAT32, Bytes(x));
   v1::EncodeResponse expected;
   {
     grpc::ClientContext ctx;
-    ASSERT_TRUE(native->Encode(&ctx, inline_req, &expected).ok());
+    ASSERT_THAT(native->Encode(&ctx, inline_req, &expected), IsOk());
   }
   std::memcpy(region->bytes().data() + 4096, x.data(), x.size() * 4);
   ModelInferRequest r = Request("rope", "shm-1");
@@ -755,7 +721,7 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
   {
     grpc::ClientContext ctx;
     const grpc::Status st = oip->ModelInfer(&ctx, r, &resp);
-    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_THAT(st, IsOk());
   }
   ASSERT_EQ(resp.outputs_size(), 1);
   // An output in shared memory keeps its raw_output_contents slot, empty: no bytes travel.
@@ -769,10 +735,10 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
     grpc::ClientContext ctx;
     v1::UnregisterSharedMemoryRequest req;
     v1::UnregisterSharedMemoryResponse out;
-    ASSERT_TRUE(native->UnregisterSharedMemory(&ctx, req, &out).ok());
+    ASSERT_THAT(native->UnregisterSharedMemory(&ctx, req, &out), IsOk());
     grpc::ClientContext ctx2;
     inference::SystemSharedMemoryStatusResponse status;
-    ASSERT_TRUE(oip->SystemSharedMemoryStatus(&ctx2, {}, &status).ok());
+    ASSERT_THAT(oip->SystemSharedMemoryStatus(&ctx2, {}, &status), IsOk());
     EXPECT_TRUE(status.regions().empty());
   }
 }

@@ -15,27 +15,21 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
-#include "tests/integration/server_process.h"
+#include "tests/integration/v1_helpers.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
 namespace {
+
+using ::testing::HasSubstr;
 
 using Clock = std::chrono::steady_clock;
 using grpc::health::v1::HealthCheckResponse;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-v1::EncodeRequest ZerosRequest(int64_t batch, int64_t seq, int64_t d) {
-  v1::EncodeRequest req;
-  v1::Tensor* t = req.mutable_input();
-  for (int64_t s : {batch, seq, d}) t->add_shape(s);
-  t->set_dtype(v1::FLOAT32);
-  t->mutable_data()->assign(static_cast<size_t>(batch * seq * d) * 4, '\0');
-  req.mutable_sinusoidal();
-  return req;
-}
 
 // `components` path graphs of 500 nodes with k 64: each needs a dense 500-node solve, about
 // 0.13 s apiece on this machine.
@@ -52,43 +46,6 @@ v1::GraphRequest SlowGraph(int components) {
   return req;
 }
 
-grpc::Status CallGraph(v1::PositionalEncoding::Stub& stub, const v1::GraphRequest& req,
-                       std::chrono::milliseconds deadline) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  v1::GraphResponse resp;
-  return stub.GraphEncode(&ctx, req, &resp);
-}
-
-grpc::Status CallEncode(v1::PositionalEncoding::Stub& stub, const v1::EncodeRequest& req,
-                        v1::EncodeResponse* resp = nullptr) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::EncodeResponse local;
-  return stub.Encode(&ctx, req, resp ? resp : &local);
-}
-
-// Sum of the samples of `name` whose label set contains every fragment.
-double Metric(const ServerProcess& server, const std::string& name,
-              const std::vector<std::string>& fragments) {
-  const std::string text = HttpGet(server.metrics_port(), "/metrics");
-  double sum = 0;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    const std::string line = text.substr(at, end - at);
-    at = end + 1;
-    if (line.rfind(name, 0) != 0 || (line.size() > name.size() && line[name.size()] != '{' &&
-                                     line[name.size()] != ' ')) {
-      continue;
-    }
-    bool all = true;
-    for (const std::string& f : fragments) all = all && line.find(f) != std::string::npos;
-    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
-
 HealthCheckResponse::ServingStatus Health(const ServerProcess& server) {
   auto stub = grpc::health::v1::Health::NewStub(server.Channel());
   grpc::ClientContext ctx;
@@ -103,25 +60,27 @@ TEST(Reliability, SmallCallIsNotQueuedBehindTwoLongGraphSolves) {
   ServerProcess server({"--threads=1"});
   ASSERT_TRUE(server.started());
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
-  ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());  // warm the channel
+  ASSERT_THAT(Encode(*stub, SinusoidalRequest(1, 8, 16)), IsOk());  // warm the channel
   const v1::GraphRequest graph = SlowGraph(20);
   auto first = std::async(std::launch::async, [&] {
-    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
+    return GraphEncode(*stub, graph, nullptr, std::chrono::seconds(60));
+  });
   auto second = std::async(std::launch::async, [&] {
-    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
+    return GraphEncode(*stub, graph, nullptr, std::chrono::seconds(60));
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both solves under way
   double worst = 0;
   for (int i = 0; i < 10; ++i) {
     const auto start = Clock::now();
-    ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+    ASSERT_THAT(Encode(*stub, SinusoidalRequest(1, 8, 16)), IsOk());
     worst = std::max(worst, Seconds(Clock::now() - start));
   }
   // Before the work pool, this waited for both solves (several seconds).
   EXPECT_LT(worst, 0.25) << "a [1,8,16] Encode waited behind the graph solves";
   EXPECT_EQ(first.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "the solves were too short to test anything";
-  EXPECT_TRUE(first.get().ok());
-  EXPECT_TRUE(second.get().ok());
+  EXPECT_THAT(first.get(), IsOk());
+  EXPECT_THAT(second.get(), IsOk());
 }
 
 TEST(Reliability, DeadlineStopsAGraphSolveAndIsCountedAsDeadlineExceeded) {
@@ -129,18 +88,20 @@ TEST(Reliability, DeadlineStopsAGraphSolveAndIsCountedAsDeadlineExceeded) {
   ASSERT_TRUE(server.started());
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
   const auto start = Clock::now();
-  const grpc::Status status = CallGraph(*stub, SlowGraph(40), std::chrono::milliseconds(500));
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  const grpc::Status status =
+      GraphEncode(*stub, SlowGraph(40), nullptr, std::chrono::milliseconds(500));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded));  // gRPC's own status
   // The single bulk worker is free again soon: had the solve run on (~5 s), this small
   // graph would wait for it.
   v1::GraphRequest small = SlowGraph(1);
-  const grpc::Status next = CallGraph(*stub, small, std::chrono::seconds(30));
-  EXPECT_TRUE(next.ok()) << next.error_message();
+  const grpc::Status next = GraphEncode(*stub, small, nullptr, std::chrono::seconds(30));
+  EXPECT_THAT(next, IsOk());
   EXPECT_LT(Seconds(Clock::now() - start), 2.5);
-  EXPECT_EQ(Metric(server, "posenc_requests_total",
-                   {"method=\"GraphEncode\"", "code=\"DEADLINE_EXCEEDED\""}), 1);
-  EXPECT_EQ(Metric(server, "posenc_requests_total", {"method=\"GraphEncode\"", "code=\"OK\""}),
+  EXPECT_EQ(ScrapeMetric(server, "posenc_requests_total",
+                         {"method=\"GraphEncode\"", "code=\"DEADLINE_EXCEEDED\""}),
             1);
+  EXPECT_EQ(
+      ScrapeMetric(server, "posenc_requests_total", {"method=\"GraphEncode\"", "code=\"OK\""}), 1);
 }
 
 TEST(Reliability, OverTheByteBudgetIsRefusedAtOnceAndCounted) {
@@ -148,23 +109,24 @@ TEST(Reliability, OverTheByteBudgetIsRefusedAtOnceAndCounted) {
   ASSERT_TRUE(server.started());
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
   // 52 bytes that ask for a 64 MB CONCAT output.
-  v1::EncodeRequest req = ZerosRequest(1, 1, 8);
+  v1::EncodeRequest req = SinusoidalRequest(1, 1, 8);
   req.mutable_sinusoidal()->set_fusion(v1::CONCAT);
   req.mutable_sinusoidal()->set_pe_dim(16000000);
   const long rss_before = server.RssKib();
   const auto start = Clock::now();
-  const grpc::Status status = CallEncode(*stub, req);
+  const grpc::Status status = Encode(*stub, req);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(status.error_message().find("--max_inflight_bytes"), std::string::npos)
       << status.error_message();
   EXPECT_LT(Seconds(Clock::now() - start), 0.5);
   EXPECT_LT(server.RssKib() - rss_before, 16 * 1024) << "the refusal allocated the output";
-  EXPECT_EQ(Metric(server, "posenc_requests_total",
+  EXPECT_EQ(
+      ScrapeMetric(server, "posenc_requests_total",
                    {"method=\"Encode\"", "scheme=\"sinusoidal\"", "code=\"RESOURCE_EXHAUSTED\""}),
-            1);
+      1);
   // What fits still runs.
   req.mutable_sinusoidal()->set_pe_dim(1000);
-  EXPECT_TRUE(CallEncode(*stub, req).ok());
+  EXPECT_THAT(Encode(*stub, req), IsOk());
 }
 
 TEST(Reliability, ConcurrentCallLimitRefusesTheExtraCall) {
@@ -172,17 +134,17 @@ TEST(Reliability, ConcurrentCallLimitRefusesTheExtraCall) {
   ASSERT_TRUE(server.started());
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
   const v1::GraphRequest graph = SlowGraph(10);
-  auto a = std::async(std::launch::async, [&] {
-    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
-  auto b = std::async(std::launch::async, [&] {
-    return CallGraph(*stub, graph, std::chrono::seconds(60)); });
+  auto a = std::async(std::launch::async,
+                      [&] { return GraphEncode(*stub, graph, nullptr, std::chrono::seconds(60)); });
+  auto b = std::async(std::launch::async,
+                      [&] { return GraphEncode(*stub, graph, nullptr, std::chrono::seconds(60)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const grpc::Status third = CallEncode(*stub, ZerosRequest(1, 8, 16));
+  const grpc::Status third = Encode(*stub, SinusoidalRequest(1, 8, 16));
   EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(third.error_message().find("--max_concurrent_calls"), std::string::npos);
-  EXPECT_TRUE(a.get().ok());
-  EXPECT_TRUE(b.get().ok());
-  EXPECT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());  // slots came back
+  EXPECT_THAT(a.get(), IsOk());
+  EXPECT_THAT(b.get(), IsOk());
+  EXPECT_THAT(Encode(*stub, SinusoidalRequest(1, 8, 16)), IsOk());  // slots came back
 }
 
 TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
@@ -190,7 +152,7 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   ASSERT_TRUE(server.started());
   auto channel = server.Channel();
   auto stub = v1::PositionalEncoding::NewStub(channel);
-  ASSERT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+  ASSERT_THAT(Encode(*stub, SinusoidalRequest(1, 8, 16)), IsOk());
   // An open Watch must not hold the drain.
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext watch_ctx;
@@ -199,11 +161,12 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   ASSERT_TRUE(watch->Read(&watched));
   // A slow solve keeps the drain open long enough to ask health during it.
   auto graph = std::async(std::launch::async, [&] {
-    return CallGraph(*stub, SlowGraph(15), std::chrono::seconds(60)); });
+    return GraphEncode(*stub, SlowGraph(15), nullptr, std::chrono::seconds(60));
+  });
   // 20 calls of 32 MiB, all started (their messages serialized and handed to the
   // transport) before SIGTERM; most are still uploading when it comes.
   constexpr int kCalls = 20;
-  const v1::EncodeRequest big = ZerosRequest(1, 2048, 4096);
+  const v1::EncodeRequest big = SinusoidalRequest(1, 2048, 4096);
   struct Call {
     grpc::ClientContext ctx;
     v1::EncodeResponse resp;
@@ -225,23 +188,25 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   ASSERT_TRUE(watch->Read(&watched));
   EXPECT_EQ(watched.status(), HealthCheckResponse::NOT_SERVING);
   EXPECT_FALSE(watch->Read(&watched)) << "the Watch stayed open during the drain";
-  EXPECT_TRUE(watch->Finish().ok());
+  EXPECT_THAT(watch->Finish(), IsOk());
   {  // a call that arrives now, on a connection of its own, is turned away, retryably
     grpc::ChannelArguments own_connection;
     own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     auto late_stub = v1::PositionalEncoding::NewStub(grpc::CreateCustomChannel(
         server.grpc_address(), grpc::InsecureChannelCredentials(), own_connection));
-    const grpc::Status late = CallEncode(*late_stub, ZerosRequest(1, 8, 16));
-    EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE) << late.error_message();
+    const grpc::Status late = Encode(*late_stub, SinusoidalRequest(1, 8, 16));
+    EXPECT_THAT(late, StatusIs(absl::StatusCode::kUnavailable,
+                               HasSubstr("server is shutting down; retry on another replica")))
+        << late.error_message();
   }
   int ok = 0;
   for (auto& r : results) {
     const grpc::Status s = r.get();
     ok += s.ok();
-    EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+    EXPECT_THAT(s, IsOk()) << s.error_code() << " " << s.error_message();
   }
   EXPECT_EQ(ok, kCalls);
-  EXPECT_TRUE(graph.get().ok());
+  EXPECT_THAT(graph.get(), IsOk());
   EXPECT_EQ(server.Wait(), 0);
 }
 
@@ -253,14 +218,17 @@ TEST(Reliability, BiasOfExactlyTheMessageLimitIsRefusedBeforeItIsBuilt) {
   req.set_query_length(512);
   req.set_key_length(512);
   req.mutable_alibi()->set_num_heads(1);  // 512 * 512 * 4 bytes = the limit, before framing
-  grpc::ClientContext ctx;
-  v1::BiasResponse resp;
-  const grpc::Status status = stub->AttentionBias(&ctx, req, &resp);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(Metric(server, "posenc_requests_total",
-                   {"method=\"AttentionBias\"", "code=\"RESOURCE_EXHAUSTED\""}), 1);
-  EXPECT_EQ(Metric(server, "posenc_requests_total", {"method=\"AttentionBias\"", "code=\"OK\""}),
-            0);
+  const grpc::Status status = AttentionBias(*stub, req);
+  EXPECT_THAT(
+      status,
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("the bias [1,512,512] would be 1048576 bytes; --max_message_bytes")));
+  EXPECT_EQ(ScrapeMetric(server, "posenc_requests_total",
+                         {"method=\"AttentionBias\"", "code=\"RESOURCE_EXHAUSTED\""}),
+            1);
+  EXPECT_EQ(
+      ScrapeMetric(server, "posenc_requests_total", {"method=\"AttentionBias\"", "code=\"OK\""}),
+      0);
 }
 
 TEST(Reliability, UnparseableRequestIsInvalidArgumentAndCounted) {
@@ -277,9 +245,10 @@ TEST(Reliability, UnparseableRequestIsInvalidArgumentAndCounted) {
   const grpc::Status status = done.get_future().get();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("Encode"), std::string::npos) << status.error_message();
-  EXPECT_EQ(Metric(server, "posenc_requests_total",
-                   {"method=\"Encode\"", "code=\"INVALID_ARGUMENT\""}), 1);
-  EXPECT_EQ(Metric(server, "posenc_inflight_requests", {}), 0);
+  EXPECT_EQ(ScrapeMetric(server, "posenc_requests_total",
+                         {"method=\"Encode\"", "code=\"INVALID_ARGUMENT\""}),
+            1);
+  EXPECT_EQ(ScrapeMetric(server, "posenc_inflight_requests", {}), 0);
 }
 
 TEST(Reliability, MessageTheTransportRefusesIsCounted) {
@@ -290,12 +259,12 @@ TEST(Reliability, MessageTheTransportRefusesIsCounted) {
   auto stub = v1::PositionalEncoding::NewStub(grpc::CreateCustomChannel(
       server.grpc_address(), grpc::InsecureChannelCredentials(), args));
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(CallEncode(*stub, ZerosRequest(1, 512, 1024)).error_code(),
-              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(Encode(*stub, SinusoidalRequest(1, 512, 1024)),
+                StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("larger than max")));
   }
-  EXPECT_TRUE(CallEncode(*stub, ZerosRequest(1, 8, 16)).ok());
+  EXPECT_THAT(Encode(*stub, SinusoidalRequest(1, 8, 16)), IsOk());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the monitor's next tick
-  EXPECT_EQ(Metric(server, "posenc_transport_failed_calls_total", {}), 2);
+  EXPECT_EQ(ScrapeMetric(server, "posenc_transport_failed_calls_total", {}), 2);
 }
 
 TEST(Reliability, InflightGaugeCountsAnOpenStream) {
@@ -304,12 +273,12 @@ TEST(Reliability, InflightGaugeCountsAnOpenStream) {
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
   grpc::ClientContext ctx;
   auto stream = stub->EncodeStream(&ctx);
-  ASSERT_TRUE(stream->Write(ZerosRequest(1, 2, 4)));
+  ASSERT_TRUE(stream->Write(SinusoidalRequest(1, 2, 4)));
   v1::EncodeResponse resp;
   ASSERT_TRUE(stream->Read(&resp));
-  EXPECT_EQ(Metric(server, "posenc_inflight_requests", {}), 1);
+  EXPECT_EQ(ScrapeMetric(server, "posenc_inflight_requests", {}), 1);
   stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_THAT(stream->Finish(), IsOk());
 }
 
 // Runs posenc-server with `flags`; returns its exit status (-1 for a signal) and stderr.

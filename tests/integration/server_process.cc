@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -101,6 +102,25 @@ std::string HttpGet(int port, const std::string& path) {
   close(fd);
   const size_t body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+double MetricSum(const std::string& text, const std::string& name,
+                 const std::vector<std::string>& fragments) {
+  double sum = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    // The name itself, not a longer one it prefixes (posenc_x vs posenc_x_total).
+    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
+    bool all = true;
+    for (const std::string& f : fragments) all = all && line.find(f) != std::string::npos;
+    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+double ScrapeMetric(const ServerProcess& server, const std::string& name,
+                    const std::vector<std::string>& fragments) {
+  return MetricSum(HttpGet(server.metrics_port(), "/metrics"), name, fragments);
 }
 
 }  // namespace posenc::testing

@@ -44,6 +44,14 @@ class ServerProcess {
 // GET http://127.0.0.1:port/path over a plain socket; returns the body ("" on failure).
 std::string HttpGet(int port, const std::string& path);
 
+// The sum of the samples of metric `name` in Prometheus text `text` whose line contains
+// every fragment (e.g. `method="Encode"`); 0 when none does.
+double MetricSum(const std::string& text, const std::string& name,
+                 const std::vector<std::string>& fragments);
+// MetricSum over one scrape of the server's /metrics.
+double ScrapeMetric(const ServerProcess& server, const std::string& name,
+                    const std::vector<std::string>& fragments);
+
 // Path of a built binary, e.g. BinaryPath("server/posenc-server").
 std::string BinaryPath(const std::string& relative);
 

@@ -11,17 +11,21 @@
 #include <dirent.h>
 #include <fstream>
 #include <future>
-#include <random>
 #include <thread>
 
 #include "client/shm_region.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
-#include "tests/integration/server_process.h"
+#include "tests/integration/v1_helpers.h"
 #include "tests/support/npy_writer.h"
+#include "tests/support/random_values.h"
+#include "tests/support/status_matchers.h"
 
 namespace posenc::testing {
 namespace {
+
+using ::testing::HasSubstr;
 
 using client::ShmRegion;
 
@@ -53,35 +57,21 @@ class ShmTest : public ::testing::Test {
     return stub_->UnregisterSharedMemory(&ctx, req, &resp);
   }
   grpc::Status Encode(const v1::EncodeRequest& req, v1::EncodeResponse* resp) {
-    grpc::ClientContext ctx;
-    return stub_->Encode(&ctx, req, resp);
+    return posenc::testing::Encode(*stub_, req, resp);
   }
   grpc::Status Bias(const v1::BiasRequest& req, v1::BiasResponse* resp) {
-    grpc::ClientContext ctx;
-    return stub_->AttentionBias(&ctx, req, resp);
+    return AttentionBias(*stub_, req, resp);
   }
 
   ServerProcess server_;
   std::unique_ptr<v1::PositionalEncoding::Stub> stub_;
 };
 
+// `n` bytes of floats in [-2, 2) (the last n % 4 bytes zero).
 std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::string out(n, '\0');
-  for (size_t i = 0; i + 4 <= n; i += 4) {
-    const float f = u(rng);
-    std::memcpy(&out[i], &f, 4);
-  }
+  std::string out = Bytes(RandomFloats(n / 4, seed, -2.0f, 2.0f));
+  out.resize(n, '\0');
   return out;
-}
-
-v1::Tensor Inline(const std::vector<int64_t>& shape, v1::DType dtype, std::string data) {
-  v1::Tensor t;
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_dtype(dtype);
-  t.set_data(std::move(data));
-  return t;
 }
 
 // The same tensor by reference: its bytes copied into `region` at `offset`.
@@ -103,8 +93,8 @@ std::string SliceBytes(const ShmRegion& region, const v1::SharedMemoryRef& ref) 
 TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
   ASSERT_TRUE(server_.started());
   auto region = ShmRegion::Create(Key("enc"), 8 << 20);
-  ASSERT_TRUE(region.ok()) << region.status();
-  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
+  ASSERT_THAT(region, IsOk());
+  ASSERT_THAT(Register("r", region->key(), 0, region->byte_size()), IsOk());
   std::vector<v1::EncodeRequest> requests(5);
   requests[0].mutable_sinusoidal();
   requests[1].mutable_sinusoidal()->set_layout(v1::CONCATENATED);
@@ -121,17 +111,17 @@ TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
                                               : std::vector<int64_t>{2, 16, 64};
       const size_t elem = dtype == v1::FLOAT32 ? 4 : 2;
       const size_t bytes = (rope ? 2 * 16 * 4 * 32 : 2 * 16 * 64) * elem;
-      *inline_req.mutable_input() = Inline(shape, dtype, RandomBytes(bytes, i));
+      *inline_req.mutable_input() = MakeTensor(shape, dtype, RandomBytes(bytes, i));
       if (rope) {
-        *inline_req.mutable_key() = Inline({2, 16, 2, 32}, dtype, RandomBytes(bytes / 2, 99));
+        *inline_req.mutable_key() = MakeTensor({2, 16, 2, 32}, dtype, RandomBytes(bytes / 2, 99));
       }
       v1::EncodeResponse inline_resp, ref_resp;
-      ASSERT_TRUE(Encode(inline_req, &inline_resp).ok()) << i;
+      ASSERT_THAT(Encode(inline_req, &inline_resp), IsOk()) << i;
       v1::EncodeRequest ref_req = inline_req;
       *ref_req.mutable_input() = ByRef(inline_req.input(), *region, "r", 0);
       if (rope) *ref_req.mutable_key() = ByRef(inline_req.key(), *region, "r", 1 << 20);
       const grpc::Status st = Encode(ref_req, &ref_resp);
-      ASSERT_TRUE(st.ok()) << i << " " << st.error_message();
+      ASSERT_THAT(st, IsOk()) << i << " " << st.error_message();
       EXPECT_TRUE(ref_resp.output().data().empty());
       ASSERT_EQ(ref_resp.output().shm().region(), "r");
       EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data()) << i;
@@ -146,14 +136,14 @@ TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
 TEST_F(ShmTest, MetricsCountRegionsAndBytesByTransport) {
   ASSERT_TRUE(server_.started());
   auto region = ShmRegion::Create(Key("metrics"), 1 << 20);
-  ASSERT_TRUE(region.ok());
-  ASSERT_TRUE(Register("m", region->key(), 0, region->byte_size()).ok());
+  ASSERT_THAT(region, IsOk());
+  ASSERT_THAT(Register("m", region->key(), 0, region->byte_size()), IsOk());
   v1::EncodeRequest req;
   req.mutable_sinusoidal();
-  *req.mutable_input() = ByRef(Inline({1, 16, 64}, v1::FLOAT32, RandomBytes(4096, 3)), *region,
-                               "m", 0);
+  *req.mutable_input() =
+      ByRef(MakeTensor({1, 16, 64}, v1::FLOAT32, RandomBytes(4096, 3)), *region, "m", 0);
   v1::EncodeResponse resp;
-  ASSERT_TRUE(Encode(req, &resp).ok());
+  ASSERT_THAT(Encode(req, &resp), IsOk());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the gauges' next update
   const std::string text = HttpGet(server_.metrics_port(), "/metrics");
   EXPECT_NE(text.find("posenc_shm_regions 1"), std::string::npos) << text;
@@ -167,77 +157,80 @@ TEST_F(ShmTest, MetricsCountRegionsAndBytesByTransport) {
 TEST_F(ShmTest, ConcatAndOutputSlices) {
   ASSERT_TRUE(server_.started());
   auto region = ShmRegion::Create(Key("cat"), 1 << 20);
-  ASSERT_TRUE(region.ok());
-  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
+  ASSERT_THAT(region, IsOk());
+  ASSERT_THAT(Register("r", region->key(), 0, region->byte_size()), IsOk());
   v1::EncodeRequest req;
   req.mutable_sinusoidal()->set_fusion(v1::CONCAT);
   req.mutable_sinusoidal()->set_pe_dim(16);
-  *req.mutable_input() = Inline({1, 8, 32}, v1::FLOAT32, RandomBytes(8 * 32 * 4, 5));
+  *req.mutable_input() = MakeTensor({1, 8, 32}, v1::FLOAT32, RandomBytes(8 * 32 * 4, 5));
   v1::EncodeResponse inline_resp, ref_resp;
-  ASSERT_TRUE(Encode(req, &inline_resp).ok());
+  ASSERT_THAT(Encode(req, &inline_resp), IsOk());
   v1::EncodeRequest ref_req = req;
   *ref_req.mutable_input() = ByRef(req.input(), *region, "r", 0);
   *ref_req.mutable_output_shm() = ShmRegion::Ref("r", 65536, 8 * 48 * 4);
-  ASSERT_TRUE(Encode(ref_req, &ref_resp).ok());
+  ASSERT_THAT(Encode(ref_req, &ref_resp), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
   // The input slice is untouched when the output goes elsewhere.
   EXPECT_EQ(SliceBytes(*region, ref_req.input().shm()), req.input().data());
   // CONCAT by reference without output_shm answers inline.
   ref_req.clear_output_shm();
-  ASSERT_TRUE(Encode(ref_req, &ref_resp).ok());
+  ASSERT_THAT(Encode(ref_req, &ref_resp), IsOk());
   EXPECT_EQ(ref_resp.output().data(), inline_resp.output().data());
   // An inline input with output_shm: the answer is written to the slice.
   v1::EncodeRequest add = req;
   add.mutable_sinusoidal()->clear_fusion();
   add.mutable_sinusoidal()->clear_pe_dim();
-  ASSERT_TRUE(Encode(add, &inline_resp).ok());
+  ASSERT_THAT(Encode(add, &inline_resp), IsOk());
   *add.mutable_output_shm() = ShmRegion::Ref("r", 131072, 8 * 32 * 4);
-  ASSERT_TRUE(Encode(add, &ref_resp).ok());
+  ASSERT_THAT(Encode(add, &ref_resp), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
 }
 
 TEST_F(ShmTest, BiasesByReferenceEqualInline) {
   ASSERT_TRUE(server_.started());
   auto region = ShmRegion::Create(Key("bias"), 1 << 20);
-  ASSERT_TRUE(region.ok());
-  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
+  ASSERT_THAT(region, IsOk());
+  ASSERT_THAT(Register("r", region->key(), 0, region->byte_size()), IsOk());
   v1::BiasRequest req;
   req.set_query_length(16);
   req.set_key_length(32);
   req.mutable_alibi()->set_num_heads(4);
-  *req.mutable_scores() = Inline({2, 4, 16, 32}, v1::FLOAT32, RandomBytes(2 * 4 * 16 * 32 * 4, 7));
+  *req.mutable_scores() =
+      MakeTensor({2, 4, 16, 32}, v1::FLOAT32, RandomBytes(2 * 4 * 16 * 32 * 4, 7));
   v1::BiasResponse inline_resp, ref_resp;
-  ASSERT_TRUE(Bias(req, &inline_resp).ok());
+  ASSERT_THAT(Bias(req, &inline_resp), IsOk());
   v1::BiasRequest ref_req = req;
   *ref_req.mutable_scores() = ByRef(req.scores(), *region, "r", 0);
-  ASSERT_TRUE(Bias(ref_req, &ref_resp).ok());
+  ASSERT_THAT(Bias(ref_req, &ref_resp), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
   // A bias built without scores into output_shm.
   v1::BiasRequest build = req;
   build.clear_scores();
-  ASSERT_TRUE(Bias(build, &inline_resp).ok());
+  ASSERT_THAT(Bias(build, &inline_resp), IsOk());
   *build.mutable_output_shm() = ShmRegion::Ref("r", 262144, 4 * 16 * 32 * 4);
-  ASSERT_TRUE(Bias(build, &ref_resp).ok());
+  ASSERT_THAT(Bias(build, &ref_resp), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
   // T5 bucket ids (INT32) too.
   v1::BiasRequest t5 = build;
   t5.mutable_t5()->set_bidirectional(true);
   t5.clear_output_shm();
-  ASSERT_TRUE(Bias(t5, &inline_resp).ok());
+  ASSERT_THAT(Bias(t5, &inline_resp), IsOk());
   *t5.mutable_output_shm() = ShmRegion::Ref("r", 524288, 16 * 32 * 4);
-  ASSERT_TRUE(Bias(t5, &ref_resp).ok());
+  ASSERT_THAT(Bias(t5, &ref_resp), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_resp.output().shm()), inline_resp.output().data());
 }
 
 TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
   ASSERT_TRUE(server_.started());
   auto region = ShmRegion::Create(Key("bad"), 65536);
-  ASSERT_TRUE(region.ok());
-  ASSERT_TRUE(Register("r", region->key(), 0, region->byte_size()).ok());
-  EXPECT_EQ(Register("r", region->key(), 0, 4096).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  ASSERT_THAT(region, IsOk());
+  ASSERT_THAT(Register("r", region->key(), 0, region->byte_size()), IsOk());
+  EXPECT_THAT(
+      Register("r", region->key(), 0, 4096),
+      StatusIs(absl::StatusCode::kAlreadyExists, "shared memory region 'r' is already registered"));
   v1::EncodeRequest req;
   req.mutable_sinusoidal();
-  *req.mutable_input() = Inline({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 1));
+  *req.mutable_input() = MakeTensor({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 1));
   auto with_ref = [&](uint64_t offset, uint64_t size, const std::string& name = "r") {
     v1::EncodeRequest r = req;
     r.mutable_input()->clear_data();
@@ -259,14 +252,15 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
     v1::EncodeRequest r = req;
     *r.mutable_input()->mutable_shm() = ShmRegion::Ref("r", 0, 256);
     v1::EncodeResponse resp;
-    EXPECT_EQ(Encode(r, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(Encode(r, &resp), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("input has both data and shm")));
   }
   {  // an output slice overlapping a different input (the key)
     v1::EncodeRequest r;
     r.mutable_rope();
-    *r.mutable_input() = Inline({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 2));
-    *r.mutable_key() = ByRef(Inline({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 3)), *region,
-                             "r", 0);
+    *r.mutable_input() = MakeTensor({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 2));
+    *r.mutable_key() =
+        ByRef(MakeTensor({1, 4, 1, 16}, v1::FLOAT32, RandomBytes(256, 3)), *region, "r", 0);
     *r.mutable_output_shm() = ShmRegion::Ref("r", 128, 256);
     v1::EncodeResponse resp;
     const grpc::Status st = Encode(r, &resp);
@@ -274,21 +268,24 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
     EXPECT_NE(st.error_message().find("overlaps"), std::string::npos) << st.error_message();
   }
   // Keys the server must refuse.
-  EXPECT_EQ(Register("a", "/other_prefix", 0, 4096).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Register("a", "/posenc_a/b", 0, 4096).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(Register("a", "/other_prefix", 0, 4096),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("does not start with the server's --shm_key_prefix")));
+  EXPECT_THAT(Register("a", "/posenc_a/b", 0, 4096),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("the key has a '/' after its first character")));
   const std::string link = Key("link");
   ASSERT_EQ(symlink(("/dev/shm" + region->key()).c_str(), ("/dev/shm" + link).c_str()), 0);
   const grpc::Status symlinked = Register("a", link, 0, 4096);
   unlink(("/dev/shm" + link).c_str());
-  EXPECT_EQ(symlinked.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(symlinked,
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("it is a symbolic link")));
   if (geteuid() == 0) {  // an object owned by another uid
     auto other = ShmRegion::Create(Key("other"), 4096);
-    ASSERT_TRUE(other.ok());
+    ASSERT_THAT(other, IsOk());
     ASSERT_EQ(chown(("/dev/shm" + other->key()).c_str(), 65534, 65534), 0);
-    EXPECT_EQ(Register("a", other->key(), 0, 4096).error_code(),
-              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(Register("a", other->key(), 0, 4096),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("owned by another user")));
   }
 }
 
@@ -303,42 +300,30 @@ TEST(ShmTables, LearnedAndT5TableByReferenceEqualInline) {
   ASSERT_TRUE(server.started());
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
   auto region = ShmRegion::Create(Key("tables"), 1 << 20);
-  ASSERT_TRUE(region.ok());
+  ASSERT_THAT(region, IsOk());
   {
     v1::RegisterSharedMemoryRequest reg = region->RegisterRequest("r");
     grpc::ClientContext ctx;
     v1::RegisterSharedMemoryResponse resp;
-    ASSERT_TRUE(stub->RegisterSharedMemory(&ctx, reg, &resp).ok());
+    ASSERT_THAT(stub->RegisterSharedMemory(&ctx, reg, &resp), IsOk());
   }
   v1::EncodeRequest enc;
   enc.mutable_learned()->set_table("wpe");
-  *enc.mutable_input() = Inline({2, 16, 32}, v1::FLOAT32, RandomBytes(2 * 16 * 32 * 4, 11));
+  *enc.mutable_input() = MakeTensor({2, 16, 32}, v1::FLOAT32, RandomBytes(2 * 16 * 32 * 4, 11));
   v1::EncodeResponse inline_enc, ref_enc;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Encode(&ctx, enc, &inline_enc).ok());
-  }
+  ASSERT_THAT(Encode(*stub, enc, &inline_enc), IsOk());
   *enc.mutable_input() = ByRef(enc.input(), *region, "r", 0);
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Encode(&ctx, enc, &ref_enc).ok());
-  }
+  ASSERT_THAT(Encode(*stub, enc, &ref_enc), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_enc.output().shm()), inline_enc.output().data());
   v1::BiasRequest bias;
   bias.set_query_length(8);
   bias.set_key_length(8);
   bias.mutable_t5()->set_table("rel");
-  *bias.mutable_scores() = Inline({1, 4, 8, 8}, v1::FLOAT32, RandomBytes(4 * 64 * 4, 12));
+  *bias.mutable_scores() = MakeTensor({1, 4, 8, 8}, v1::FLOAT32, RandomBytes(4 * 64 * 4, 12));
   v1::BiasResponse inline_bias, ref_bias;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->AttentionBias(&ctx, bias, &inline_bias).ok());
-  }
+  ASSERT_THAT(AttentionBias(*stub, bias, &inline_bias), IsOk());
   *bias.mutable_scores() = ByRef(bias.scores(), *region, "r", 65536);
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->AttentionBias(&ctx, bias, &ref_bias).ok());
-  }
+  ASSERT_THAT(AttentionBias(*stub, bias, &ref_bias), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_bias.output().shm()), inline_bias.output().data());
 }
 
@@ -377,15 +362,15 @@ int CountFds(pid_t pid) {
 TEST_F(ShmTest, TenThousandRegisterCyclesLeakNoMappingOrDescriptor) {
   ASSERT_TRUE(server_.started());
   auto region = ShmRegion::Create(Key("cycle"), 65536);
-  ASSERT_TRUE(region.ok());
+  ASSERT_THAT(region, IsOk());
   const std::string maps = "/proc/" + std::to_string(server_.pid()) + "/maps";
-  ASSERT_TRUE(Register("warm", region->key(), 0, 4096).ok());
-  ASSERT_TRUE(Unregister("warm").ok());
+  ASSERT_THAT(Register("warm", region->key(), 0, 4096), IsOk());
+  ASSERT_THAT(Unregister("warm"), IsOk());
   const int maps_before = CountLines(maps), fds_before = CountFds(server_.pid());
   const int shm_maps_before = CountLines(maps, "/dev/shm/");
   for (int i = 0; i < 10000; ++i) {
-    ASSERT_TRUE(Register("c", region->key(), 0, 65536).ok()) << i;
-    ASSERT_TRUE(Unregister("c").ok()) << i;
+    ASSERT_THAT(Register("c", region->key(), 0, 65536), IsOk()) << i;
+    ASSERT_THAT(Unregister("c"), IsOk()) << i;
   }
   EXPECT_EQ(CountLines(maps, "/dev/shm/"), shm_maps_before);
   // gRPC may start a thread or two over 20,000 calls; 10,000 leaked mappings would show.
@@ -397,8 +382,8 @@ TEST_F(ShmTest, UnregisterAndTruncateWhileRequestsRunKeepTheServerServing) {
   ASSERT_TRUE(server_.started());
   constexpr size_t kBytes = 1 << 24;  // [1, 4096, 1024] float32
   auto region = ShmRegion::Create(Key("trunc"), kBytes);
-  ASSERT_TRUE(region.ok());
-  ASSERT_TRUE(Register("t", region->key(), 0, kBytes).ok());
+  ASSERT_THAT(region, IsOk());
+  ASSERT_THAT(Register("t", region->key(), 0, kBytes), IsOk());
   v1::EncodeRequest req;
   req.mutable_sinusoidal();
   for (int64_t d : {1, 4096, 1024}) req.mutable_input()->add_shape(d);
@@ -433,7 +418,7 @@ TEST_F(ShmTest, UnregisterAndTruncateWhileRequestsRunKeepTheServerServing) {
   ASSERT_EQ(ftruncate(fd, 4096), 0);
   close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ASSERT_TRUE(Unregister("t").ok());  // while requests still hold it
+  ASSERT_THAT(Unregister("t"), IsOk());  // while requests still hold it
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   stop = true;
   for (auto& t : clients) t.join();
@@ -443,9 +428,9 @@ TEST_F(ShmTest, UnregisterAndTruncateWhileRequestsRunKeepTheServerServing) {
   // Still serving, inline and by reference on a fresh region.
   v1::EncodeRequest small;
   small.mutable_sinusoidal();
-  *small.mutable_input() = Inline({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 9));
+  *small.mutable_input() = MakeTensor({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 9));
   v1::EncodeResponse resp;
-  EXPECT_TRUE(Encode(small, &resp).ok());
+  EXPECT_THAT(Encode(small, &resp), IsOk());
 }
 
 }  // namespace

@@ -40,9 +40,14 @@ def bfloat16_dtype():
 
 
 def wire_dtype(dtype):
-    """posenc.v1.DType of a numpy dtype (or of a name such as "bfloat16")."""
+    """posenc.v1.DType of a numpy dtype, of a name such as "bfloat16", or of a DType value
+    itself (a response tensor's dtype)."""
     if isinstance(dtype, str) and dtype.upper() in pb.DType.keys():
         return pb.DType.Value(dtype.upper())
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        if int(dtype) not in pb.DType.values():
+            raise invalid("dtype %d is not a posenc.v1.DType value" % dtype)
+        return int(dtype)
     key = np.dtype(dtype).newbyteorder("=")
     if key not in _TO_WIRE:
         raise invalid("dtype %s has no posenc equivalent; use float32, float16, bfloat16 "

@@ -436,21 +436,73 @@ int32_t T5RelativeBucket(int64_t relative_position, bool bidirectional, int32_t 
   return bucket + static_cast<int32_t>(std::min<int64_t>(large, buckets - 1));
 }
 
-absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, float* out) {
-  RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
-  if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
+namespace {
+
+// The bias of `heads` heads, each from its relative row (fill_row(h, rel) fills one):
+// written as [heads, q, k] into `out`, or added to scores [batch, heads, q, k]. The only
+// difference between ALiBi and T5 is how a row is filled.
+template <typename FillRow>
+void BuildBiasHeads(const BiasGeometry& geom, int32_t heads, float* out,
+                    const FillRow& fill_row) {
   const int64_t head_size = geom.query_length * geom.key_length;
-  const size_t out_bytes = static_cast<size_t>(head_size * spec.num_heads) * 4;
+  const size_t out_bytes = static_cast<size_t>(head_size * heads) * 4;
   const bool stream = out_bytes >= kStreamingStoreBytes;
   const KernelThreadLease lease(out_bytes);
-  const int threads = lease.threads();
-  ParallelFor(threads, spec.num_heads, [&](int64_t first, int64_t last) {
+  ParallelFor(lease.threads(), heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
     for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
-      FillAlibiRelativeRow(spec, geom, h, rel.data());
+      fill_row(h, rel.data());
       CopyRelativeRows(rel.data(), geom, out + h * head_size, stream);
     }
   });
+}
+
+template <typename FillRow>
+void AddBiasHeads(const BiasGeometry& geom, int32_t heads, const TensorView& scores,
+                  const FillRow& fill_row) {
+  const int64_t batch = scores.shape[0];
+  const size_t block_bytes =
+      static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
+  char* base = static_cast<char*>(scores.data);
+  const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
+  const KernelThreadLease lease(WorkBytes(scores.NumElements()));
+  ParallelFor(lease.threads(), heads, [&](int64_t first, int64_t last) {
+    std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
+    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
+      fill_row(h, rel.data());
+      for (int64_t b = 0; b < batch; ++b) {  // batch
+        void* block = base + static_cast<size_t>(b * heads + h) * block_bytes;
+        AddRelativeRows(rel.data(), geom, scores.dtype, block, add_row);
+      }
+    }
+  });
+}
+
+// T5's row for head h: the table's entry for each relative position's bucket.
+struct T5RowFill {
+  const std::vector<int32_t>& buckets;
+  const float* table;
+  int32_t heads;
+  void operator()(int32_t h, float* rel) const {
+    for (size_t t = 0; t < buckets.size(); ++t) {
+      rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
+    }
+  }
+};
+
+std::vector<int32_t> T5RowBuckets(const T5Spec& spec, const BiasGeometry& geom) {
+  std::vector<int32_t> buckets(static_cast<size_t>(RelativeRowLength(geom)));
+  FillT5RelativeBuckets(spec, geom, buckets.data());
+  return buckets;
+}
+
+}  // namespace
+
+absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, float* out) {
+  RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
+  if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
+  BuildBiasHeads(geom, spec.num_heads, out,
+                 [&](int32_t h, float* rel) { FillAlibiRelativeRow(spec, geom, h, rel); });
   return absl::OkStatus();
 }
 
@@ -458,23 +510,8 @@ absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
                           const TensorView& scores) {
   RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
   RETURN_IF_ERROR(ValidateScores(geom, spec.num_heads, "alibi.num_heads", scores));
-  const int64_t batch = scores.shape[0];
-  const size_t block_bytes =
-      static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
-  char* base = static_cast<char*>(scores.data);
-  const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
-  const KernelThreadLease lease(WorkBytes(scores.NumElements()));
-  const int threads = lease.threads();
-  ParallelFor(threads, spec.num_heads, [&](int64_t first, int64_t last) {
-    std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
-    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
-      FillAlibiRelativeRow(spec, geom, h, rel.data());
-      for (int64_t b = 0; b < batch; ++b) {  // batch
-        void* block = base + static_cast<size_t>(b * spec.num_heads + h) * block_bytes;
-        AddRelativeRows(rel.data(), geom, scores.dtype, block, add_row);
-      }
-    }
-  });
+  AddBiasHeads(geom, spec.num_heads, scores,
+               [&](int32_t h, float* rel) { FillAlibiRelativeRow(spec, geom, h, rel); });
   return absl::OkStatus();
 }
 
@@ -482,8 +519,7 @@ absl::Status BuildT5Buckets(const T5Spec& spec, const BiasGeometry& geom, int32_
   RETURN_IF_ERROR(ValidateT5Spec(spec));
   RETURN_IF_ERROR(ValidateBiasGeometry(geom));
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
-  std::vector<int32_t> rel(static_cast<size_t>(RelativeRowLength(geom)));
-  FillT5RelativeBuckets(spec, geom, rel.data());
+  const std::vector<int32_t> rel = T5RowBuckets(spec, geom);
   const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
   CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
   return absl::OkStatus();
@@ -493,21 +529,8 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
                          int32_t heads, float* out) {
   RETURN_IF_ERROR(ValidateT5Call(spec, geom, table, heads));
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
-  const size_t n = static_cast<size_t>(RelativeRowLength(geom));
-  std::vector<int32_t> buckets(n);
-  FillT5RelativeBuckets(spec, geom, buckets.data());
-  const int64_t head_size = geom.query_length * geom.key_length;
-  const size_t out_bytes = static_cast<size_t>(head_size * heads) * 4;
-  const bool stream = out_bytes >= kStreamingStoreBytes;
-  const KernelThreadLease lease(out_bytes);
-  const int threads = lease.threads();
-  ParallelFor(threads, heads, [&](int64_t first, int64_t last) {
-    std::vector<float> rel(n);
-    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
-      for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
-      CopyRelativeRows(rel.data(), geom, out + h * head_size, stream);
-    }
-  });
+  const std::vector<int32_t> buckets = T5RowBuckets(spec, geom);
+  BuildBiasHeads(geom, heads, out, T5RowFill{buckets, table, heads});
   return absl::OkStatus();
 }
 
@@ -515,26 +538,8 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
                        int32_t heads, const TensorView& scores) {
   RETURN_IF_ERROR(ValidateT5Call(spec, geom, table, heads));
   RETURN_IF_ERROR(ValidateScores(geom, heads, "t5.table.shape[1]", scores));
-  const size_t n = static_cast<size_t>(RelativeRowLength(geom));
-  std::vector<int32_t> buckets(n);
-  FillT5RelativeBuckets(spec, geom, buckets.data());
-  const int64_t batch = scores.shape[0];
-  const size_t block_bytes =
-      static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
-  char* base = static_cast<char*>(scores.data);
-  const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
-  const KernelThreadLease lease(WorkBytes(scores.NumElements()));
-  const int threads = lease.threads();
-  ParallelFor(threads, heads, [&](int64_t first, int64_t last) {
-    std::vector<float> rel(n);
-    for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
-      for (size_t t = 0; t < n; ++t) rel[t] = table[static_cast<int64_t>(buckets[t]) * heads + h];
-      for (int64_t b = 0; b < batch; ++b) {  // batch
-        void* block = base + static_cast<size_t>(b * heads + h) * block_bytes;
-        AddRelativeRows(rel.data(), geom, scores.dtype, block, add_row);
-      }
-    }
-  });
+  const std::vector<int32_t> buckets = T5RowBuckets(spec, geom);
+  AddBiasHeads(geom, heads, scores, T5RowFill{buckets, table, heads});
   return absl::OkStatus();
 }
 

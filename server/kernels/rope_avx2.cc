@@ -9,18 +9,6 @@
 namespace posenc::rope_internal {
 namespace {
 
-inline void RotatePairsScalar(float* x, const float* cos, const float* sin, int64_t k0,
-                              int64_t half, int64_t step, int64_t offset) {
-  for (int64_t k = k0; k < half; ++k) {
-    float* a = x + k * step;
-    float* b = a + offset;
-    const float xa = *a;
-    const float xb = *b;
-    *a = xa * cos[k] - xb * sin[k];
-    *b = xb * cos[k] + xa * sin[k];
-  }
-}
-
 __attribute__((target("avx2,fma"))) void RotateHalfAvx2(float* x, const float* cos,
                                                         const float* sin, int64_t half) {
   float* x2 = x + half;

@@ -30,6 +30,20 @@ using RotateToken16Fn = void (*)(uint16_t* x, int64_t heads, int64_t head_stride
 using RotateTokenF32Fn = void (*)(float* x, int64_t heads, int64_t head_stride,
                                   const float* c, const float* s, int64_t half);
 
+// The plain formula on pairs k0..half-1 (pair k: x[k*step] and x[k*step + offset]): the
+// scalar kernels, and the vector kernels' tails.
+inline void RotatePairsScalar(float* x, const float* cos, const float* sin, int64_t k0,
+                              int64_t half, int64_t step, int64_t offset) {
+  for (int64_t k = k0; k < half; ++k) {
+    float* a = x + k * step;
+    float* b = a + offset;
+    const float xa = *a;
+    const float xb = *b;
+    *a = xa * cos[k] - xb * sin[k];
+    *b = xb * cos[k] + xa * sin[k];
+  }
+}
+
 struct RotateFns {
   RotateHeadFn rotate_half;
   RotateHeadFn interleaved;

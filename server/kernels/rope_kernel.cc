@@ -19,18 +19,6 @@ namespace posenc {
 namespace rope_internal {
 namespace {
 
-inline void RotatePairsScalar(float* x, const float* cos, const float* sin, int64_t k0,
-                              int64_t half, int64_t step, int64_t offset) {
-  for (int64_t k = k0; k < half; ++k) {
-    float* a = x + k * step;
-    float* b = a + offset;
-    const float xa = *a;
-    const float xb = *b;
-    *a = xa * cos[k] - xb * sin[k];
-    *b = xb * cos[k] + xa * sin[k];
-  }
-}
-
 void RotateHalfScalar(float* x, const float* cos, const float* sin, int64_t half) {
   RotatePairsScalar(x, cos, sin, 0, half, 1, half);
 }

@@ -235,14 +235,21 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes, absl::string_v
   return header;
 }
 
+namespace {
+
+// The data after the header must be exactly what the header's shape and dtype need.
+absl::Status CheckDataBytes(const NpyHeader& header, size_t present, absl::string_view name) {
+  if (present == header.data_bytes) return absl::OkStatus();
+  return Malformed(name, absl::StrCat("shape ", ShapeString(header.shape), " of ",
+                                      DTypeName(header.dtype), " needs ", header.data_bytes,
+                                      " data bytes, the file has ", present));
+}
+
+}  // namespace
+
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view name) {
   ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(bytes, name));
-  const size_t present = bytes.size() - header.data_offset;
-  if (present != header.data_bytes) {
-    return Malformed(name, absl::StrCat("shape ", ShapeString(header.shape), " of ",
-                                        DTypeName(header.dtype), " needs ", header.data_bytes,
-                                        " data bytes, the file has ", present));
-  }
+  RETURN_IF_ERROR(CheckDataBytes(header, bytes.size() - header.data_offset, name));
   NpyArray array;
   array.dtype = header.dtype;
   array.shape = std::move(header.shape);
@@ -317,12 +324,8 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   if (!in) return absl::DataLossError(absl::StrCat(path, ": read failed"));
   ASSIGN_OR_RETURN(NpyHeader header, ParseNpyHeader(head, path));
 
-  const size_t present = static_cast<size_t>(file_size) - header.data_offset;
-  if (present != header.data_bytes) {
-    return Malformed(path, absl::StrCat("shape ", ShapeString(header.shape), " of ",
-                                        DTypeName(header.dtype), " needs ", header.data_bytes,
-                                        " data bytes, the file has ", present));
-  }
+  RETURN_IF_ERROR(
+      CheckDataBytes(header, static_cast<size_t>(file_size) - header.data_offset, path));
   NpyArray array;
   array.dtype = header.dtype;
   array.shape = std::move(header.shape);

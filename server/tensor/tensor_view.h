@@ -26,16 +26,19 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape,
 // "[2,3,4]"
 std::string ShapeString(absl::Span<const int64_t> shape);
 
+// product(shape), unchecked: for shapes already checked (CheckedNumElements).
+inline int64_t NumElements(absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 struct TensorView {
   DType dtype = DType::kFloat32;
   Shape shape;
   void* data = nullptr;
 
-  int64_t NumElements() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t NumElements() const { return posenc::NumElements(shape); }
   size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype); }
   template <typename T>
   T* As() const { return static_cast<T*>(data); }
@@ -50,11 +53,7 @@ struct ConstTensorView {
   ConstTensorView(DType t, Shape s, const void* d) : dtype(t), shape(std::move(s)), data(d) {}
   ConstTensorView(const TensorView& v) : dtype(v.dtype), shape(v.shape), data(v.data) {}  // NOLINT
 
-  int64_t NumElements() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t NumElements() const { return posenc::NumElements(shape); }
   size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype); }
   template <typename T>
   const T* As() const { return static_cast<const T*>(data); }

@@ -180,6 +180,11 @@ absl::StatusOr<bool> ConcatWithOneDnn(ConstTensorView x, const float* pe, int64_
 absl::Status ConvertFromFloat32(const float* src, DType dst_type, void* dst, int64_t n,
                                 ConvertImplementation implementation) {
   if (n <= 0) return absl::OkStatus();
+  if (dst_type == DType::kFloat32 && implementation != ConvertImplementation::kOneDnn) {
+    FromFloat32(src, dst_type, dst, static_cast<size_t>(n));  // a copy: nothing to round
+    last_impl = "loop";
+    return absl::OkStatus();
+  }
   const KernelThreadLease lease(WorkBytes(n));
   Impl impl = Resolve(implementation);
   if (impl == Impl::kOneDnn) {

@@ -16,7 +16,8 @@ namespace posenc {
 // kOneDnn, else the loop. kOneDnn falls back to kVector where oneDNN has no kernel.
 enum class ConvertImplementation { kAuto, kVector, kOneDnn, kLoop };
 
-// dst[i] = src[i] rounded to nearest even in `dst_type` (FLOAT32, FLOAT16 or BFLOAT16).
+// dst[i] = src[i] rounded to nearest even in `dst_type` (FLOAT32, FLOAT16 or BFLOAT16; a
+// FLOAT32 destination is a plain copy unless kOneDnn is asked for).
 // Large conversions run on the kernel threads (KernelThreadLease). INTERNAL only if oneDNN
 // fails unexpectedly.
 absl::Status ConvertFromFloat32(const float* src, DType dst_type, void* dst, int64_t n,

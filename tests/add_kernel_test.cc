@@ -72,7 +72,8 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
                         {3, 5, 17, 1, 1},       {1, 3, 8, 1, -2},
                         {2, 3, 47, 1, 1},       {2, 3, 31, 1.5f, 0.25f},  // AVX-512 tails
                         {4, 64, 1024, 1.5f, 0.25f},  // 1 MiB fp32: the threaded path
-                        {9, 31, 515, 1, 1}};         // odd rows split across threads
+                        {9, 31, 515, 1, 1},          // odd rows split across threads
+                        {1, 128, 768, 1, 1}};        // 7 blocks of pe rebalanced to 8
   std::mt19937 rng(7);
   // Default choice, then each vector width forced (AVX-512 falls back to AVX2 rows where
   // the CPU or dtype has none).
@@ -250,6 +251,46 @@ TEST(SimdConvert, WidenAndNarrowAreBitIdenticalToTheScalarConversions) {
   }
 }
 
+// The parity kernels' rounding (RoundJoinEvenOddBf16 and the per-lane RoundedBf16High +
+// JoinEvenOddBf16 it replaces): every non-NaN bfloat16 high half with low halves at and
+// around the rounding points (0x7fff, the tie 0x8000, 0x8001, 0xffff), as even and odd
+// lanes, each equal to FloatToBFloat16.
+__attribute__((target("avx2"))) void JoinBothWays(const float* even, const float* odd,
+                                                 uint16_t* packed, uint16_t* per_lane) {
+  const __m256 e = _mm256_loadu_ps(even), o = _mm256_loadu_ps(odd);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed), simd::RoundJoinEvenOddBf16(e, o));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(per_lane),
+                      simd::JoinEvenOddBf16(simd::RoundedBf16High(e), simd::RoundedBf16High(o)));
+}
+
+TEST(SimdConvert, EvenOddBf16RoundingMatchesFloatToBFloat16) {
+  if (!simd::HasAvx2F16c()) GTEST_SKIP() << "no AVX2";
+  std::vector<float> probes;
+  for (uint32_t high = 0; high < 65536; ++high) {
+    for (uint32_t low : {0x0u, 0x1u, 0x7ffeu, 0x7fffu, 0x8000u, 0x8001u, 0xc000u, 0xffffu}) {
+      const uint32_t bits = high << 16 | low;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      if (!std::isnan(f)) probes.push_back(f);
+    }
+  }
+  while (probes.size() % 16 != 0) probes.push_back(0.0f);
+  for (size_t i = 0; i < probes.size(); i += 16) {
+    float even[8], odd[8];
+    for (int j = 0; j < 8; ++j) {
+      even[j] = probes[i + 2 * j];
+      odd[j] = probes[i + 2 * j + 1];
+    }
+    uint16_t packed[16], per_lane[16];
+    JoinBothWays(even, odd, packed, per_lane);
+    for (int j = 0; j < 16; ++j) {
+      const uint16_t want = FloatToBFloat16(probes[i + j]);
+      ASSERT_EQ(packed[j], want) << "probe " << i + j << " = " << probes[i + j];
+      ASSERT_EQ(per_lane[j], want) << "probe " << i + j << " = " << probes[i + j];
+    }
+  }
+}
+
 // The AVX-512 conversions (16 lanes): every 16-bit pattern widened, and probes around every
 // 16-bit value (halfway points, NaN payloads, float32 subnormals) narrowed, each bit-identical
 // to the scalar conversions.
@@ -365,7 +406,9 @@ TEST(ParallelFor, CoversTheRangeOnceInContiguousChunks) {
             << "threads " << threads << " n " << n << " index " << i;
       }
       EXPECT_LE(chunks.load(), std::max(1, threads)) << "threads " << threads << " n " << n;
-      if (n == 0) EXPECT_EQ(chunks.load(), 0);
+      if (n == 0) {
+        EXPECT_EQ(chunks.load(), 0);
+      }
     }
   }
 }

@@ -165,9 +165,7 @@ __attribute__((target("avx2,fma,f16c"))) void InterleavedToken16Avx2(
 // header allows). Stores 16 results in element order.
 __attribute__((target("avx2"))) inline void StoreRotatedBf16x16(uint16_t* p, __m256 even,
                                                                 __m256 odd) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                      simd::JoinEvenOddBf16(simd::RoundedBf16High(even),
-                                            simd::RoundedBf16High(odd)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), simd::RoundJoinEvenOddBf16(even, odd));
 }
 
 __attribute__((target("avx2"))) inline __m256i LoadWords(const uint16_t* p) {

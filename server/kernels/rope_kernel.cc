@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "server/kernels/isa.h"
 #include "server/kernels/rope_isa.h"
 #include "server/kernels/simd_convert.h"
@@ -197,26 +198,42 @@ RotationPlan PlanRotation(DType dtype, RopePairing pairing, int rotary_dim, Rope
 
 // Per-thread scratch: 16-bit heads without a fused kernel are widened into `widened`,
 // rotated and narrowed back; the fused kernels read one token's cos/sin from c and s.
+// Inline storage covers heads up to 256 features, so a small call's threads do not each
+// allocate.
 struct RotationScratch {
   explicit RotationScratch(const RotationPlan& p)
       : widened(p.wide || p.kernel16.fn != nullptr ? 0 : p.rotary_dim),
         tables(p.tabled() ? 2 * PaddedTableSize(p.half()) : 0) {}
-  std::vector<float> widened;
-  std::vector<float> tables;
+  absl::InlinedVector<float, 256> widened;
+  absl::InlinedVector<float, 512> tables;
 };
 
-// One token, whole, from the padded per-token tables.
-void RotateTokenTabled(const RotationPlan& p, unsigned char* token, int64_t heads,
-                       int64_t head_stride, const float* cos, const float* sin,
-                       RotationScratch& scratch) {
-  const int64_t half = p.half();
+// Tokens [first, last) of the batch * seq grid, each whole from its padded per-token
+// tables. Everything per call is read into locals once: at 12 heads of 64 bfloat16 the
+// per-token work around the kernel call was a tenth of a small call.
+void RotateTokensTabled(const RotationPlan& p, unsigned char* bytes, size_t elem,
+                        const RopeGeometry& g, absl::Span<const float* const> token_rows,
+                        int64_t first, int64_t last, RotationScratch& scratch) {
+  const int64_t half = p.half(), heads = g.heads, head_stride = g.head_stride;
+  const int64_t seq = g.seq, seq_stride = g.seq_stride, batch_stride = g.batch_stride;
+  const RopePairing pairing = p.pairing;
+  const TableLayout layout = p.kernel16.layout;
+  const RotateToken16Fn rotate16 = p.kernel16.fn;
+  const RotateTokenF32Fn rotate32 = p.rotate32;
   float* c = scratch.tables.data();
   float* s = c + PaddedTableSize(half);
-  RopeTokenTables(p.pairing, p.kernel16.layout, cos, sin, half, c, s);
-  if (p.kernel16.fn != nullptr) {
-    p.kernel16.fn(reinterpret_cast<uint16_t*>(token), heads, head_stride, c, s, half);
-  } else {
-    p.rotate32(reinterpret_cast<float*>(token), heads, head_stride, c, s, half);
+  // (b, i) of token t, stepped rather than divided.
+  int64_t b = first / seq, i = first % seq;
+  for (int64_t t = first; t < last; ++t) {
+    const float* cos = token_rows[t];
+    RopeTokenTables(pairing, layout, cos, cos + half, half, c, s);
+    unsigned char* token = bytes + static_cast<size_t>(b * batch_stride + i * seq_stride) * elem;
+    if (rotate16 != nullptr) {
+      rotate16(reinterpret_cast<uint16_t*>(token), heads, head_stride, c, s, half);
+    } else {
+      rotate32(reinterpret_cast<float*>(token), heads, head_stride, c, s, half);
+    }
+    if (++i == seq) i = 0, ++b;
   }
 }
 
@@ -250,16 +267,15 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
   const KernelThreadLease lease(WorkBytes(x.NumElements()));
   ParallelFor(lease.threads(), g.batch * g.seq, [&](int64_t first, int64_t last) {
     RotationScratch scratch(plan);
+    if (plan.tabled()) {
+      RotateTokensTabled(plan, bytes, elem, g, token_rows, first, last, scratch);
+      return;
+    }
     for (int64_t t = first; t < last; ++t) {  // batch * seq
       const int64_t b = t / g.seq, s = t % g.seq;
       const float* cos = token_rows[t];
       const float* sin = cos + plan.half();
       const int64_t token = b * g.batch_stride + s * g.seq_stride;
-      if (plan.tabled()) {
-        RotateTokenTabled(plan, bytes + static_cast<size_t>(token) * elem, g.heads,
-                          g.head_stride, cos, sin, scratch);
-        continue;
-      }
       for (int64_t h = 0; h < g.heads; ++h) {
         RotateHead(plan, bytes + static_cast<size_t>(token + h * g.head_stride) * elem, cos,
                    sin, scratch);

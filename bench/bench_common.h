@@ -54,7 +54,7 @@ void FillFloats(void* p, DType dtype, size_t n, float value);
 // Best wall time of `fn` over at least min_reps runs (after one warm-up run), continuing
 // while under budget_s and max_reps.
 double BestSeconds(const std::function<void()>& fn, double budget_s, int min_reps = 3,
-                   int max_reps = 200);
+                   int max_reps = 1000000);
 
 // "fp32", "fp16", "bf16".
 const char* DTypeLabel(DType t);

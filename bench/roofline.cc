@@ -1,7 +1,6 @@
 #include "bench/roofline.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -54,7 +53,8 @@ __attribute__((target("avx2"))) void WritePlainAvx2(float* x, size_t n, float, f
 
 void WriteScalar(float* x, size_t n, float, float b) { std::fill_n(x, n, b); }
 
-// x = x*a + b over n floats split across `threads` OpenMP threads in contiguous chunks.
+// x = x*a + b over n floats split across `threads` kernel threads (ParallelFor, as the
+// kernels split theirs) in contiguous chunks of whole 64-byte blocks.
 // pass: 0 the read-modify-write, 1 write-only with streaming stores, 2 with plain stores.
 void Rmw(float* x, size_t n, float a, float b, int threads, int pass = 0) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -62,19 +62,11 @@ void Rmw(float* x, size_t n, float a, float b, int threads, int pass = 0) {
              : !avx2     ? WriteScalar
              : pass == 1 ? WriteAvx2
                          : WritePlainAvx2;
-  if (threads <= 1) {
-    run(x, n, a, b);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const size_t t = static_cast<size_t>(omp_get_thread_num());
-    const size_t nt = static_cast<size_t>(omp_get_num_threads());
-    const size_t chunk = (n / nt + 15) / 16 * 16;
-    const size_t begin = std::min(n, t * chunk);
-    const size_t end = t + 1 == nt ? n : std::min(n, begin + chunk);
-    run(x + begin, end - begin, a, b);
-  }
+  const auto blocks = static_cast<int64_t>((n + 15) / 16);
+  ParallelFor(threads, blocks, [&](int64_t first, int64_t last) {
+    const size_t begin = static_cast<size_t>(first) * 16;
+    run(x + begin, std::min(n, static_cast<size_t>(last) * 16) - begin, a, b);
+  });
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #endif
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -411,6 +412,30 @@ TEST(ParallelFor, CoversTheRangeOnceInContiguousChunks) {
       }
     }
   }
+}
+
+// Calls from several threads at once (one owns the kernel team, the others run their own
+// chunks), back to back and after the workers have gone to sleep: every call covers its
+// range exactly once and returns.
+TEST(ParallelFor, ConcurrentAndSleepingCallsEachCoverTheirRange) {
+  std::vector<std::thread> callers;
+  std::atomic<int> bad{0};
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&bad, c] {
+      for (int call = 0; call < 300; ++call) {
+        const int64_t n = 1 + (call * 37 + c) % 500;
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        ParallelFor(2 + call % 3, n, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+        });
+        for (auto& h : hits) bad += h.load() != 1;
+        // Now and then past the workers' spin, so the next call wakes them.
+        if (call % 50 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 TEST(ParallelFor, OneThreadRunsOnTheCaller) {

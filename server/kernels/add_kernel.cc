@@ -231,9 +231,7 @@ __attribute__((target("avx2"))) inline void ScaledPeEvenOdd(const float* pe, __m
 __attribute__((target("avx2"))) inline void StoreBf16Parity(uint16_t* p, __m256 even, __m256 odd,
                                                             bool exact) {
   if (__builtin_expect(exact, 1)) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        simd::JoinEvenOddBf16(simd::RoundedBf16High(even),
-                                              simd::RoundedBf16High(odd)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), simd::RoundJoinEvenOddBf16(even, odd));
   } else {
     simd::StoreEvenOddBf16x16(p, even, odd);
   }

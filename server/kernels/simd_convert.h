@@ -115,9 +115,10 @@ __attribute__((target("avx2"))) inline __m256i RoundJoinEvenOddBf16(__m256 even,
   const __m256i e = _mm256_castps_si256(even), o = _mm256_castps_si256(odd);
   const __m256i high = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
   const __m256i low = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
-  const __m256i avg = _mm256_avg_epu16(low, _mm256_and_si256(high, _mm256_set1_epi16(1)));
-  const __m256i carry = _mm256_srli_epi16(_mm256_add_epi16(avg, _mm256_set1_epi16(0x3fff)), 15);
-  return _mm256_add_epi16(high, carry);
+  const __m256i v = _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi16(1)));
+  const __m256i carry = _mm256_cmpgt_epi16(_mm256_xor_si256(v, _mm256_set1_epi16(-32768)),
+                                           _mm256_setzero_si256());
+  return _mm256_sub_epi16(high, carry);
 }
 
 // Stores even and odd float results as 16 bfloat16 in element order, as FloatToBFloat16

@@ -26,7 +26,9 @@ struct Options {
   bool e2e = true;
   int threads = 0;           // kernel threads, here and in posenc-server; 0 = cores
   double cell_seconds = 1.0;  // per e2e cell and round; 48 MiB cells get 2.5x
-  int rounds = 3;  // e2e: each side keeps its best of these, so one noisy round hurts neither
+  // Each side keeps its best of these (e2e: posenc and the echo; kernels: the kernel and
+  // its roofline, at least 2), so one noisy round hurts neither.
+  int rounds = 3;
   std::string filter;  // kernel cases ("name dtype size") and e2e cells ("rpc payload xN")
   std::string server_binary;
   std::string echo_binary;

@@ -227,14 +227,14 @@ bool Selected(const Options& o, const KernelCase& c) {
          absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) != std::string::npos;
 }
 
-// One case's row: the kernel and its roofline alternate, twice, each keeping its best, so
-// both see the same state of the machine.
-json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, Isa isa) {
+// One case's row: the kernel and its roofline alternate, `rounds` times (at least twice),
+// each keeping its best, so both see the same states of the machine.
+json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds, Isa isa) {
   // The builds only write: beside the read-modify-write roofline they also get a
   // write-only one (the better of streaming and plain stores).
   const bool write_only = c.moved_bytes == c.tensor_bytes;
   double seconds = 1e30, roof = 0, write_roof = 0;
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < std::max(2, rounds); ++round) {
     seconds = std::min(seconds, BestSeconds(c.run, budget));
     roof = std::max(roof, roofline.Gbps(c.tensor_bytes, budget));
     if (write_only) write_roof = std::max(write_roof, roofline.Gbps(c.tensor_bytes, budget, true));
@@ -287,7 +287,7 @@ json RunKernels(const Options& o, Isa isa) {
         c.run();
         if (c.impl() != "onednn") continue;
       }
-      json r = MeasureCase(c, roofline, budget, isa);
+      json r = MeasureCase(c, roofline, budget, o.rounds, isa);
       if (!o.json) {
         std::fprintf(stderr,
                      "  kernel %-6s %-15s %-5s %-22s %-4s %8.3f ms %7.1f GB/s (roofline %.1f)\n",
@@ -307,7 +307,7 @@ json RunKernels(const Options& o, Isa isa) {
 json RunChildPass(const Options& o, Isa isa) {
   std::string command = absl::StrCat("DNNL_MAX_CPU_ISA=", isa == Isa::kAvx2 ? "AVX2" : "AVX512_CORE",
                                      " ", o.self_binary, " --kernels-only --json --isa=",
-                                     IsaName(isa), " --threads=", o.threads);
+                                     IsaName(isa), " --threads=", o.threads, " --rounds=", o.rounds);
   if (o.quick) absl::StrAppend(&command, " --quick");
   if (!o.filter.empty()) {
     std::string quoted;  // single-quoted for the shell

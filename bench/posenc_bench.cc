@@ -11,7 +11,9 @@
 // --filter keeps the kernel cases whose "name dtype size" contains TEXT, e.g.
 // --filter="rope_neox bf16" or --filter=large, and the end-to-end cells whose
 // "rpc payload xconcurrency" does, e.g. --filter="EncodeStream 1 MiB x1". --isa runs the
-// kernels on that ISA only.
+// kernels on that ISA only. --rounds (default 3; 1 with --quick) is how many times each
+// kernel alternates with its roofline (at least twice) and each end-to-end cell with the
+// echo, each side keeping its best.
 //
 // The parts: roofline.h (the baseline), kernel_cases.h (the kernels per ISA), load.h (end
 // to end and shared memory), report.h (targets and tables).

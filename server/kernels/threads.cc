@@ -16,7 +16,8 @@ namespace posenc {
 namespace {
 
 // omp_set_num_threads sets only the calling thread's value; threads started later (gRPC's)
-// start from the default. Kernels read this instead, and pass it to OpenMP explicitly.
+// start from the default. The kernel team is sized from this, and oneDNN calls pass it to
+// OpenMP explicitly (onednn_common.h).
 std::atomic<int> kernel_threads{0};
 
 // Whether some kernel call holds the pool (see KernelThreadLease).

@@ -25,7 +25,7 @@ enum class AddImplementation { kAuto, kOneDnn, kScalar, kVectorAvx2, kVectorAvx5
 // CPUs a oneDNN binary_add (scales at execution) when oneDNN has a JIT kernel for the
 // dtype, else the loop below. SetIsaOverride (isa.h) forces one ISA's rows (scalar: the
 // loop); without it, POSENC_ADD_IMPL=avx2|avx512|onednn|loop pins the choice.
-// Tensors under 256 KiB of float32-equivalent work run on the calling thread, larger ones
+// Tensors under 32 KiB of float32-equivalent work run on the calling thread, larger ones
 // on KernelThreads() threads. A vector width on a CPU without AVX2/F16C, or kOneDnn for a dtype
 // oneDNN has no JIT kernel for, falls back to the scalar loop.
 // Returns INTERNAL only if oneDNN fails unexpectedly.

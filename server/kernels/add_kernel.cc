@@ -217,8 +217,8 @@ __attribute__((target("avx2"))) inline void ScaledPeEvenOdd(const float* pe, __m
   }
 }
 
-// bfloat16 rows split by parity: widened by a shift or a mask, rounded to nearest even in
-// integer ops, joined with a shift, a mask and an OR, with the float32 rows' prefetch.
+// bfloat16 rows split by parity: widened by a shift or a mask, rounded to nearest even and
+// put back in element order by simd::RoundJoinEvenOddBf16, with the float32 rows' prefetch.
 // kUnit: both scales 1, so x + pe (the same float32 result: a product by 1 is exact and
 // quiets a NaN as the sum does). NaN: a NaN result here is x's NaN quieted (a widened
 // bfloat16: low 16 bits zero), the default NaN, or a NaN of a, b or pe. Only the last

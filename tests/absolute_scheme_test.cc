@@ -15,6 +15,7 @@
 #include "tests/support/fixtures.h"
 #include "nlohmann/json.hpp"
 #include "server/kernels/add_kernel.h"
+#include "server/kernels/isa.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
@@ -186,6 +187,35 @@ TEST(Sinusoidal, HalfAndBFloat16RoundOnceFromFloat32Arithmetic) {
       // float32 rounding of pe before the add.
       const float ulp = dtype == DType::kFloat16 ? std::ldexp(1.0f, -10) : std::ldexp(1.0f, -7);
       EXPECT_NEAR(got, want_rounded, ulp * std::max(1.0f, std::abs(want))) << i;
+    }
+  }
+}
+
+// The bfloat16 add through the scheme on every ISA (AVX2: the cached rows split by parity)
+// is bit-identical to the scalar loop's, and the split copy is cached beside the table.
+TEST(Sinusoidal, BFloat16AddIsTheSameOnEveryIsa) {
+  const int64_t b = 2, s = 40, d = 200;  // 12 groups of 16 and a tail of 8
+  std::vector<uint16_t> input(b * s * d);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = FloatToBFloat16(0.001f * (i % 977) - 0.4f);
+  std::vector<uint16_t> want = input;
+  {
+    const ScopedIsaOverride scalar(Isa::kScalar);
+    TableCache cache(8 << 20);
+    ASSERT_THAT(ApplySinusoidal({}, {}, TensorView{DType::kBFloat16, {b, s, d}, want.data()}, {},
+                                cache, {}),
+                IsOk());
+  }
+  for (Isa isa : CpuVectorIsas()) {
+    const ScopedIsaOverride forced(isa);
+    TableCache cache(8 << 20);
+    for (int call = 0; call < 2; ++call) {  // a miss, then the cached tables
+      std::vector<uint16_t> got = input;
+      ASSERT_THAT(ApplySinusoidal({}, {}, TensorView{DType::kBFloat16, {b, s, d}, got.data()},
+                                  {}, cache, {}),
+                  IsOk());
+      EXPECT_EQ(got, want) << IsaName(isa) << " call " << call;
+      EXPECT_EQ(cache.entries(), AddReadsRowsByParity(DType::kBFloat16) ? 2u : 1u)
+          << IsaName(isa);
     }
   }
 }

@@ -192,6 +192,82 @@ TEST(AddKernel, EveryForcedIsaRunsItsRowsBitIdenticalToLoop) {
   }
 }
 
+TEST(AddKernel, SplitRowsByParityOrdersEachGroupOfSixteenEvenThenOdd) {
+  const int64_t rows = 2, dim = 37;  // two whole groups and a tail of 5 per row
+  std::vector<float> pe(rows * dim), out(rows * dim);
+  for (int64_t i = 0; i < rows * dim; ++i) pe[i] = static_cast<float>(i);
+  SplitRowsByParity(pe.data(), rows, dim, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < dim; ++c) {
+      const int64_t group = c / 16 * 16, j = c % 16;
+      const int64_t from = c >= 32 ? c : group + (j < 8 ? 2 * j : 2 * (j - 8) + 1);
+      ASSERT_EQ(out[r * dim + c], pe[r * dim + from]) << "row " << r << " column " << c;
+    }
+  }
+}
+
+// The AVX2 bfloat16 rows that read pe split by parity: every 16-bit input pattern and
+// the shapes of BitIdenticalToLoopForEveryDtype (tails, several batch rows, the threaded
+// size), unit and other scales, bit-identical to the loop on the rows in order.
+TEST(AddKernel, ParityRowsBitIdenticalToLoop) {
+  if (!simd::HasAvx2F16c()) GTEST_SKIP() << "no AVX2";
+  const Case cases[] = {{1, 1, 65536 + 13, 1, 1}, {1, 1, 65536 + 13, 1, 0.5f},
+                        {1, 1, 65536 + 13, 0.75f, 0.5f},
+                        {2, 7, 33, 1.5f, 0.25f},  {3, 5, 17, 1, 1},   {1, 3, 8, 1, -2},
+                        {2, 3, 47, 1, 1},         {9, 31, 515, 1, 1},
+                        {4, 64, 1024, 1.5f, 0.25f}, {1, 128, 768, 1, 1}};
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const Case& c : cases) {
+    std::vector<float> pe(static_cast<size_t>(c.seq * c.dim));
+    for (auto& v : pe) v = u(rng);
+    for (size_t i = 0; i < pe.size(); i += 5) pe[i] = 0.0f;  // x * a alone: subnormals survive
+    if (pe.size() > 2) pe[1] = 3e38f;                        // overflows to infinity
+    std::vector<float> by_parity(pe.size());
+    SplitRowsByParity(pe.data(), c.seq, c.dim, by_parity.data());
+    const int64_t n = c.nb * c.seq * c.dim;
+    std::vector<uint16_t> fast(n), slow(n);
+    for (int64_t i = 0; i < n; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
+    const TensorView x{DType::kBFloat16, {c.nb, c.seq, c.dim}, fast.data()};
+    ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale,
+                                   AddImplementation::kVectorAvx2, by_parity.data()),
+                IsOk());
+    ASSERT_STREQ(LastAddImplementation(), "avx2-parity");
+    AddEncodingLoop(TensorView{DType::kBFloat16, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
+                    c.input_scale, c.pe_scale);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(fast[i], slow[i]) << "[" << c.nb << "," << c.seq << "," << c.dim << "] a="
+                                  << c.input_scale << " b=" << c.pe_scale << " element " << i
+                                  << " input " << static_cast<uint16_t>(i * 40503u);
+    }
+  }
+}
+
+// The parity rows run only where AVX2 rows serve bfloat16: not for other dtypes, the
+// scalar loop, or AVX-512 rows.
+TEST(AddKernel, ReadsRowsByParityOnlyWhereTheAvx2Bfloat16RowsRun) {
+  if (std::getenv("POSENC_ADD_IMPL") != nullptr) GTEST_SKIP() << "POSENC_ADD_IMPL pins it";
+  EXPECT_FALSE(AddReadsRowsByParity(DType::kFloat32));
+  EXPECT_FALSE(AddReadsRowsByParity(DType::kFloat16));
+  {
+    const ScopedIsaOverride scalar(Isa::kScalar);
+    EXPECT_FALSE(AddReadsRowsByParity(DType::kBFloat16));
+  }
+  for (Isa isa : CpuVectorIsas()) {
+    const ScopedIsaOverride forced(isa);
+    const bool wide = isa == Isa::kAvx512 && simd::HasAvx512Bf16();
+    EXPECT_EQ(AddReadsRowsByParity(DType::kBFloat16), !wide) << IsaName(isa);
+    // NaN scales take the rows in order, which fix NaN lanes up.
+    std::vector<uint16_t> x(64, FloatToBFloat16(1.0f));
+    std::vector<float> pe(64, 0.5f), by_parity(64, 0.5f);
+    ASSERT_THAT(AddEncodingInPlace(TensorView{DType::kBFloat16, {1, 1, 64}, x.data()},
+                                   pe.data(), std::numeric_limits<float>::quiet_NaN(), 1,
+                                   AddImplementation::kAuto, by_parity.data()),
+                IsOk());
+    EXPECT_STRNE(LastAddImplementation(), "avx2-parity");
+  }
+}
+
 TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
   std::vector<float> x(16, 1.0f), pe(16, 0.5f);
   ASSERT_THAT(AddEncodingInPlace(TensorView{DType::kFloat32, {1, 2, 8}, x.data()}, pe.data(), 1, 1),

@@ -227,37 +227,36 @@ bool Selected(const Options& o, const KernelCase& c) {
          absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) != std::string::npos;
 }
 
-// One case's row: the kernel and its roofline alternate, `rounds` times (at least twice),
-// and the row is the round with the median ratio of kernel GB/s to the roofline measured
-// right after it. This VM's bandwidth at 64 MiB swings 2x over seconds: the best kernel
-// time over the best roofline could pair a fast minute with a slow one (0.50 and 1.33 for
-// bf16 and fp16 RoPE in one run); a ratio taken within one round sees one state.
+// One case's row: the kernel and its roofline alternate, `rounds` times (at least twice).
+// `ms`, `gbps` and `roofline_gbps` are each the best of all rounds; `ratio` is the median
+// of the rounds' ratios of kernel GB/s to the roofline measured right after it (listed in
+// `round_ratios`). This VM's bandwidth at 64 MiB swings 2x over seconds: the best kernel
+// over the best roofline paired a fast minute with a slow one (0.50 and 1.33 for bf16 and
+// fp16 RoPE in one run); a ratio taken within one round sees one state of the machine.
 json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds, Isa isa) {
   // The builds only write: beside the read-modify-write roofline they also get a
-  // write-only one (the better of streaming and plain stores), and their rounds are
-  // ordered by the write-only ratio.
+  // write-only one (the better of streaming and plain stores).
   const bool write_only = c.moved_bytes == c.tensor_bytes;
-  struct Round {
-    double seconds, roof, write_roof;
-    double Ratio(size_t bytes, bool write) const {
-      return static_cast<double>(bytes) / seconds / 1e9 / (write ? write_roof : roof);
-    }
-  };
-  std::vector<Round> measured;
+  const double moved_gb = static_cast<double>(c.moved_bytes) / 1e9;
+  double seconds = 1e30, roof = 0, write_roof = 0;
+  std::vector<double> ratios, write_ratios;
   for (int round = 0; round < std::max(2, rounds); ++round) {
-    Round r{BestSeconds(c.run, budget), 0, 0};
-    r.roof = roofline.Gbps(c.tensor_bytes, budget);
-    if (write_only) r.write_roof = roofline.Gbps(c.tensor_bytes, budget, true);
-    measured.push_back(r);
+    const double s = BestSeconds(c.run, budget);
+    const double r = roofline.Gbps(c.tensor_bytes, budget);
+    seconds = std::min(seconds, s);
+    roof = std::max(roof, r);
+    ratios.push_back(moved_gb / s / r);
+    if (write_only) {
+      const double w = roofline.Gbps(c.tensor_bytes, budget, true);
+      write_roof = std::max(write_roof, w);
+      write_ratios.push_back(moved_gb / s / w);
+    }
   }
-  std::sort(measured.begin(), measured.end(), [&](const Round& x, const Round& y) {
-    return x.Ratio(c.moved_bytes, write_only) < y.Ratio(c.moved_bytes, write_only);
-  });
-  json round_ratios = json::array();
-  for (const Round& r : measured) round_ratios.push_back(r.Ratio(c.moved_bytes, write_only));
-  const Round& median = measured[(measured.size() - 1) / 2];  // the lower one of an even count
-  const double seconds = median.seconds, roof = median.roof, write_roof = median.write_roof;
-  const double gbps = static_cast<double>(c.moved_bytes) / seconds / 1e9;
+  // The lower middle one of an even count.
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 2];
+  };
   json r{{"name", c.name},
          {"isa", IsaName(isa)},
          {"size", c.size},
@@ -265,15 +264,16 @@ json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rou
          {"dtype", DTypeLabel(c.dtype)},
          {"ms", seconds * 1e3},
          {"bytes", c.moved_bytes},
-         {"gbps", gbps},
+         {"gbps", moved_gb / seconds},
          {"roofline_gbps", roof},
-         {"ratio", gbps / roof},
-         {"round_ratios", round_ratios}};
+         {"ratio", median(ratios)},
+         {"round_ratios", ratios}};
   if (c.impl) r["impl"] = c.impl();
   if (c.comparison) r["comparison"] = true;
   if (write_only) {
     r["write_roofline_gbps"] = write_roof;
-    r["write_ratio"] = gbps / write_roof;
+    r["write_ratio"] = median(write_ratios);
+    r["write_round_ratios"] = write_ratios;
   }
   return r;
 }

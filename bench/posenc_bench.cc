@@ -12,9 +12,9 @@
 // --filter="rope_neox bf16" or --filter=large, and the end-to-end cells whose
 // "rpc payload xconcurrency" does, e.g. --filter="EncodeStream 1 MiB x1". --isa runs the
 // kernels on that ISA only. --rounds (default 3; 1 with --quick) is how many times each
-// kernel alternates with its roofline (at least twice; a kernel row is the round with the
-// median ratio, "round_ratios" lists them all) and each end-to-end cell with the echo,
-// each side keeping its best.
+// kernel alternates with its roofline (at least twice; a row's ratio is the median of its
+// rounds' ratios, listed in "round_ratios", its times each side's best) and each
+// end-to-end cell with the echo, each side keeping its best.
 //
 // The parts: roofline.h (the baseline), kernel_cases.h (the kernels per ISA), load.h (end
 // to end and shared memory), report.h (targets and tables).

@@ -306,12 +306,6 @@ __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char
   AddTailBf16Avx2<kRows>(xs, pe, c, dim, a, b);
 }
 
-// bfloat16 rows whose pe is split by parity already (SplitRowsByParity): each group of 16
-// columns holds its 8 even columns, then its 8 odd ones, as the lanes of a widened x hold
-// them, so pe is loaded as it lies. pe and the scales are finite (the caller's contract),
-// so no NaN fix-up is needed: a NaN result is x's quieted or the default NaN, both with
-// zero low bits. [1,128,768] on one thread (AMD EPYC, AVX2): 2.8 us against 4.7 us with
-// the shuffles and NaN tests above, as fast as the float32 rows (2.8 us).
 // pe[0..8) times b (kUnit: b == 1, no product), in the order it lies.
 template <bool kUnit>
 __attribute__((target("avx2"))) inline __m256 ScaledPeAsLaid(const float* pe, __m256 vb) {
@@ -319,6 +313,13 @@ __attribute__((target("avx2"))) inline __m256 ScaledPeAsLaid(const float* pe, __
   return _mm256_mul_ps(_mm256_loadu_ps(pe), vb);
 }
 
+// bfloat16 rows whose pe is split by parity already (SplitRowsByParity): each group of 16
+// columns holds its 8 even columns, then its 8 odd ones, as the lanes of a widened x hold
+// them, so pe is loaded as it lies. pe and the scales are finite (the caller's contract),
+// so no NaN fix-up is needed: a NaN result is x's quieted or the default NaN, both with
+// zero low bits. 64 rows of 768 on one thread in a standalone loop (AMD EPYC, AVX2): 2.8
+// us against 4.7 us with the shuffles and NaN tests above, as fast as float32 (2.8 us);
+// the whole [1,128,768] call 6.4 against 8.2 us (float32 6.5 us).
 template <bool kUnit, int kRows>
 __attribute__((target("avx2"))) void AddRowsBf16ParityAvx2(void* const* xs,
                                                            const char* const* ahead,

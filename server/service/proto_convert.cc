@@ -69,6 +69,9 @@ absl::StatusOr<Timescale> TimescaleFromProto(v1::Timescale timescale, absl::stri
 
 absl::StatusOr<Fusion> FusionFromProto(v1::Fusion fusion, absl::string_view field) {
   RETURN_IF_ERROR(CheckKnown(fusion, v1::Fusion_descriptor(), field));
+  if (fusion == v1::MULTIPLY) {
+    return absl::UnimplementedError(absl::StrCat(field, " is MULTIPLY, not served yet"));
+  }
   return fusion == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
 }
 
@@ -90,6 +93,8 @@ absl::StatusOr<RopeScalingSpec::Type> ScalingTypeFromProto(v1::RopeScalingType t
     case v1::YARN: return Type::kYarn;
     case v1::LLAMA3: return Type::kLlama3;
     case v1::LONGROPE: return Type::kLongRope;
+    case v1::PROPORTIONAL:
+      return absl::UnimplementedError("rope.scaling.type is PROPORTIONAL, not served yet");
     default: return Type::kNone;
   }
 }

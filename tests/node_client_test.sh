@@ -1,38 +1,65 @@
 #!/usr/bin/env bash
-# The Node.js examples (client/node: encode.js with @grpc/proto-loader, reflect.js through
-# server reflection only) against a real posenc-server. npm installs the pinned packages
-# (package-lock.json) into BUILD_DIR/client/node; without node/npm, or when npm cannot reach
-# its registry, the test is skipped (exit 77) with a message saying so.
+# The Node.js package posenc-client (client/node) as users install it, against a real
+# posenc-server:
+#  1. `npm install ./client/node` at the top of a copy of the checkout (its .npmrc makes npm
+#     copy the package with its dependencies), then tests/node/package_test.js there:
+#     require('posenc-client') and every Client method, checked against float64 formulas.
+#  2. The package's examples on top of it: encode.js, and reflect.js (server reflection only).
+#  3. `npm pack` (which bundles the proto) and an install of the tarball away from any
+#     checkout, then the same test.
+# Works on copies in a temporary folder; nothing is written into the source tree. Without
+# node/npm, or when npm can reach neither its cache nor its registry, it is skipped (exit 77).
 # Usage: node_client_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=${1:?build dir}
 src=${2:?source dir}
 skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
 command -v node >/dev/null && command -v npm >/dev/null || skip "node or npm is not installed"
-
-# Dependencies in the build tree, reinstalled only when the lock file changes.
-deps="$build/client/node"
-mkdir -p "$deps"
-if ! cmp -s "$src/client/node/package-lock.json" "$deps/package-lock.json" || [ ! -d "$deps/node_modules" ]; then
-  cp "$src/client/node/package.json" "$src/client/node/package-lock.json" "$deps/"
-  if ! (cd "$deps" && npm ci --no-audit --no-fund --prefer-offline >"$deps/npm.log" 2>&1); then
-    rm -f "$deps/package-lock.json"  # so the next run tries again
-    timeout 20 npm ping >/dev/null 2>&1 || skip "npm cannot reach its registry (npm ci failed offline)"
-    cat "$deps/npm.log"; echo "FAIL: npm ci"; exit 1
-  fi
-fi
-export NODE_PATH="$deps/node_modules"
 
 work=$(mktemp -d)
 cleanup() { [ -n "${pid:-}" ] && kill -TERM "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/out" 2>&1 &
-pid=$!
-for _ in $(seq 100); do grep -q " listening " "$work/out" && break; sleep 0.1; done
-target=$(sed -E 's/.* grpc=([^ ]+) .*/\1/' <<<"$(grep " listening " "$work/out")")
+npm_quiet=(--no-audit --no-fund --prefer-offline --loglevel=error)
+# npm_or_skip DIR ARGS...: runs npm in DIR; skips the test when the registry is unreachable.
+npm_or_skip() {
+  local dir=$1; shift
+  if ! (cd "$dir" && npm "$@" "${npm_quiet[@]}" >"$work/npm.log" 2>&1); then
+    timeout 20 npm ping >/dev/null 2>&1 || skip "npm cannot reach its registry (npm $* failed offline)"
+    cat "$work/npm.log"; fail "npm $* in $dir"
+  fi
+}
 
-node "$src/client/node/encode.js" "$target" || { echo "FAIL: encode.js"; exit 1; }
-node "$src/client/node/reflect.js" "$target" --require-v1 | tee "$work/reflect" || { echo "FAIL: reflect.js"; exit 1; }
-grep -q "^reflection v1: services" "$work/reflect" \
-  || echo "NOTE: the server answers reflection v1alpha only (grpc.reflection.v1 is UNIMPLEMENTED)"
-echo "PASS: the Node.js examples against a real server"
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/server.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q " listening " "$work/server.out" && break; sleep 0.1; done
+target=$(grep -m1 " listening " "$work/server.out" | sed -E 's/.* grpc=([^ ]+) .*/\1/')
+[ -n "$target" ] || { cat "$work/server.out"; fail "the server did not start"; }
+
+mkdir -p "$work/repo/client" "$work/app2"
+cp -r "$src/proto" "$work/repo/proto"
+cp "$src/.npmrc" "$work/repo/"
+(cd "$src/client" && tar --exclude=node/node_modules --exclude=node/proto -cf - node) | tar -xf - -C "$work/repo/client"
+cp "$src/tests/node/package_test.js" "$work/repo/"
+cp "$src/tests/node/package_test.js" "$work/app2/"
+echo '{"name": "app2", "version": "1.0.0", "private": true}' >"$work/app2/package.json"
+
+# 1. npm install ./client/node at the top of the checkout.
+npm_or_skip "$work/repo" install ./client/node
+(cd "$work/repo" && node package_test.js "$target") || fail "package_test.js after npm install ./client/node"
+
+# 2. The examples, with the package's own dependencies (npm ci: the lock file).
+npm_or_skip "$work/repo/client/node" ci
+node "$work/repo/client/node/encode.js" "$target" || fail "encode.js"
+node "$work/repo/client/node/reflect.js" "$target" --require-v1 || fail "reflect.js"
+
+# 3. npm pack, then the tarball alone.
+npm_or_skip "$work/repo/client/node" pack --pack-destination "$work"
+tarball=$(ls "$work"/posenc-client-*.tgz) || fail "npm pack made no tarball"
+tar -tzf "$tarball" >"$work/tarball.list"
+grep -q "^package/proto/posenc/v1/posenc.proto$" "$work/tarball.list" || fail "the tarball lacks posenc.proto"
+grep -q "^package/index.d.ts$" "$work/tarball.list" || fail "the tarball lacks index.d.ts"
+rm -rf "$work/repo"
+npm_or_skip "$work/app2" install "$tarball"
+(cd "$work/app2" && node package_test.js "$target") || fail "package_test.js after installing $tarball"
+echo "PASS: posenc-client from npm install ./client/node and from its tarball, and the examples"

@@ -5,8 +5,9 @@
         y = client.encode(np.zeros((1, 8, 64), np.float32), posenc.Sinusoidal())
         q = client.encode(q, posenc.Rope.from_hf_config("config.json"), positions=100)
 
-Needs grpcio, protobuf and numpy (Debian: python3-grpcio, python3-numpy) and the stubs that
-the build generates (`ninja -C build posenc_python`); put build/client/python on PYTHONPATH.
+Needs grpcio, protobuf and numpy (Debian: python3-grpcio, python3-numpy). Install it with
+`pip install ./client/python`, which generates the posenc.v1 stubs (see pyproject.toml); or
+use the build tree's copy (`ninja -C build posenc_python`, PYTHONPATH=build/client/python).
 """
 import os as _os
 
@@ -28,8 +29,8 @@ def _find_stubs():
         if folder and _os.path.exists(_os.path.join(folder, "v1", "posenc_pb2.py")):
             __path__.append(folder)  # noqa: F821 (the package's own __path__)
             return
-    raise ImportError("posenc: generated stubs not found; build them with "
-                      "`ninja -C build posenc_python` and use PYTHONPATH=build/client/python "
+    raise ImportError("posenc: generated stubs not found; `pip install ./client/python`, or "
+                      "`ninja -C build posenc_python` and PYTHONPATH=build/client/python "
                       "(or set POSENC_PYTHON_STUBS to the folder that holds v1/posenc_pb2.py)")
 
 

@@ -194,6 +194,15 @@ absl::Status ParseLongRope(const ScalingInputs& in, v1::RopeScaling* out) {
   return absl::OkStatus();
 }
 
+// Gemma 4's proportional RoPE: partial_rotary_factor of the scaling object is the fraction of
+// the slots that turn; factor divides every frequency (default 1).
+absl::Status ParseProportional(const ScalingInputs& in, v1::RopeScaling* out) {
+  if (in.factor) out->set_factor(*in.factor);
+  ASSIGN_OR_RETURN(std::optional<double> proportion, in.s.Number("partial_rotary_factor"));
+  if (proportion) out->set_rope_proportion(*proportion);
+  return absl::OkStatus();
+}
+
 // HF's rope_type names; a null parser: the default rotation, nothing to scale.
 struct ScalingRule {
   const char* name;
@@ -212,6 +221,7 @@ constexpr ScalingRule kScalingRules[] = {
     {"llama3", v1::LLAMA3, ParseLlama3},
     {"longrope", v1::LONGROPE, ParseLongRope},
     {"su", v1::LONGROPE, ParseLongRope},
+    {"proportional", v1::PROPORTIONAL, ParseProportional},
 };
 
 absl::StatusOr<const ScalingRule*> ScalingRuleOf(const std::string& name, const std::string& source,
@@ -223,7 +233,7 @@ absl::StatusOr<const ScalingRule*> ScalingRuleOf(const std::string& name, const 
   return absl::InvalidArgumentError(
       absl::StrCat(source, ": ", key, " '", name,
                    "' is not supported; expected default, linear, dynamic, yarn, llama3, "
-                   "longrope or su"));
+                   "longrope, su or proportional"));
 }
 
 // The scaling's rule from "rope_type", else the legacy "type"; nullptr when neither is
@@ -240,6 +250,21 @@ absl::StatusOr<const ScalingRule*> FindScalingRule(const JsonReader& s, bool typ
   return ScalingRuleOf(*type_name, s.source(), type_key);
 }
 
+// Qwen2-VL's mrope_section and Qwen3-VL's mrope_interleaved, where the scaling object has them.
+absl::Status ReadMrope(const JsonReader& s, v1::Rope* rope) {
+  ASSIGN_OR_RETURN(std::vector<double> sections, s.NumberList("mrope_section"));
+  for (double v : sections) {
+    if (v != std::floor(v) || v < 0 || v > 1e6) {
+      return absl::InvalidArgumentError(absl::StrCat(s.source(), ": ", s.Name("mrope_section"),
+                                                     " holds ", v, "; expected integers >= 0"));
+    }
+    rope->add_mrope_section(static_cast<int32_t>(v));
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> interleaved, s.Bool("mrope_interleaved"));
+  if (interleaved) rope->set_mrope_interleaved(*interleaved);
+  return absl::OkStatus();
+}
+
 // Fills rope.scaling from HF's rope_scaling (or transformers 5's rope_parameters) object.
 // `type_required` is false for rope_parameters, which may carry only rope_theta.
 absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const std::string& key,
@@ -249,6 +274,7 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
         absl::StrCat(top.source(), ": ", key, " is ", scaling_json.dump(), "; expected an object"));
   }
   const JsonReader s(scaling_json, top.source(), key + ".");
+  RETURN_IF_ERROR(ReadMrope(s, rope));
   ASSIGN_OR_RETURN(const ScalingRule* rule, FindScalingRule(s, type_required));
   if (rule == nullptr || rule->parse == nullptr) return absl::OkStatus();
   v1::RopeScaling* out = rope->mutable_scaling();
@@ -312,7 +338,8 @@ absl::StatusOr<int64_t> ReadHeadDim(const JsonReader& top, std::optional<int64_t
 }
 
 // Rotary width: rotary_dim, else int(head_dim * partial_rotary_factor or rotary_pct).
-absl::StatusOr<int64_t> ReadRotaryDim(const JsonReader& top, int64_t head_dim) {
+absl::StatusOr<int64_t> ReadRotaryDim(const JsonReader& top, int64_t head_dim,
+                                      const JsonReader* params) {
   ASSIGN_OR_RETURN(std::optional<int64_t> rotary_dim, top.Int("rotary_dim"));
   std::string rotary_key = "rotary_dim";
   if (!rotary_dim) {
@@ -321,6 +348,12 @@ absl::StatusOr<int64_t> ReadRotaryDim(const JsonReader& top, int64_t head_dim) {
     if (!fraction) {
       ASSIGN_OR_RETURN(fraction, top.Number("rotary_pct"));
       rotary_key = "rotary_pct";
+    }
+    if (!fraction && params != nullptr) {
+      // transformers 5 keeps it in rope_parameters (not for proportional, which reads it as
+      // the share of slots that turn).
+      ASSIGN_OR_RETURN(fraction, params->Number("partial_rotary_factor"));
+      rotary_key = params->Name("partial_rotary_factor");
     }
     if (fraction && !(*fraction > 0 && *fraction <= 1)) {
       return absl::InvalidArgumentError(
@@ -339,48 +372,157 @@ absl::StatusOr<int64_t> ReadRotaryDim(const JsonReader& top, int64_t head_dim) {
 
 // Pairing: GPT-J and CodeGen rotate interleaved pairs; DeepSeek V2/V3 store their rope
 // features interleaved too (HF's rope_interleave, default true for them).
-absl::StatusOr<v1::RopeStyle> ReadStyle(const JsonReader& top, const std::string& model_type) {
-  bool interleaved = model_type == "gptj" || model_type == "codegen" ||
-                     model_type == "deepseek_v2" || model_type == "deepseek_v3";
+absl::StatusOr<v1::RopeStyle> ReadStyle(const JsonReader& top, const std::string& family) {
+  // Llama 4 rotates complex pairs; GLM interleaves its cos/sin (repeat_interleave).
+  bool interleaved = family == "gptj" || family == "codegen" || family == "deepseek_v2" ||
+                     family == "deepseek_v3" || family == "llama4" || family == "glm" ||
+                     family == "glm4";
   ASSIGN_OR_RETURN(std::optional<bool> rope_interleave, top.Bool("rope_interleave"));
   if (rope_interleave) interleaved = *rope_interleave;
   return interleaved ? v1::GPTJ : v1::NEOX;
 }
 
+// The model family: model_type without a "_text" suffix (gemma3_text is gemma3's tower).
+std::string FamilyOf(const std::string& model_type) {
+  const std::string suffix = "_text";
+  if (model_type.size() > suffix.size() &&
+      model_type.compare(model_type.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return model_type.substr(0, model_type.size() - suffix.size());
+  }
+  return model_type;
+}
+
+bool HasLayerTypes(const std::string& family) { return family == "gemma3" || family == "gemma4"; }
+
+// The layer type asked for, checked: "" for families without layer types.
+absl::StatusOr<std::string> ResolveLayerType(const std::string& source, const std::string& family,
+                                             const json* rope_parameters,
+                                             absl::string_view asked) {
+  const bool keyed = rope_parameters != nullptr && rope_parameters->contains("full_attention");
+  if (!HasLayerTypes(family) && !keyed) {
+    if (asked.empty()) return std::string();
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": layer_type '", asked, "' is given, but model_type '", family,
+        "' has no per-layer RoPE (gemma3 and gemma4 have)"));
+  }
+  const std::string layer(asked.empty() ? "full_attention" : asked);
+  if (layer != "full_attention" && layer != "sliding_attention") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": layer_type '", layer, "' is unknown; expected full_attention or "
+        "sliding_attention"));
+  }
+  return layer;
+}
+
 }  // namespace
 
-absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& config, absl::string_view source_view) {
+absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& original, absl::string_view source_view,
+                                              absl::string_view layer_type) {
   const std::string source(source_view);
-  if (!config.is_object()) {
+  if (!original.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": the top level is not a JSON object"));
+  }
+  // A multimodal model keeps its language model's keys in text_config: they win.
+  json config = original;
+  std::string family;
+  if (auto it = original.find("model_type"); it != original.end() && it->is_string()) {
+    family = it->get<std::string>();
+  }
+  if (auto it = original.find("text_config"); it != original.end() && it->is_object()) {
+    for (const auto& [key, value] : it->items()) {
+      if (key != "model_type" || family.empty()) config[key] = value;
+    }
   }
   const JsonReader top(config, source, "");
   HfRopeConfig out;
   ASSIGN_OR_RETURN(std::optional<std::string> model_type, top.String("model_type"));
   out.model_type = model_type.value_or("");
+  family = FamilyOf(out.model_type);
   std::optional<int64_t> hidden;
   RETURN_IF_ERROR(ReadSizes(top, &out, &hidden));
-  // transformers 5 moves theta and the scaling into one rope_parameters object.
+  // transformers 5 moves theta and the scaling into one rope_parameters object, which
+  // Gemma keys by layer type.
   const json* rope_parameters = nullptr;
+  std::string params_key = "rope_parameters";
   if (auto it = config.find("rope_parameters"); it != config.end() && it->is_object()) {
     rope_parameters = &*it;
   }
-  ASSIGN_OR_RETURN(const double base, ReadTheta(top, rope_parameters));
+  ASSIGN_OR_RETURN(out.layer_type, ResolveLayerType(source, family, rope_parameters, layer_type));
+  if (rope_parameters != nullptr && !out.layer_type.empty() &&
+      rope_parameters->contains(out.layer_type)) {
+    rope_parameters = &rope_parameters->at(out.layer_type);
+    params_key = "rope_parameters." + out.layer_type;
+    if (!rope_parameters->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": rope_parameters.", out.layer_type,
+                                                     " is not an object"));
+    }
+  }
+  const bool sliding = out.layer_type == "sliding_attention";
+  std::optional<double> local_base;
+  if (sliding) { ASSIGN_OR_RETURN(local_base, top.Number("rope_local_base_freq")); }
+  double base;
+  if (local_base) {
+    base = *local_base;  // Gemma 3: sliding layers turn at their own base
+    if (!(base > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": rope_local_base_freq is ", base, "; it must be > 0"));
+    }
+  } else if (sliding && family == "gemma3" && !top.Has("rope_local_base_freq") &&
+             rope_parameters == nullptr) {
+    base = 10000.0;  // Gemma3TextConfig's default rope_local_base_freq
+  } else if (rope_parameters != nullptr && params_key != "rope_parameters") {
+    // Per-layer parameters carry their own theta.
+    const JsonReader p(*rope_parameters, source, params_key + ".");
+    ASSIGN_OR_RETURN(std::optional<double> theta, p.Number("rope_theta"));
+    if (theta) {
+      base = *theta;
+    } else {
+      ASSIGN_OR_RETURN(base, ReadTheta(top, nullptr));
+    }
+  } else {
+    ASSIGN_OR_RETURN(base, ReadTheta(top, rope_parameters));
+  }
+  if (!(base > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": rope_theta is ", base, "; it must be > 0"));
+  }
   out.rope.set_base(base);
   ASSIGN_OR_RETURN(out.head_dim, ReadHeadDim(top, hidden, out.num_attention_heads));
-  ASSIGN_OR_RETURN(out.rotary_dim, ReadRotaryDim(top, out.head_dim));
+  if (family == "gemma4" && out.layer_type == "full_attention") {
+    // Gemma 4's full-attention layers have wider heads.
+    ASSIGN_OR_RETURN(std::optional<int64_t> global, top.Int("global_head_dim"));
+    if (global) out.head_dim = *global;
+  }
+  // Proportional scaling reads partial_rotary_factor itself; otherwise rope_parameters' one
+  // is the partial rotary of HF v5.
+  std::optional<JsonReader> params_reader;
+  if (rope_parameters != nullptr) {
+    params_reader.emplace(*rope_parameters, source, params_key + ".");
+    ASSIGN_OR_RETURN(std::optional<std::string> type_name, params_reader->String("rope_type"));
+    if (type_name && absl::AsciiStrToLower(*type_name) == "proportional") params_reader.reset();
+  }
+  ASSIGN_OR_RETURN(out.rotary_dim,
+                   ReadRotaryDim(top, out.head_dim, params_reader ? &*params_reader : nullptr));
   if (out.rotary_dim != out.head_dim) out.rope.set_rotary_dim(static_cast<int32_t>(out.rotary_dim));
-  ASSIGN_OR_RETURN(const v1::RopeStyle style, ReadStyle(top, out.model_type));
+  ASSIGN_OR_RETURN(const v1::RopeStyle style, ReadStyle(top, family));
   out.rope.set_style(style);
-  if (top.Has("rope_scaling")) {
+  if (sliding && family == "gemma3" && top.Has("rope_scaling")) {
+    // HF Gemma 3: rope_scaling is the global layers'; sliding layers rotate by default.
+  } else if (top.Has("rope_scaling")) {
     RETURN_IF_ERROR(ParseScaling(config.at("rope_scaling"), top, "rope_scaling", true, out.rotary_dim, &out.rope));
   } else if (rope_parameters != nullptr) {
-    RETURN_IF_ERROR(ParseScaling(*rope_parameters, top, "rope_parameters", false, out.rotary_dim, &out.rope));
+    RETURN_IF_ERROR(ParseScaling(*rope_parameters, top, params_key, false, out.rotary_dim, &out.rope));
+  }
+  if (family == "qwen3_vl" && out.rope.mrope_section_size() > 0) out.rope.set_mrope_interleaved(true);
+  if ((family == "qwen2_vl" || family == "qwen2_5_vl" || family == "qwen3_vl") &&
+      out.rope.mrope_section_size() == 0) {
+    const std::string key = (top.Has("rope_scaling") ? "rope_scaling" : params_key) + ".mrope_section";
+    return top.Missing(key.c_str(), absl::StrCat("for model_type ", out.model_type));
   }
   return out;
 }
 
-absl::StatusOr<HfRopeConfig> LoadHfRopeConfig(const std::string& path) {
+absl::StatusOr<HfRopeConfig> LoadHfRopeConfig(const std::string& path,
+                                              absl::string_view layer_type) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const std::string msg = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
@@ -390,7 +532,7 @@ absl::StatusOr<HfRopeConfig> LoadHfRopeConfig(const std::string& path) {
   }
   const json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  return RopeFromHfConfig(config, path);
+  return RopeFromHfConfig(config, path, layer_type);
 }
 
 }  // namespace posenc::client

@@ -50,13 +50,16 @@ encode / stream:
   input:  --shape 2,16,64 [--fill random|zeros] [--seed N]  or  --input x.npy
           --dtype float32|float16|bfloat16 (default: the file's, else float32)
   positions: --offsets 0,5  --ids 3,4,5  --values 0.0,0.5 (continuous)
+          --axis-ids a.npy ([num_axes, seq] or [num_axes, batch, seq], multi-axis rope)
+          --mrope-segments 5,1x2x2,3,2x4x4@0.5 (text lengths and TxHxW grids, @temporal_scale)
   sinusoidal/continuous: --base --layout interleaved|concatenated
           --timescale per_dim|half_minus_one --value-scale (continuous)
   sinusoidal/learned: --input-scale --pe-scale --fusion add|concat --pe-dim (sinusoidal)
   learned: --table NAME --overflow error|clamp|interpolate
   hierarchical: --levels "0,1,0;0,0,1" (ids per level, levels split by ';')
           --level-scales 1,0.5  --level-bases 10000,100
-  rope:   --hf-config config.json  --base --rotary-dim --style neox|gptj
+  rope:   --hf-config config.json [--layer-type full_attention|sliding_attention]
+          --base --rotary-dim --style neox|gptj
           --rope-layout bshd|bhsd|thd  --scaling linear|dynamic|yarn|llama3 --factor F
           --original-max-pos N  --key k.npy | --key-shape 1,16,2,64  --key-output ko.npy
           (with --hf-config and no --shape/--input: 8 tokens of the model's heads)
@@ -78,9 +81,9 @@ health: [--service NAME]
 // The flags each command knows besides the connection flags.
 const std::set<std::string> kSinusoidalFlags = {"base", "layout", "timescale", "input-scale",
                                                 "pe-scale", "fusion", "pe-dim", "value-scale"};
-const std::set<std::string> kRopeFlags = {"base", "rotary-dim", "style", "rope-layout", "hf-config",
+const std::set<std::string> kRopeFlags = {"base", "rotary-dim", "style", "rope-layout", "hf-config", "layer-type",
                                           "scaling", "factor", "original-max-pos"};
-const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "levels", "level-scales", "level-bases",
+const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "axis-ids", "mrope-segments", "levels", "level-scales", "level-bases",
                                            "shape", "fill", "seed", "input", "dtype", "output", "key",
                                            "key-shape", "key-output", "print", "count", "shm"};
 

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/tensor_io.h"
+#include "server/tensor/npy.h"
+#include "server/tensor/tensor_view.h"
 #include "server/common/status_macros.h"
 
 namespace posenc::client {
@@ -34,7 +36,8 @@ absl::Status FillSinusoidal(const Flags& f, v1::Sinusoidal* s) {
 
 absl::Status FillRope(const Flags& f, v1::Rope* rope, std::optional<HfRopeConfig>* hf) {
   if (f.Has("hf-config")) {
-    ASSIGN_OR_RETURN(HfRopeConfig config, LoadHfRopeConfig(f.Str("hf-config")));
+    ASSIGN_OR_RETURN(HfRopeConfig config,
+                     LoadHfRopeConfig(f.Str("hf-config"), f.Str("layer-type", "")));
     *rope = config.rope;
     *hf = std::move(config);
   }
@@ -179,6 +182,65 @@ absl::Status FillKey(const Flags& f, const std::string& scheme, uint64_t seed,
   return absl::OkStatus();
 }
 
+// --axis-ids file.npy: INT64 or INT32 [num_axes, seq] or [num_axes, batch, seq].
+absl::Status ReadAxisIds(const std::string& path, v1::Positions* positions) {
+  ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
+  if (array.shape.size() != 2 && array.shape.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--axis-ids ", path, " has shape ", ShapeString(array.shape),
+        "; it must be [num_axes, seq] or [num_axes, batch, seq]"));
+  }
+  const int64_t n = NumElements(array.shape);
+  if (array.dtype == DType::kInt64) {
+    const auto* v = reinterpret_cast<const int64_t*>(array.data.data());
+    positions->mutable_axis_ids()->Add(v, v + n);
+  } else if (array.dtype == DType::kInt32) {
+    const auto* v = reinterpret_cast<const int32_t*>(array.data.data());
+    for (int64_t i = 0; i < n; ++i) positions->add_axis_ids(v[i]);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--axis-ids ", path, " holds ", DTypeName(array.dtype), "; expected int64 or int32"));
+  }
+  return absl::OkStatus();
+}
+
+// --mrope-segments 5,1x2x2,3,2x4x4@0.5: a text run of L tokens is "L"; a vision grid is
+// "TxHxW", optionally "@S" for its temporal_scale.
+absl::Status ParseSegments(const std::string& text, v1::Positions* positions) {
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    v1::MropeSegment* segment = positions->add_mrope_segments();
+    const auto bad = [&] {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mrope-segments entry '", item, "' is neither a text length (5) nor a grid (TxHxW, "
+          "optionally @temporal_scale)"));
+    };
+    std::vector<absl::string_view> scaled = absl::StrSplit(item, '@');
+    if (scaled.size() > 2) return bad();
+    std::vector<absl::string_view> dims = absl::StrSplit(scaled[0], 'x');
+    std::vector<int64_t> v;
+    for (absl::string_view d : dims) {
+      int64_t x = 0;
+      if (!absl::SimpleAtoi(d, &x)) return bad();
+      v.push_back(x);
+    }
+    if (dims.size() == 1 && scaled.size() == 1) {
+      segment->set_text_length(v[0]);
+    } else if (dims.size() == 3) {
+      segment->set_grid_t(v[0]);
+      segment->set_grid_h(v[1]);
+      segment->set_grid_w(v[2]);
+      if (scaled.size() == 2) {
+        double scale = 0;
+        if (!absl::SimpleAtod(scaled[1], &scale)) return bad();
+        segment->set_temporal_scale(scale);
+      }
+    } else {
+      return bad();
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FillPositions(const Flags& f, v1::Positions* positions) {
   ASSIGN_OR_RETURN(std::vector<int64_t> offsets, f.IntList("offsets"));
   ASSIGN_OR_RETURN(std::vector<int64_t> ids, f.IntList("ids"));
@@ -186,6 +248,8 @@ absl::Status FillPositions(const Flags& f, v1::Positions* positions) {
   positions->mutable_offsets()->Add(offsets.begin(), offsets.end());
   positions->mutable_ids()->Add(ids.begin(), ids.end());
   positions->mutable_values()->Add(values.begin(), values.end());
+  if (f.Has("axis-ids")) RETURN_IF_ERROR(ReadAxisIds(f.Str("axis-ids"), positions));
+  if (f.Has("mrope-segments")) RETURN_IF_ERROR(ParseSegments(f.Str("mrope-segments"), positions));
   return absl::OkStatus();
 }
 

@@ -777,9 +777,9 @@ TEST(ApplyRope, ErrorsNameTheField) {
          r.spec.scaling.factor = 8;
          r.spec.scaling.original_max_position_embeddings = 8192;
          r.spec.scaling.low_freq_factor = 4;
-         r.spec.scaling.high_freq_factor = 4;
+         r.spec.scaling.high_freq_factor = 2;
        },
-       "rope.scaling.high_freq_factor is 4"},
+       "rope.scaling.high_freq_factor is 2"},
       {"longrope list length",
        [](Request& r) {
          r.spec.scaling.type = T::kLongRope;

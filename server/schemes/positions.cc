@@ -1,8 +1,12 @@
 #include "server/schemes/positions.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 
 namespace posenc {
@@ -84,7 +88,167 @@ absl::Status ResolveOffsets(absl::Span<const int64_t> offsets, PositionGrid& gri
   return absl::OkStatus();
 }
 
+// The tokens a segment covers, or an error naming it. Each count is at most kMaxPosition.
+absl::StatusOr<int64_t> SegmentTokens(const MropeSegmentSpec& s, size_t i) {
+  const std::string field = absl::StrCat("positions.mrope_segments[", i, "]");
+  for (const auto& [name, v] : {std::pair{"text_length", s.text_length},
+                                std::pair{"grid_t", s.grid_t}, std::pair{"grid_h", s.grid_h},
+                                std::pair{"grid_w", s.grid_w}}) {
+    if (v < 0 || v > kMaxPosition) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".", name, " is ", v, "; it must be in [0, 2^40]"));
+    }
+  }
+  const bool grid = s.grid_t != 0 || s.grid_h != 0 || s.grid_w != 0;
+  if (grid && (s.text_length != 0 || s.grid_t == 0 || s.grid_h == 0 || s.grid_w == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " has text_length ", s.text_length, " and grid ", s.grid_t, "x", s.grid_h, "x",
+        s.grid_w, "; a segment is a text run (grid all 0) or a grid (text_length 0, grid_t, "
+        "grid_h, grid_w >= 1)"));
+  }
+  if (!(s.temporal_scale >= 0) || !(s.temporal_scale <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".temporal_scale is ", s.temporal_scale,
+                                                   "; it must be in [0, 1e6]"));
+  }
+  if (!grid) return s.text_length;
+  const std::optional<int64_t> n = CheckedProduct({s.grid_t, s.grid_h, s.grid_w});
+  if (!n || *n > kMaxPosition) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", s.grid_t, "x", s.grid_h, "x",
+                                                   s.grid_w, " tokens; at most 2^40"));
+  }
+  return *n;
+}
+
+// HF get_rope_index: s = largest position so far + 1 (0 at the start); text gets s + i on
+// every axis; grid token (t, h, w) gets (s + floor(t * temporal_scale), s + h, s + w).
+absl::Status LayOutSegments(const std::vector<MropeSegmentSpec>& segments, int64_t seq,
+                            AxisPositionGrid& grid) {
+  int64_t total = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    ASSIGN_OR_RETURN(const int64_t n, SegmentTokens(segments[i], i));
+    total += n;  // each n <= 2^40, and we stop once past seq
+    if (total > seq) break;
+  }
+  if (total != seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("positions.mrope_segments cover ", total > seq ? "more than " : "", total,
+                     " tokens; they must cover seq = ", seq));
+  }
+  grid.pos.resize(static_cast<size_t>(3 * seq));
+  int64_t* t_axis = grid.pos.data();
+  int64_t* h_axis = t_axis + seq;
+  int64_t* w_axis = h_axis + seq;
+  int64_t next = 0, token = 0;  // next = largest position so far + 1
+  for (const MropeSegmentSpec& s : segments) {
+    if (s.grid_t == 0) {
+      for (int64_t i = 0; i < s.text_length; ++i, ++token) {
+        t_axis[token] = h_axis[token] = w_axis[token] = next + i;
+      }
+      next += s.text_length;
+      continue;
+    }
+    int64_t largest = next;
+    for (int64_t t = 0; t < s.grid_t; ++t) {
+      const int64_t tp =
+          next + static_cast<int64_t>(std::floor(static_cast<double>(t) * s.temporal_scale));
+      if (tp > kMaxPosition) {
+        return absl::InvalidArgumentError(
+            "positions.mrope_segments: a grid's temporal position passes 2^40");
+      }
+      for (int64_t h = 0; h < s.grid_h; ++h) {
+        for (int64_t w = 0; w < s.grid_w; ++w, ++token) {
+          t_axis[token] = tp;
+          h_axis[token] = next + h;
+          w_axis[token] = next + w;
+        }
+      }
+      largest = std::max(largest, tp);
+    }
+    largest = std::max({largest, next + s.grid_h - 1, next + s.grid_w - 1});
+    next = largest + 1;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<AxisPositionGrid> ResolveAxisPositions(const PositionsSpec& spec, int num_axes,
+                                                      int64_t batch, int64_t seq) {
+  if (!spec.ids.empty()) {
+    return absl::InvalidArgumentError(
+        "positions.ids is set with positions.axis_ids or positions.mrope_segments; give "
+        "per-axis positions, or ids for every axis alike");
+  }
+  if (!spec.axis_ids.empty() && !spec.mrope_segments.empty()) {
+    return absl::InvalidArgumentError(
+        "positions.axis_ids and positions.mrope_segments are both set; give one");
+  }
+  AxisPositionGrid grid;
+  grid.num_axes = num_axes;
+  grid.batch = batch;
+  grid.seq = seq;
+  if (!spec.axis_ids.empty()) {
+    const int64_t n = static_cast<int64_t>(spec.axis_ids.size());
+    if (n != num_axes * seq && n != num_axes * batch * seq) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.axis_ids has ", n, " entries; need num_axes*seq (", num_axes, "*", seq,
+          ") or num_axes*batch*seq (", num_axes, "*", batch, "*", seq, ")"));
+    }
+    for (size_t i = 0; i < spec.axis_ids.size(); ++i) {
+      RETURN_IF_ERROR(CheckPosition("positions.axis_ids", i, spec.axis_ids[i]));
+    }
+    grid.shared = n == num_axes * seq;
+    grid.pos.assign(spec.axis_ids.begin(), spec.axis_ids.end());
+  } else {
+    if (num_axes != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.mrope_segments need 3 axes (rope.mrope_section of 3 entries); this rope "
+          "has ",
+          num_axes));
+    }
+    RETURN_IF_ERROR(LayOutSegments(spec.mrope_segments, seq, grid));
+  }
+  if (!spec.offsets.empty()) {
+    const int64_t n = static_cast<int64_t>(spec.offsets.size());
+    if (n != 1 && n != batch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.offsets has ", n, " entries; need 1 or batch (", batch, ")"));
+    }
+    for (size_t i = 0; i < spec.offsets.size(); ++i) {
+      RETURN_IF_ERROR(CheckPosition("positions.offsets", i, spec.offsets[i]));
+    }
+    const bool one = n == 1 || std::all_of(spec.offsets.begin(), spec.offsets.end(),
+                                           [&](int64_t o) { return o == spec.offsets[0]; });
+    if (!one && grid.shared) {
+      // Rows now differ: one copy of the shared positions per batch row.
+      std::vector<int64_t> per_row(static_cast<size_t>(num_axes * batch * seq));
+      for (int a = 0; a < num_axes; ++a) {
+        for (int64_t b = 0; b < batch; ++b) {
+          std::copy_n(grid.pos.begin() + a * seq, seq, per_row.begin() + (a * batch + b) * seq);
+        }
+      }
+      grid.pos.swap(per_row);
+      grid.shared = false;
+    }
+    const int64_t groups = grid.groups();
+    for (int a = 0; a < num_axes; ++a) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t offset = spec.offsets[one ? 0 : g];
+        int64_t* row = grid.pos.data() + (a * groups + g) * seq;
+        for (int64_t t = 0; t < seq; ++t) {
+          row[t] += offset;
+          if (row[t] > kMaxPosition) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "positions.offsets[", one ? 0 : g, "] is ", offset,
+                "; with the per-axis positions the position passes 2^40"));
+          }
+        }
+      }
+    }
+  }
+  if (!grid.pos.empty()) grid.max_position = *std::max_element(grid.pos.begin(), grid.pos.end());
+  return grid;
+}
 
 absl::StatusOr<PositionGrid> ResolvePositions(const PositionsSpec& spec, int64_t batch,
                                               int64_t seq) {

@@ -154,6 +154,23 @@ absl::StatusOr<PositionGrid> ResolveRopePositions(const PositionsSpec& positions
   return ResolvePositions(positions, q.batch, q.seq);
 }
 
+// Per-axis positions (multi-axis RoPE): THD is one row of `tokens` positions.
+absl::StatusOr<AxisPositionGrid> ResolveRopeAxisPositions(const RopeSpec& spec,
+                                                          const PositionsSpec& positions,
+                                                          const Dims& q, Layout layout) {
+  if (!positions.values.empty()) {
+    return absl::InvalidArgumentError(
+        "positions.values is for the continuous scheme; rope takes positions.axis_ids");
+  }
+  if (spec.num_axes() == 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
+        " is set; it needs rope.mrope_section or rope.axial_axes"));
+  }
+  return ResolveAxisPositions(positions, spec.num_axes(), layout == Layout::kThd ? 1 : q.batch,
+                              q.seq);
+}
+
 RopeGeometry GeometryOf(const Dims& d, Layout layout) {
   RopeGeometry g;
   g.batch = d.batch;
@@ -180,67 +197,159 @@ RopeGeometry GeometryOf(const Dims& d, Layout layout) {
   return g;
 }
 
-// One cos/sin row per token, and the storage the rows point into.
-struct TokenRows {
-  std::vector<const float*> rows;  // [batch * seq]
-  std::shared_ptr<const Table> dense;
-  std::vector<float> sparse;
+// Which positions each token has: one for every axis (`plain`), or one per axis (`axes`).
+struct TokenPositions {
+  const PositionGrid* plain = nullptr;
+  const AxisPositionGrid* axes = nullptr;
+
+  int64_t groups() const { return axes != nullptr ? axes->groups() : plain->groups(); }
+  bool shared() const { return axes != nullptr ? axes->shared : plain->shared; }
+  int64_t max_position() const {
+    return axes != nullptr ? axes->max_position : plain->max_position;
+  }
+  // Token (g, s)'s position on each axis into `out` (num_axes entries); true when they
+  // are all the same (then out[0] serves every slot).
+  bool Get(int64_t g, int64_t s, int64_t* out) const {
+    if (axes == nullptr) {
+      out[0] = plain->At(g, s);
+      return true;
+    }
+    bool same = true;
+    for (int a = 0; a < axes->num_axes; ++a) {
+      out[a] = axes->At(a, g, s);
+      same = same && out[a] == out[0];
+    }
+    return same;
+  }
 };
 
-// From the cached prefix table of positions 0..dense_rows-1.
-absl::Status DenseTokenRows(const RopeFrequencies& freqs, const PositionGrid& grid,
+// One cos/sin row per token for the queries and one for the keys (the same rows unless
+// xPos), and the storage the rows point into.
+struct TokenRows {
+  std::vector<const float*> query;  // [batch * seq]
+  std::vector<const float*> key;    // [batch * seq]; empty: the query rows
+  std::shared_ptr<const Table> dense;
+  std::vector<float> built;
+};
+
+absl::string_view RowsField(const RopeFrequencies& freqs) {
+  return freqs.xpos ? "rope.xpos_scale_base (with these positions)" : "rope.scaling";
+}
+
+// Points every batch row's tokens at the rows of their group.
+void SpreadGroups(const Dims& q, bool shared, std::vector<const float*>& rows) {
+  if (!shared) return;
+  for (int64_t b = 1; b < q.batch; ++b) {  // batch
+    std::copy_n(rows.begin(), q.seq, rows.begin() + b * q.seq);
+  }
+}
+
+// From the cached prefix table of positions 0..dense_rows-1 (with xPos each table row holds
+// the query row then the key row). A token whose axes differ gets its row assembled from
+// the table rows of its axis positions, slot by slot; every other token points into the
+// table.
+absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& positions,
                             const Dims& q, int rotary_dim, int64_t dense_rows,
                             TableCache& cache, TokenRows& out) {
+  const bool xpos = freqs.xpos.has_value();
+  const int64_t width = xpos ? 2 * rotary_dim : rotary_dim;
   ASSIGN_OR_RETURN(out.dense,
                    cache.GetOrCompute(RopeCacheKey(freqs, 0, dense_rows),
                                       [&]() -> absl::StatusOr<Table> {
                                         Table t;
                                         t.rows = dense_rows;
-                                        t.cols = rotary_dim;
-                                        t.data.resize(static_cast<size_t>(dense_rows) * rotary_dim);
-                                        FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
-                                        RETURN_IF_ERROR(CheckRowsFinite(t.data, "rope.scaling"));
+                                        t.cols = width;
+                                        t.data.resize(static_cast<size_t>(dense_rows) * width);
+                                        if (xpos) {
+                                          FillRopeQueryKeyRowRange(freqs, 0, dense_rows,
+                                                                   t.data.data());
+                                        } else {
+                                          FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
+                                        }
+                                        RETURN_IF_ERROR(
+                                            CheckRowsFinite(t.data, RowsField(freqs)));
                                         return t;
                                       }));
-  for (int64_t b = 0; b < q.batch; ++b) {  // batch
-    for (int64_t s = 0; s < q.seq; ++s) {  // seq
-      out.rows[b * q.seq + s] = out.dense->Row(grid.At(b, s));
+  const Table& table = *out.dense;
+  const int64_t groups = positions.groups();
+  int64_t p[kMaxRopeAxes];
+  // Count the tokens to assemble first, so `built` never moves under the pointers.
+  int64_t mixed = 0;
+  if (positions.axes != nullptr) {
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t s = 0; s < q.seq; ++s) mixed += positions.Get(g, s, p) ? 0 : 1;
     }
   }
+  out.built.resize(static_cast<size_t>(mixed * width));
+  const int64_t half = rotary_dim / 2;
+  const uint8_t* slot_axis = freqs.slot_axis.data();
+  float* next = out.built.data();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t s = 0; s < q.seq; ++s) {  // seq
+      const size_t t = static_cast<size_t>(g * q.seq + s);
+      const float* row;
+      if (positions.Get(g, s, p)) {
+        row = table.Row(p[0]);
+      } else {
+        // Slot f (cos at f, sin at half + f; the key's at rotary_dim + ...) from axis
+        // slot_axis[f]'s table row.
+        const float* axis_rows[kMaxRopeAxes];
+        for (int a = 0; a < positions.axes->num_axes; ++a) axis_rows[a] = table.Row(p[a]);
+        for (int64_t part = 0; part < width; part += half) {
+          for (int64_t f = 0; f < half; ++f) next[part + f] = axis_rows[slot_axis[f]][part + f];
+        }
+        row = next;
+        next += width;
+      }
+      out.query[t] = row;
+      if (xpos) out.key[t] = row + rotary_dim;
+    }
+  }
+  SpreadGroups(q, positions.shared(), out.query);
+  if (xpos) SpreadGroups(q, positions.shared(), out.key);
   return absl::OkStatus();
 }
 
 // Computed for just the positions present (one group of seq rows, or one per batch row).
-absl::Status SparseTokenRows(const RopeFrequencies& freqs, const PositionGrid& grid,
+absl::Status SparseTokenRows(const RopeFrequencies& freqs, const TokenPositions& positions,
                              const Dims& q, int rotary_dim, TokenRows& out) {
-  const int64_t groups = grid.groups();
-  std::vector<int64_t> present(static_cast<size_t>(groups * q.seq));
+  const bool xpos = freqs.xpos.has_value();
+  const int64_t width = xpos ? 2 * rotary_dim : rotary_dim;
+  const int64_t groups = positions.groups();
+  out.built.resize(static_cast<size_t>(groups * q.seq * width));
+  int64_t p[kMaxRopeAxes];
   for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t s = 0; s < q.seq; ++s) present[g * q.seq + s] = grid.At(g, s);
-  }
-  out.sparse.resize(present.size() * rotary_dim);
-  FillRopeRows(freqs, present, out.sparse.data());
-  RETURN_IF_ERROR(CheckRowsFinite(out.sparse, "rope.scaling"));
-  for (int64_t b = 0; b < q.batch; ++b) {  // batch
-    const int64_t g = grid.shared ? 0 : b;
     for (int64_t s = 0; s < q.seq; ++s) {  // seq
-      out.rows[b * q.seq + s] = out.sparse.data() + (g * q.seq + s) * rotary_dim;
+      const size_t t = static_cast<size_t>(g * q.seq + s);
+      float* row = out.built.data() + t * width;
+      const bool same = positions.Get(g, s, p);
+      const size_t axes = same ? 1 : static_cast<size_t>(positions.axes->num_axes);
+      FillRopeTokenRow(freqs, absl::MakeConstSpan(p, axes), row, xpos ? row + rotary_dim : nullptr);
+      out.query[t] = row;
+      if (xpos) out.key[t] = row + rotary_dim;
     }
   }
+  RETURN_IF_ERROR(CheckRowsFinite(out.built, RowsField(freqs)));
+  SpreadGroups(q, positions.shared(), out.query);
+  if (xpos) SpreadGroups(q, positions.shared(), out.key);
   return absl::OkStatus();
 }
 
 // From a cached prefix table when the positions are modest (kRopeDensePolicy), else
 // computed for the positions present.
-absl::Status RopeTokenRows(const RopeFrequencies& freqs, const PositionGrid& grid,
+absl::Status RopeTokenRows(const RopeFrequencies& freqs, const TokenPositions& positions,
                            const Dims& q, int rotary_dim, TableCache& cache, TokenRows& out) {
   const int64_t tokens = q.batch * q.seq;
-  out.rows.resize(static_cast<size_t>(tokens));
+  out.query.resize(static_cast<size_t>(tokens));
+  if (freqs.xpos) out.key.resize(static_cast<size_t>(tokens));
+  const int64_t row_floats = freqs.xpos ? 2 * rotary_dim : rotary_dim;
   const std::optional<int64_t> dense_rows =
-      DenseTableRows(kRopeDensePolicy, grid.max_position, tokens,
-                     rotary_dim * int64_t{sizeof(float)}, cache.budget_bytes());
-  if (dense_rows) return DenseTokenRows(freqs, grid, q, rotary_dim, *dense_rows, cache, out);
-  return SparseTokenRows(freqs, grid, q, rotary_dim, out);
+      DenseTableRows(kRopeDensePolicy, positions.max_position(), tokens,
+                     row_floats * int64_t{sizeof(float)}, cache.budget_bytes());
+  if (dense_rows) {
+    return DenseTokenRows(freqs, positions, q, rotary_dim, *dense_rows, cache, out);
+  }
+  return SparseTokenRows(freqs, positions, q, rotary_dim, out);
 }
 
 }  // namespace
@@ -256,19 +365,32 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
     RETURN_IF_ERROR(CheckKey(q, k, layout));
   }
   ASSIGN_OR_RETURN(const int rotary_dim, ResolveRotaryDim(spec, q, layout));
-  ASSIGN_OR_RETURN(const PositionGrid grid, ResolveRopePositions(positions, q, layout));
-  ASSIGN_OR_RETURN(const RopeFrequencies freqs,
-                   ComputeRopeFrequencies(spec, rotary_dim, grid.max_position + 1));
+  // Validated before the positions, whose per-axis layout needs the axis count.
+  RETURN_IF_ERROR(ValidateRopeSpec(spec, rotary_dim));
+  TokenPositions token_positions;
+  PositionGrid grid;
+  AxisPositionGrid axis_grid;
+  if (positions.has_axis_positions()) {
+    ASSIGN_OR_RETURN(axis_grid, ResolveRopeAxisPositions(spec, positions, q, layout));
+    token_positions.axes = &axis_grid;
+  } else {
+    ASSIGN_OR_RETURN(grid, ResolveRopePositions(positions, q, layout));
+    token_positions.plain = &grid;
+  }
+  ASSIGN_OR_RETURN(
+      const RopeFrequencies freqs,
+      ComputeRopeFrequencies(spec, rotary_dim, token_positions.max_position() + 1));
   if (q.batch * q.seq == 0 || (q.heads == 0 && (key == nullptr || k.heads == 0))) {
     return absl::OkStatus();
   }
   TokenRows token_rows;
-  RETURN_IF_ERROR(RopeTokenRows(freqs, grid, q, rotary_dim, cache, token_rows));
+  RETURN_IF_ERROR(RopeTokenRows(freqs, token_positions, q, rotary_dim, cache, token_rows));
   const RopePairing pairing =
       spec.style == RopeSpec::Style::kGptj ? RopePairing::kInterleaved : RopePairing::kRotateHalf;
-  RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows.rows);
+  RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows.query);
   if (key != nullptr) {
-    RopeRotateInPlace(*key, GeometryOf(k, layout), pairing, rotary_dim, token_rows.rows);
+    RopeRotateInPlace(*key, GeometryOf(k, layout), pairing, rotary_dim,
+                      token_rows.key.empty() ? token_rows.query : token_rows.key);
   }
   return absl::OkStatus();
 }
@@ -293,6 +415,11 @@ absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_
   }
   ASSIGN_OR_RETURN(const RopeFrequencies freqs,
                    ComputeRopeFrequencies(spec, rotary_dim, table_length));
+  if (freqs.xpos) {
+    return absl::InvalidArgumentError(
+        "rope.xpos_scale_base is set; a rope table has one row per position, and xPos "
+        "rows differ for queries and keys");
+  }
   Table t;
   t.rows = n;
   t.cols = rotary_dim;

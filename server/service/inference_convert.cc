@@ -31,7 +31,8 @@ std::vector<ModelInfo> BuildModels() {
   continuous.inputs.push_back({"position_values", {"FP64", "FP32"}, {-1, -1}, true});
   const ModelTensor q{"input", kFloats, {-1, -1, -1, -1}, false};
   const ModelInfo rope{"rope", SchemeLabel::kRope, ModelKind::kEncode,
-                       {q, {"key", kFloats, {-1, -1, -1, -1}, true}, ids},
+                       {q, {"key", kFloats, {-1, -1, -1, -1}, true}, ids,
+                        {"axis_ids", kInts, {-1, -1, -1}, true}},
                        {{"output", {"FP32"}, {-1, -1, -1, -1}, false},
                         {"key_output", {"FP32"}, {-1, -1, -1, -1}, true}},
                        encode_params};
@@ -384,6 +385,21 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
     }
     ASSIGN_OR_RETURN(std::vector<int64_t> v, Values<int64_t>(*ids));
     positions.mutable_ids()->Add(v.begin(), v.end());
+  }
+  if (const Input* axis_ids = Named(inputs, "axis_ids")) {
+    // [num_axes, seq] or [num_axes, batch, seq]: row-major, as Positions.axis_ids.
+    const size_t rank = static_cast<size_t>(axis_ids->tensor->shape_size());
+    if (rank != 2 && rank != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input 'axis_ids' has shape [", absl::StrJoin(axis_ids->tensor->shape(), ","),
+                       "]; it must be [num_axes, seq] or [num_axes, batch, seq]"));
+    }
+    if (positions.axis_ids_size() > 0) {
+      return absl::InvalidArgumentError(
+          "give positions.axis_ids or input 'axis_ids', not both");
+    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> v, Values<int64_t>(*axis_ids));
+    positions.mutable_axis_ids()->Add(v.begin(), v.end());
   }
   if (const Input* values = Named(inputs, "position_values")) {
     if (positions.values_size() > 0) {

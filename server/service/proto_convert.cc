@@ -37,6 +37,17 @@ PositionsSpec PositionsFromProto(const v1::Positions& positions) {
   spec.offsets = absl::MakeConstSpan(positions.offsets().data(), positions.offsets_size());
   spec.ids = absl::MakeConstSpan(positions.ids().data(), positions.ids_size());
   spec.values = absl::MakeConstSpan(positions.values().data(), positions.values_size());
+  spec.axis_ids = absl::MakeConstSpan(positions.axis_ids().data(), positions.axis_ids_size());
+  spec.mrope_segments.reserve(positions.mrope_segments_size());
+  for (const v1::MropeSegment& s : positions.mrope_segments()) {
+    MropeSegmentSpec segment;
+    segment.text_length = s.text_length();
+    segment.grid_t = s.grid_t();
+    segment.grid_h = s.grid_h();
+    segment.grid_w = s.grid_w();
+    if (s.has_temporal_scale()) segment.temporal_scale = s.temporal_scale();
+    spec.mrope_segments.push_back(segment);
+  }
   return spec;
 }
 
@@ -93,8 +104,7 @@ absl::StatusOr<RopeScalingSpec::Type> ScalingTypeFromProto(v1::RopeScalingType t
     case v1::YARN: return Type::kYarn;
     case v1::LLAMA3: return Type::kLlama3;
     case v1::LONGROPE: return Type::kLongRope;
-    case v1::PROPORTIONAL:
-      return absl::UnimplementedError("rope.scaling.type is PROPORTIONAL, not served yet");
+    case v1::PROPORTIONAL: return Type::kProportional;
     default: return Type::kNone;
   }
 }
@@ -116,6 +126,7 @@ RopeScalingSpec ScalingParametersFromProto(const v1::RopeScaling& in) {
   out.short_factor.assign(in.short_factor().begin(), in.short_factor().end());
   out.long_factor.assign(in.long_factor().begin(), in.long_factor().end());
   if (in.has_truncate()) out.truncate = in.truncate();
+  if (in.has_rope_proportion()) out.rope_proportion = in.rope_proportion();
   return out;
 }
 
@@ -173,6 +184,11 @@ absl::StatusOr<RopeSpec> RopeFromProto(const v1::Rope& r) {
   ASSIGN_OR_RETURN(spec.layout, RopeLayoutFromProto(r.layout()));
   spec.scaling = ScalingParametersFromProto(r.scaling());
   ASSIGN_OR_RETURN(spec.scaling.type, ScalingTypeFromProto(r.scaling().type()));
+  spec.mrope_section.assign(r.mrope_section().begin(), r.mrope_section().end());
+  spec.mrope_interleaved = r.mrope_interleaved();
+  spec.axial_axes = r.axial_axes();
+  if (r.has_xpos_scale_base()) spec.xpos_scale_base = r.xpos_scale_base();
+  if (r.has_xpos_center()) spec.xpos_center = r.xpos_center();
   return spec;
 }
 

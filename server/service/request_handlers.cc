@@ -206,6 +206,11 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
   if (!positions.values.empty() && request.scheme_case() != v1::EncodeRequest::kContinuous) {
     return absl::InvalidArgumentError("positions.values is set; only continuous takes it");
   }
+  if (positions.has_axis_positions() && request.scheme_case() != v1::EncodeRequest::kRope) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
+        " is set; only rope takes it"));
+  }
   if (request.scheme_case() == v1::EncodeRequest::kRope) {
     RETURN_IF_ERROR(RotateRope(state_, request, response, tensors, input, positions));
     CountBytes(in_bytes, response.output().data().size() + response.key_output().data().size(),

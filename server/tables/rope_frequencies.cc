@@ -263,10 +263,11 @@ absl::Status ValidateLlama3(const RopeScalingSpec& s, double, int) {
   const double high = s.high_freq_factor.value_or(4.0);
   RETURN_IF_ERROR(MustBePositive("rope.scaling.low_freq_factor", low));
   RETURN_IF_ERROR(MustBePositive("rope.scaling.high_freq_factor", high));
-  if (!(high > low)) {
+  // Equal factors (Llama 4: both 1) leave no band to smooth over.
+  if (high < low) {
     return absl::InvalidArgumentError(
         absl::StrCat("rope.scaling.high_freq_factor is ", high,
-                     "; it must be greater than low_freq_factor (", low, ")"));
+                     "; it must be at least low_freq_factor (", low, ")"));
   }
   return absl::OkStatus();
 }
@@ -284,7 +285,7 @@ RopeFrequencies ComputeLlama3(const RopeScalingSpec& s, double base, int rotary_
     const double wavelen = 2 * kPi / f;
     if (wavelen > low_freq_wavelen) {
       f = f / factor;
-    } else if (!(wavelen < high_freq_wavelen)) {
+    } else if (!(wavelen < high_freq_wavelen) && high_freq_factor > low_freq_factor) {
       const double smooth =
           (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
       f = (1 - smooth) * f / factor + smooth * f;
@@ -337,6 +338,31 @@ RopeFrequencies ComputeLongRope(const RopeScalingSpec& s, double base, int rotar
   return out;
 }
 
+absl::Status ValidateProportional(const RopeScalingSpec& s, double, int) {
+  if (s.rope_proportion) {
+    const double p = *s.rope_proportion;
+    if (!(p >= 0) || !(p <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("rope.scaling.rope_proportion is ", p,
+                                                     "; it must be in [0, 1]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// HF _compute_proportional_rope_parameters: n = floor(rope_proportion * R / 2) slots turn at
+// base^(-2k/R) / factor (the head's full R in the exponent), the rest not at all.
+RopeFrequencies ComputeProportional(const RopeScalingSpec& s, double base, int rotary_dim,
+                                    int64_t) {
+  const double factor = s.factor.value_or(1.0);
+  const size_t half = static_cast<size_t>(rotary_dim / 2);
+  const size_t turning = std::min(
+      half, static_cast<size_t>(std::floor(s.rope_proportion.value_or(1.0) * rotary_dim / 2)));
+  RopeFrequencies out;
+  out.inv_freq = DefaultInvFreq(base, rotary_dim);
+  for (size_t i = 0; i < half; ++i) out.inv_freq[i] = i < turning ? out.inv_freq[i] / factor : 0.0;
+  return out;
+}
+
 struct ScalingRule {
   absl::Status (*validate)(const RopeScalingSpec& s, double base, int rotary_dim);
   RopeFrequencies (*compute)(const RopeScalingSpec& s, double base, int rotary_dim,
@@ -346,7 +372,8 @@ struct ScalingRule {
 const ScalingRule* RuleOf(ScalingType type) {
   static const ScalingRule kNone{ValidateNone, ComputeNone}, kLinear{ValidateLinear, ComputeLinear},
       kDynamic{ValidateDynamic, ComputeDynamic}, kYarn{ValidateYarn, ComputeYarn},
-      kLlama3{ValidateLlama3, ComputeLlama3}, kLongRope{ValidateLongRope, ComputeLongRope};
+      kLlama3{ValidateLlama3, ComputeLlama3}, kLongRope{ValidateLongRope, ComputeLongRope},
+      kProportional{ValidateProportional, ComputeProportional};
   switch (type) {
     case ScalingType::kNone: return &kNone;
     case ScalingType::kLinear: return &kLinear;
@@ -354,6 +381,7 @@ const ScalingRule* RuleOf(ScalingType type) {
     case ScalingType::kYarn: return &kYarn;
     case ScalingType::kLlama3: return &kLlama3;
     case ScalingType::kLongRope: return &kLongRope;
+    case ScalingType::kProportional: return &kProportional;
   }
   return nullptr;
 }
@@ -368,6 +396,105 @@ absl::Status ValidateScaling(const RopeScalingSpec& s, double base, int rotary_d
         absl::StrCat("rope.scaling.type is ", static_cast<int>(s.type), "; unknown"));
   }
   return rule->validate(s, base, rotary_dim);
+}
+
+absl::Status ValidateMrope(const RopeSpec& spec, int rotary_dim) {
+  const std::vector<int>& sections = spec.mrope_section;
+  if (sections.size() > static_cast<size_t>(kMaxRopeAxes)) {
+    return absl::InvalidArgumentError(absl::StrCat("rope.mrope_section has ", sections.size(),
+                                                   " entries; at most ", kMaxRopeAxes));
+  }
+  int64_t sum = 0;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    if (sections[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope.mrope_section[", i, "] is ", sections[i], "; it must be >= 0"));
+    }
+    sum += sections[i];
+  }
+  if (sum != rotary_dim / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.mrope_section sums to ", sum, "; it must sum to rotary_dim/2 = ",
+                     rotary_dim / 2));
+  }
+  if (spec.mrope_interleaved && sections.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope.mrope_section has ", sections.size(),
+        " entries; rope.mrope_interleaved needs 3 (time, height, width)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAxes(const RopeSpec& spec, int rotary_dim) {
+  if (spec.mrope_interleaved && spec.mrope_section.empty()) {
+    return absl::InvalidArgumentError(
+        "rope.mrope_interleaved is set; it needs rope.mrope_section");
+  }
+  if (!spec.mrope_section.empty() && spec.axial_axes != 0) {
+    return absl::InvalidArgumentError(
+        "rope.axial_axes is set with rope.mrope_section; give one of the two");
+  }
+  if (!spec.mrope_section.empty()) return ValidateMrope(spec, rotary_dim);
+  if (spec.axial_axes == 0) return absl::OkStatus();
+  if (spec.axial_axes < 0 || spec.axial_axes > kMaxRopeAxes) {
+    return absl::InvalidArgumentError(absl::StrCat("rope.axial_axes is ", spec.axial_axes,
+                                                   "; it must be in [0, ", kMaxRopeAxes, "]"));
+  }
+  if (rotary_dim % (2 * spec.axial_axes) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope.rotary_dim is ", rotary_dim, "; rope.axial_axes ", spec.axial_axes,
+        " needs a multiple of 2 * axial_axes = ", 2 * spec.axial_axes));
+  }
+  if (spec.scaling.type != ScalingType::kNone) {
+    return absl::InvalidArgumentError(
+        "rope.scaling.type is set with rope.axial_axes; axial RoPE takes no scaling (NONE)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateXpos(const RopeSpec& spec) {
+  if (!spec.xpos_scale_base) {
+    if (spec.xpos_center) {
+      return Missing("rope.xpos_scale_base", "rope.xpos_center is set, and xPos needs it");
+    }
+    return absl::OkStatus();
+  }
+  const double scale_base = *spec.xpos_scale_base;
+  RETURN_IF_ERROR(MustBePositive("rope.xpos_scale_base", scale_base));
+  if (scale_base < kMinXposScaleBase) {
+    return absl::InvalidArgumentError(absl::StrCat("rope.xpos_scale_base is ", scale_base,
+                                                   "; it must be >= ", kMinXposScaleBase));
+  }
+  if (spec.xpos_center && (*spec.xpos_center < 0 || *spec.xpos_center > (int64_t{1} << 40))) {
+    return absl::InvalidArgumentError(absl::StrCat("rope.xpos_center is ", *spec.xpos_center,
+                                                   "; it must be in [0, 2^40]"));
+  }
+  return absl::OkStatus();
+}
+
+// Which axis each frequency slot takes (rope_frequencies.h, RopeSpec).
+std::vector<uint8_t> SlotAxes(const RopeSpec& spec, int rotary_dim) {
+  const int half = rotary_dim / 2;
+  std::vector<uint8_t> axis(static_cast<size_t>(half), 0);
+  const std::vector<int>& sections = spec.mrope_section;
+  if (!sections.empty() && spec.mrope_interleaved) {
+    // HF apply_interleaved_mrope: slots 1, 4, 7, ... below 3 * section[1] are height,
+    // 2, 5, 8, ... below 3 * section[2] width, the rest time.
+    for (int f = 0; f < half; ++f) {
+      const int a = f % 3;
+      if (a != 0 && f < 3 * sections[a]) axis[f] = static_cast<uint8_t>(a);
+    }
+  } else if (!sections.empty()) {
+    // HF apply_multimodal_rotary_pos_emb: consecutive sections, axis i for section i.
+    int f = 0;
+    for (size_t a = 0; a < sections.size(); ++a) {
+      for (int j = 0; j < sections[a]; ++j) axis[f++] = static_cast<uint8_t>(a);
+    }
+  } else if (spec.axial_axes > 0) {
+    const int per_axis = half / spec.axial_axes;
+    for (int f = 0; f < half; ++f) axis[f] = static_cast<uint8_t>(f / per_axis);
+  }
+  return axis;
 }
 
 }  // namespace
@@ -388,14 +515,32 @@ absl::Status ValidateRopeSpec(const RopeSpec& spec, int rotary_dim) {
     return absl::InvalidArgumentError(
         absl::StrCat("rope.rotary_dim is ", rotary_dim, "; it must be even"));
   }
-  return ValidateScaling(spec.scaling, base, rotary_dim);
+  RETURN_IF_ERROR(ValidateScaling(spec.scaling, base, rotary_dim));
+  RETURN_IF_ERROR(ValidateAxes(spec, rotary_dim));
+  return ValidateXpos(spec);
 }
 
 absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int rotary_dim,
                                                        int64_t seq_len) {
   RETURN_IF_ERROR(ValidateRopeSpec(spec, rotary_dim));
   const double base = spec.base.value_or(kDefaultRopeBase);
-  RopeFrequencies out = RuleOf(spec.scaling.type)->compute(spec.scaling, base, rotary_dim, seq_len);
+  RopeFrequencies out;
+  if (spec.axial_axes > 0) {
+    // Every axis turns by the same frequencies, base^(-2k / (rotary_dim / axial_axes)).
+    const int per_axis_dim = rotary_dim / spec.axial_axes;
+    const std::vector<double> axis_freq = DefaultInvFreq(base, per_axis_dim);
+    for (int a = 0; a < spec.axial_axes; ++a) {
+      out.inv_freq.insert(out.inv_freq.end(), axis_freq.begin(), axis_freq.end());
+    }
+  } else {
+    out = RuleOf(spec.scaling.type)->compute(spec.scaling, base, rotary_dim, seq_len);
+  }
+  out.num_axes = spec.num_axes();
+  if (out.num_axes > 1) out.slot_axis = SlotAxes(spec, rotary_dim);
+  if (spec.xpos_scale_base) {
+    // FlashAttention centres at seqlen // 2, seqlen the length the cache covers.
+    out.xpos = XposParams{*spec.xpos_scale_base, spec.xpos_center.value_or(seq_len / 2)};
+  }
   for (size_t i = 0; i < out.inv_freq.size(); ++i) {
     if (!std::isfinite(out.inv_freq[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -416,14 +561,38 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
 
 namespace {
 
-void FillRow(const RopeFrequencies& freqs, int64_t position, float* row) {
+// zeta_f^((p - c) / scale_base), FlashAttention's xPos scale of slot f (R = rotary_dim).
+double XposScale(const XposParams& xpos, size_t f, size_t half, int64_t position) {
+  const double r = static_cast<double>(2 * half);
+  const double zeta = (static_cast<double>(2 * f) + 0.4 * r) / (1.4 * r);
+  const double power = static_cast<double>(position - xpos.center) / xpos.scale_base;
+  return std::pow(zeta, power);
+}
+
+// The one place a cos/sin row is computed: slot f at axis_positions[slot_axis[f]] (one
+// position for every slot when axis_positions has one entry).
+void FillRow(const RopeFrequencies& freqs, absl::Span<const int64_t> axis_positions,
+             float* query_row, float* key_row) {
   const size_t half = freqs.inv_freq.size();
-  const double p = static_cast<double>(position);
   const double scale = freqs.attention_factor;
+  const bool per_slot = axis_positions.size() > 1 && !freqs.slot_axis.empty();
   for (size_t i = 0; i < half; ++i) {
-    const double angle = p * freqs.inv_freq[i];
-    row[i] = static_cast<float>(scale * std::cos(angle));
-    row[half + i] = static_cast<float>(scale * std::sin(angle));
+    const int64_t position = axis_positions[per_slot ? freqs.slot_axis[i] : 0];
+    const double angle = static_cast<double>(position) * freqs.inv_freq[i];
+    const double c = std::cos(angle), s = std::sin(angle);
+    if (!freqs.xpos) {
+      query_row[i] = static_cast<float>(scale * c);
+      query_row[half + i] = static_cast<float>(scale * s);
+      if (key_row != nullptr) key_row[i] = query_row[i], key_row[half + i] = query_row[half + i];
+      continue;
+    }
+    const double zeta = XposScale(*freqs.xpos, i, half, position);
+    query_row[i] = static_cast<float>(scale * c * zeta);
+    query_row[half + i] = static_cast<float>(scale * s * zeta);
+    if (key_row != nullptr) {
+      key_row[i] = static_cast<float>(scale * c / zeta);
+      key_row[half + i] = static_cast<float>(scale * s / zeta);
+    }
   }
 }
 
@@ -431,13 +600,31 @@ void FillRow(const RopeFrequencies& freqs, int64_t position, float* row) {
 
 void FillRopeRows(const RopeFrequencies& freqs, absl::Span<const int64_t> positions, float* out) {
   const size_t width = 2 * freqs.inv_freq.size();
-  for (size_t r = 0; r < positions.size(); ++r) FillRow(freqs, positions[r], out + r * width);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    FillRow(freqs, positions.subspan(r, 1), out + r * width, nullptr);
+  }
 }
 
 void FillRopeRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, float* out) {
   const size_t width = 2 * freqs.inv_freq.size();
   for (int64_t r = 0; r < n; ++r) {
-    FillRow(freqs, first + r, out + static_cast<size_t>(r) * width);
+    const int64_t p = first + r;
+    FillRow(freqs, absl::MakeConstSpan(&p, 1), out + static_cast<size_t>(r) * width, nullptr);
+  }
+}
+
+void FillRopeTokenRow(const RopeFrequencies& freqs, absl::Span<const int64_t> axis_positions,
+                      float* query_row, float* key_row) {
+  FillRow(freqs, axis_positions, query_row, key_row);
+}
+
+void FillRopeQueryKeyRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n,
+                              float* out) {
+  const size_t width = 2 * freqs.inv_freq.size();
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t p = first + r;
+    float* row = out + static_cast<size_t>(r) * 2 * width;
+    FillRow(freqs, absl::MakeConstSpan(&p, 1), row, row + width);
   }
 }
 
@@ -446,6 +633,12 @@ std::string RopeCacheKey(const RopeFrequencies& freqs, int64_t first, int64_t ro
   // formatting 64 of them with %a cost about 1.7 us.
   std::string key =
       absl::StrCat("rope|first=", first, "|rows=", rows, "|half=", freqs.inv_freq.size(), "|");
+  if (freqs.xpos) {
+    // Query and key rows; the scale base's raw bits keep the key exact.
+    uint64_t bits = 0;
+    std::memcpy(&bits, &freqs.xpos->scale_base, sizeof(bits));
+    absl::StrAppend(&key, "xpos=", bits, ",", freqs.xpos->center, "|");
+  }
   const size_t head = key.size();
   key.resize(head + (1 + freqs.inv_freq.size()) * sizeof(double));
   std::memcpy(key.data() + head, &freqs.attention_factor, sizeof(double));

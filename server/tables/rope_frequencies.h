@@ -18,7 +18,7 @@ namespace posenc {
 // The model's rope_scaling (HF config.json). Unset fields take HF's defaults; see
 // ComputeRopeFrequencies for which fields each type reads.
 struct RopeScalingSpec {
-  enum class Type { kNone, kLinear, kDynamic, kYarn, kLlama3, kLongRope };
+  enum class Type { kNone, kLinear, kDynamic, kYarn, kLlama3, kLongRope, kProportional };
   Type type = Type::kNone;
   std::optional<double> factor;
   std::optional<double> beta_fast;         // YARN, default 32
@@ -33,6 +33,7 @@ struct RopeScalingSpec {
   std::vector<double> short_factor;  // LONGROPE, rotary_dim/2 entries
   std::vector<double> long_factor;   // LONGROPE, rotary_dim/2 entries
   std::optional<bool> truncate;      // YARN, default true
+  std::optional<double> rope_proportion;  // PROPORTIONAL, default 1
 };
 
 struct RopeSpec {
@@ -47,6 +48,22 @@ struct RopeSpec {
   Style style = Style::kNeox;
   Layout layout = Layout::kBshd;
   RopeScalingSpec scaling;
+  // Multimodal RoPE (Qwen2-VL; interleaved: Qwen3-VL): slot f turns by the position on axis
+  // RopeSlotAxes(...)[f]. The sections sum to rotary_dim/2. Empty: one axis.
+  std::vector<int> mrope_section;
+  bool mrope_interleaved = false;
+  // Axial RoPE over this many axes (0 = off; Qwen2-VL's vision tower uses 2).
+  int axial_axes = 0;
+  // xPos (FlashAttention's RotaryEmbedding(scale_base)): queries times
+  // zeta_k^((p - c) / scale_base), keys divided by it; c defaults per request.
+  std::optional<double> xpos_scale_base;
+  std::optional<int64_t> xpos_center;
+
+  // Positions per token: len(mrope_section), axial_axes, or 1.
+  int num_axes() const {
+    if (!mrope_section.empty()) return static_cast<int>(mrope_section.size());
+    return axial_axes > 0 ? axial_axes : 1;
+  }
 };
 
 inline constexpr double kDefaultRopeBase = 10000.0;
@@ -67,11 +84,28 @@ inline constexpr double kMaxRopeFactor = 1e6;
 inline constexpr double kMinAttentionFactor = 1e-6;
 inline constexpr double kMaxAttentionFactor = 1e6;
 
-// What the cos/sin rows are made of: angle(p, i) = p * inv_freq[i], and cos and sin are
-// both multiplied by attention_factor.
+// Most axes served (mrope_section entries, axial_axes).
+inline constexpr int kMaxRopeAxes = 8;
+// xPos scale bases allowed: a smaller one makes zeta^((p - c) / scale_base) overflow at
+// modest positions (the rows are checked finite anyway).
+inline constexpr double kMinXposScaleBase = 1e-3;
+
+// xPos of one request: the scale base and the resolved centre.
+struct XposParams {
+  double scale_base = 0;
+  int64_t center = 0;
+};
+
+// What the cos/sin rows are made of: angle(p, f) = p_{slot_axis[f]} * inv_freq[f], and cos
+// and sin are both multiplied by attention_factor (and, with xpos, by zeta_f^((p - c) /
+// scale_base) for queries, divided by it for keys; p the slot's position).
 struct RopeFrequencies {
   std::vector<double> inv_freq;  // rotary_dim / 2 entries
   double attention_factor = 1.0;
+  // The axis whose position each slot takes (rotary_dim / 2 entries), or empty for one axis.
+  std::vector<uint8_t> slot_axis;
+  int num_axes = 1;
+  std::optional<XposParams> xpos;
 };
 
 // Checks `spec` for a head of `rotary_dim` rotated features (already defaulted from
@@ -98,15 +132,27 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
 
 // Fills one row per position into `out` (positions.size() rows of width
 // 2 * inv_freq.size()): cos of every angle, then sin, each computed in float64, times the
-// attention factor, rounded once to float32.
+// attention factor, rounded once to float32. Every axis takes the row's position; with xPos
+// the rows are the queries' (FillRopeTokenRow gives both).
 void FillRopeRows(const RopeFrequencies& freqs, absl::Span<const int64_t> positions, float* out);
 
 // The same for the positions first .. first + n - 1.
 void FillRopeRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, float* out);
 
+// One token's rows from its position on each axis (axis_positions[a], num_axes entries):
+// the query row and, when key_row is not null, the key row (they differ only with xPos).
+// Each of width 2 * inv_freq.size(), computed in float64 and rounded once.
+void FillRopeTokenRow(const RopeFrequencies& freqs, absl::Span<const int64_t> axis_positions,
+                      float* query_row, float* key_row);
+
+// The table of positions first .. first + n - 1 with, per row, the query row then the key
+// row (width 4 * inv_freq.size()); every axis takes the row's position. For xPos.
+void FillRopeQueryKeyRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, float* out);
+
 // The cache key of the table of positions first .. first + rows - 1 built from `freqs`.
 // It spells out every inverse frequency and the attention factor exactly (hex floats), so
 // two specs share a table exactly when they produce the same rows.
+// With xPos the key also holds the scale base and centre (the table holds query and key rows).
 std::string RopeCacheKey(const RopeFrequencies& freqs, int64_t first, int64_t rows);
 
 }  // namespace posenc

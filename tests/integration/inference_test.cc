@@ -264,6 +264,46 @@ TEST_P(EveryDtype, RopeWithGqaKeysAndPositionIdsMatchesEncodeBitForBit) {
   ExpectEncodeSame("rope", native, oip);
 }
 
+TEST_P(EveryDtype, MultimodalRopeTakesAxisIdsAndSegmentsLikeEncode) {
+  const v1::DType dtype = GetParam();
+  v1::EncodeRequest native;
+  native.set_request_id("mrope-1");
+  *native.mutable_input() = MakeTensor({2, 6, 4, 16}, dtype, Encoded(RandomFloats(768, 4), dtype));
+  *native.mutable_key() = MakeTensor({2, 6, 2, 16}, dtype, Encoded(RandomFloats(384, 5), dtype));
+  v1::Rope* rope = native.mutable_rope();
+  rope->set_base(1000000);
+  for (int s : {2, 3, 3}) rope->add_mrope_section(s);
+  // [3 axes, 2 rows, 6 tokens]: an image grid in row 0, plain text in row 1.
+  const std::vector<int64_t> axis_ids = {0, 1, 1, 1, 1, 3, 0, 1, 2, 3, 4, 5,
+                                         0, 1, 1, 2, 2, 3, 0, 1, 2, 3, 4, 5,
+                                         0, 1, 2, 1, 2, 3, 0, 1, 2, 3, 4, 5};
+  native.mutable_positions()->mutable_axis_ids()->Add(axis_ids.begin(), axis_ids.end());
+  ModelInferRequest oip = EncodeAsOip("rope", native);
+  AddRaw(oip, "axis_ids", "INT64", {3, 2, 6}, Bytes(axis_ids));
+  ExpectEncodeSame("rope", native, oip);
+
+  // The same prompt as segments, in the positions parameter, decoding from offset 10.
+  native.clear_positions();
+  v1::Positions* positions = native.mutable_positions();
+  positions->add_mrope_segments()->set_text_length(2);
+  v1::MropeSegment* grid = positions->add_mrope_segments();
+  grid->set_grid_t(1);
+  grid->set_grid_h(1);
+  grid->set_grid_w(2);
+  positions->add_mrope_segments()->set_text_length(2);
+  positions->add_offsets(10);
+  oip = EncodeAsOip("rope", native);
+  SetParameter(oip, "positions", Json(native.positions()));
+  ExpectEncodeSame("rope", native, oip);
+
+  // A wrong axis_ids size names the field.
+  oip = EncodeAsOip("rope", native);
+  AddRaw(oip, "axis_ids", "INT64", {3, 5}, Bytes(std::vector<int64_t>(15, 1)));
+  const InferResult bad = Infer(oip);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), HasSubstr("positions.axis_ids"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, EveryDtype, ::testing::Values(v1::FLOAT32, v1::BFLOAT16),
                          [](const auto& info) { return std::string(Datatype(info.param)); });
 

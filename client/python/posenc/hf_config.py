@@ -5,7 +5,12 @@
   rotary_dim: rotary_dim | int(head_dim * partial_rotary_factor) | int(head_dim * rotary_pct).
   style: GPTJ for model_type gptj/codegen/deepseek_v2/deepseek_v3 or rope_interleave.
   rope_scaling (or rope_parameters): rope_type or legacy type: default, linear, dynamic, yarn,
-  llama3, longrope (su); mrope is the default rotation for text positions.
+  llama3, longrope (su), proportional; mrope is the default rotation.
+Families by model_type (a nested text_config's keys win over the top level's): qwen2_vl and
+qwen2_5_vl (mrope_section), qwen3_vl (interleaved), gemma3 (layer_type sliding_attention:
+rope_local_base_freq, no scaling; full_attention: rope_theta and rope_scaling), gemma4
+(rope_parameters per layer type; full-attention heads global_head_dim wide, proportional),
+llama4, glm, glm4 (interleaved pairs). layer_type defaults to full_attention.
 Errors are PosencError INVALID_ARGUMENT naming the file and key (NOT_FOUND: no such file).
 """
 import json
@@ -18,7 +23,7 @@ from posenc.schemes import Rope, RopeScaling
 
 _SCALING_TYPES = {"default": "none", "none": "none", "mrope": "none", "linear": "linear",
                   "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
-                  "longrope": "longrope", "su": "longrope"}
+                  "longrope": "longrope", "su": "longrope", "proportional": "proportional"}
 
 
 class _Reader:
@@ -89,7 +94,7 @@ def _scaling_type(scaling, top):
         return None
     if name.lower() not in _SCALING_TYPES:
         raise invalid("%s: %s '%s' is not supported; expected default, linear, dynamic, yarn, "
-                      "llama3, longrope or su" % (top.source, key, name))
+                      "llama3, longrope, su or proportional" % (top.source, key, name))
     return _SCALING_TYPES[name.lower()]
 
 
@@ -127,11 +132,25 @@ def _longrope(s, top, factor, original, max_pos, rotary_dim, top_original, out):
     out.update(max_position_embeddings=max_pos, factor=factor)
 
 
-def _scaling(obj, top, key, type_required, rotary_dim):
+def _mrope(s, mrope):
+    """Qwen2-VL's mrope_section and Qwen3-VL's mrope_interleaved into `mrope`."""
+    sections = s.number_list("mrope_section")
+    for v in sections:
+        if v != math.floor(v) or v < 0 or v > 1e6:
+            raise invalid("%s: %s holds %s; expected integers >= 0"
+                          % (s.source, s.name("mrope_section"), v))
+    if sections:
+        mrope["mrope_section"] = [int(v) for v in sections]
+    if s.bool("mrope_interleaved") is not None:
+        mrope["mrope_interleaved"] = s.bool("mrope_interleaved")
+
+
+def _scaling(obj, top, key, type_required, rotary_dim, mrope):
     """A RopeScaling from HF's rope_scaling (or rope_parameters) object, or None."""
     if not isinstance(obj, dict):
         raise invalid("%s: %s is %s; expected an object" % (top.source, key, json.dumps(obj)))
     s = _Reader(obj, top.source, key + ".")
+    _mrope(s, mrope)
     kind = _scaling_type(s, top)
     if kind is None and type_required:
         raise s.missing("rope_type", "(or the legacy \"type\")")
@@ -152,6 +171,8 @@ def _scaling(obj, top, key, type_required, rotary_dim):
                    original_max_position_embeddings=original)
     elif kind == "yarn":
         _yarn(s, top, factor, original, max_pos, out)
+    elif kind == "proportional":
+        out.update(factor=factor, rope_proportion=s.number("partial_rotary_factor"))
     elif kind == "llama3":
         if original is None:
             raise s.missing("original_max_position_embeddings", "for llama3 scaling")
@@ -165,7 +186,7 @@ def _scaling(obj, top, key, type_required, rotary_dim):
     return RopeScaling(kind, **out)
 
 
-def _head_and_rotary_dim(top, heads, hidden):
+def _head_and_rotary_dim(top, heads, hidden, params=None, global_head=False):
     head_dim = top.int("qk_rope_head_dim")  # DeepSeek MLA rotates only this part
     if head_dim is None:
         head_dim = top.int("head_dim")
@@ -175,11 +196,15 @@ def _head_and_rotary_dim(top, heads, hidden):
         head_dim = hidden // heads
     if head_dim < 2:
         raise invalid("%s: head_dim is %d; it must be >= 2" % (top.source, head_dim))
+    if global_head and top.int("global_head_dim") is not None:
+        head_dim = top.int("global_head_dim")  # Gemma 4's full-attention heads
     rotary_dim, key = top.int("rotary_dim"), "rotary_dim"
     if rotary_dim is None:
         fraction, key = top.number("partial_rotary_factor"), "partial_rotary_factor"
         if fraction is None:
             fraction, key = top.number("rotary_pct"), "rotary_pct"
+        if fraction is None and params is not None:
+            fraction, key = params.number("partial_rotary_factor"), params.name("partial_rotary_factor")
         if fraction is not None and not 0 < fraction <= 1:
             raise invalid("%s: %s is %s; it must be in (0, 1]" % (top.source, key, fraction))
         rotary_dim = int(head_dim * (1.0 if fraction is None else fraction))  # int() as HF
@@ -197,39 +222,102 @@ def _first(top, *keys, kind="int"):
     return None
 
 
-def rope_from_config(config, source="config.json"):
+def _family(model_type):
+    """model_type without a "_text" suffix (gemma3_text is gemma3's language tower)."""
+    if model_type.endswith("_text") and len(model_type) > len("_text"):
+        return model_type[:-len("_text")]
+    return model_type
+
+
+def _layer_type(source, family, params, asked):
+    keyed = params is not None and "full_attention" in params
+    if family not in ("gemma3", "gemma4") and not keyed:
+        if not asked:
+            return ""
+        raise invalid("%s: layer_type '%s' is given, but model_type '%s' has no per-layer RoPE "
+                      "(gemma3 and gemma4 have)" % (source, asked, family))
+    layer = asked or "full_attention"
+    if layer not in ("full_attention", "sliding_attention"):
+        raise invalid("%s: layer_type '%s' is unknown; expected full_attention or "
+                      "sliding_attention" % (source, layer))
+    return layer
+
+
+def rope_from_config(original, source="config.json", layer_type=None):
     """A Rope (with model attributes) from a parsed config.json."""
-    if not isinstance(config, dict):
+    if not isinstance(original, dict):
         raise invalid("%s: the top level is not a JSON object" % source)
+    config = dict(original)
+    text = original.get("text_config")
+    if isinstance(text, dict):
+        for key, value in text.items():
+            if key != "model_type" or not isinstance(original.get("model_type"), str):
+                config[key] = value
     top = _Reader(config, source)
+    model_type = top.string("model_type") or ""
+    family = _family(model_type)
     heads = _first(top, "num_attention_heads", "n_head")
     hidden = _first(top, "hidden_size", "n_embd")
     max_pos = _first(top, "max_position_embeddings", "n_positions")
     params = config.get("rope_parameters")
     params = params if isinstance(params, dict) else None
+    params_key = "rope_parameters"
+    layer = _layer_type(source, family, params, layer_type)
+    if params is not None and layer and layer in params:
+        params, params_key = params[layer], "rope_parameters." + layer
+        if not isinstance(params, dict):
+            raise invalid("%s: %s is not an object" % (source, params_key))
+    sliding = layer == "sliding_attention"
 
-    theta = _first(top, "rope_theta", "rotary_emb_base", kind="number")
-    if theta is None and params is not None:
-        theta = _Reader(params, source, "rope_parameters.").number("rope_theta")
-    base = 10000.0 if theta is None else theta
+    local_base = top.number("rope_local_base_freq") if sliding else None
+    if local_base is not None:
+        base = local_base  # Gemma 3: sliding layers turn at their own base
+        if not base > 0:
+            raise invalid("%s: rope_local_base_freq is %s; it must be > 0" % (source, base))
+    elif sliding and family == "gemma3" and params is None:
+        base = 10000.0  # Gemma3TextConfig's default rope_local_base_freq
+    else:
+        theta = None
+        if params is not None and params_key != "rope_parameters":
+            theta = _Reader(params, source, params_key + ".").number("rope_theta")
+        if theta is None:
+            theta = _first(top, "rope_theta", "rotary_emb_base", kind="number")
+        if theta is None and params is not None and params_key == "rope_parameters":
+            theta = _Reader(params, source, "rope_parameters.").number("rope_theta")
+        base = 10000.0 if theta is None else theta
     if not base > 0:
         raise invalid("%s: rope_theta is %s; it must be > 0" % (source, base))
-    head_dim, rotary_dim = _head_and_rotary_dim(top, heads, hidden)
+    params_reader = None
+    if params is not None:
+        params_reader = _Reader(params, source, params_key + ".")
+        kind = params_reader.string("rope_type")
+        if kind is not None and kind.lower() == "proportional":
+            params_reader = None  # proportional reads partial_rotary_factor itself
+    head_dim, rotary_dim = _head_and_rotary_dim(
+        top, heads, hidden, params_reader, global_head=family == "gemma4" and layer == "full_attention")
 
-    model_type = top.string("model_type") or ""
-    interleaved = model_type in ("gptj", "codegen", "deepseek_v2", "deepseek_v3")
+    interleaved = family in ("gptj", "codegen", "deepseek_v2", "deepseek_v3", "llama4", "glm",
+                             "glm4")
     if top.bool("rope_interleave") is not None:
         interleaved = top.bool("rope_interleave")
-    if top.has("rope_scaling"):
-        scaling = _scaling(config["rope_scaling"], top, "rope_scaling", True, rotary_dim)
+    mrope = {}
+    if sliding and family == "gemma3" and top.has("rope_scaling"):
+        scaling = None  # HF Gemma 3: rope_scaling is the global layers'
+    elif top.has("rope_scaling"):
+        scaling = _scaling(config["rope_scaling"], top, "rope_scaling", True, rotary_dim, mrope)
     elif params is not None:
-        scaling = _scaling(params, top, "rope_parameters", False, rotary_dim)
+        scaling = _scaling(params, top, params_key, False, rotary_dim, mrope)
     else:
         scaling = None
+    if family == "qwen3_vl" and mrope.get("mrope_section"):
+        mrope["mrope_interleaved"] = True
+    if family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") and not mrope.get("mrope_section"):
+        key = ("rope_scaling" if top.has("rope_scaling") else params_key) + ".mrope_section"
+        raise invalid("%s: %s is required for model_type %s" % (source, key, model_type))
 
     rope = Rope(base=base, rotary_dim=rotary_dim if rotary_dim != head_dim else None,
-                style="gptj" if interleaved else "neox", scaling=scaling)
-    rope.head_dim, rope.model_type = head_dim, model_type
+                style="gptj" if interleaved else "neox", scaling=scaling, **mrope)
+    rope.head_dim, rope.model_type, rope.layer_type = head_dim, model_type, layer
     rope.num_attention_heads = heads or 0
     kv_heads = top.int("num_key_value_heads")
     rope.num_key_value_heads = rope.num_attention_heads if kv_heads is None else kv_heads
@@ -237,10 +325,10 @@ def rope_from_config(config, source="config.json"):
     return rope
 
 
-def rope_from_hf_config(config, source=None):
+def rope_from_hf_config(config, source=None, layer_type=None):
     """rope_from_config for a path (read as JSON) or an already parsed dict."""
     if isinstance(config, dict):
-        return rope_from_config(config, source or "config.json")
+        return rope_from_config(config, source or "config.json", layer_type)
     path = str(config)
     try:
         with open(path, "rb") as f:
@@ -254,4 +342,4 @@ def rope_from_hf_config(config, source=None):
         parsed = json.loads(text)
     except ValueError:
         raise invalid("%s: not valid JSON" % path) from None
-    return rope_from_config(parsed, source or path)
+    return rope_from_config(parsed, source or path, layer_type)

@@ -99,28 +99,37 @@ class RopeScaling(_Message):
 
 class Rope(_Message):
     """Rotary embedding of queries (and keys). `scaling` is a RopeScaling or a dict of its
-    fields. Rope.from_hf_config reads a model's config.json as posenc-client --hf-config."""
+    fields. Multimodal RoPE: mrope_section (and mrope_interleaved, Qwen3-VL); axial RoPE:
+    axial_axes; xPos: xpos_scale_base (and xpos_center). Rope.from_hf_config reads a model's
+    config.json as posenc-client --hf-config."""
     _message = pb.Rope
     _enums = {"style": pb.RopeStyle, "layout": pb.RopeLayout}
     oneof = "rope"
 
-    def __init__(self, base=None, rotary_dim=None, style=None, layout=None, scaling=None):
+    def __init__(self, base=None, rotary_dim=None, style=None, layout=None, scaling=None,
+                 mrope_section=None, mrope_interleaved=None, axial_axes=None,
+                 xpos_scale_base=None, xpos_center=None):
         if isinstance(scaling, dict):
             scaling = RopeScaling(**scaling)
         super().__init__(base=base, rotary_dim=rotary_dim, style=style, layout=layout,
-                         scaling=scaling)
+                         scaling=scaling,
+                         mrope_section=list(mrope_section) if mrope_section else None,
+                         mrope_interleaved=mrope_interleaved or None,
+                         axial_axes=axial_axes or None, xpos_scale_base=xpos_scale_base,
+                         xpos_center=xpos_center)
         # Filled by from_hf_config; 0 or "" when unknown.
         self.head_dim = self.num_attention_heads = self.num_key_value_heads = 0
         self.max_position_embeddings = 0
         self.model_type = ""
 
     @classmethod
-    def from_hf_config(cls, config, source=None):
+    def from_hf_config(cls, config, source=None, layer_type=None):
         """A Rope from an HF config.json path (or an already parsed dict), with the model's
-        head_dim, num_attention_heads, num_key_value_heads, max_position_embeddings and
-        model_type as attributes."""
+        head_dim, num_attention_heads, num_key_value_heads, max_position_embeddings,
+        model_type and layer_type as attributes. layer_type ("full_attention" or
+        "sliding_attention") picks the layer kind of Gemma 3 / Gemma 4 (default full)."""
         from posenc import hf_config  # pylint: disable=import-outside-toplevel
-        return hf_config.rope_from_hf_config(config, source)
+        return hf_config.rope_from_hf_config(config, source, layer_type=layer_type)
 
 
 class Level(_Message):
@@ -191,20 +200,40 @@ def scheme_field(scheme, allowed):
     return name, msg
 
 
+class MropeSegment(_Message):
+    """One piece of a multimodal prompt: a text run (text_length) or a vision grid (grid_t,
+    grid_h, grid_w, the LLM's merged grid; temporal_scale for Qwen2.5-VL videos)."""
+    _message = pb.MropeSegment
+
+    def __init__(self, text_length=None, grid_t=None, grid_h=None, grid_w=None,
+                 temporal_scale=None):
+        super().__init__(text_length=text_length, grid_t=grid_t, grid_h=grid_h,
+                         grid_w=grid_w, temporal_scale=temporal_scale)
+
+
+_POSITION_FIELDS = ("offsets", "ids", "values", "axis_ids", "mrope_segments")
+
+
 def positions_proto(positions):
     """posenc.v1.Positions from None, an int (offset of every row), a dict with offsets,
-    ids and/or values, or a Positions message."""
+    ids, values, axis_ids (a numpy array [num_axes, seq] or [num_axes, batch, seq]) and/or
+    mrope_segments (MropeSegment or dicts of its fields), or a Positions message."""
     if positions is None or isinstance(positions, pb.Positions):
         return positions
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
         return pb.Positions(offsets=[int(positions)])
     if isinstance(positions, dict):
-        unknown = set(positions) - {"offsets", "ids", "values"}
+        unknown = set(positions) - set(_POSITION_FIELDS)
         if unknown:
-            raise invalid("positions has no field %s; use offsets, ids or values"
-                          % ", ".join(sorted(unknown)))
+            raise invalid("positions has no field %s; use %s"
+                          % (", ".join(sorted(unknown)), ", ".join(_POSITION_FIELDS)))
         out = pb.Positions()
         for name, value in positions.items():
+            if name == "mrope_segments":
+                for seg in value:
+                    seg = seg if isinstance(seg, MropeSegment) else MropeSegment(**seg)
+                    out.mrope_segments.add().CopyFrom(seg.proto())
+                continue
             items = np.asarray(value).reshape(-1).tolist()
             getattr(out, name).extend(items)
         return out

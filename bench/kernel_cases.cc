@@ -133,6 +133,29 @@ void AddRopeCases(KernelFixture& f, const std::string& size, std::vector<KernelC
                        nullptr});
     }
   }
+  // Multimodal RoPE (Qwen2-VL's sections) on a prompt of text, one image grid filling most
+  // of the sequence, and text: the grid's tokens take rows assembled from three positions.
+  const int64_t text = f.q_seq / 32;
+  const int64_t grid_h = f.q_seq / 64;
+  const int64_t grid_w = (f.q_seq - 4 * text) / grid_h;
+  std::vector<MropeSegmentSpec> segments = {
+      {text, 0, 0, 0, 1.0}, {0, 1, grid_h, grid_w, 1.0},
+      {f.q_seq - text - grid_h * grid_w, 0, 0, 0, 1.0}};
+  const int half = static_cast<int>(f.head_dim / 2);
+  const std::vector<int> sections = {half / 4, half * 3 / 8, half - half / 4 - half * 3 / 8};
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const size_t bytes = static_cast<size_t>(q_n) * DTypeSize(dt);
+    cases.push_back({"mrope_neox", size, q_shape, dt, bytes, 2 * bytes + rows_bytes,
+                     [&f, data, dt, q_shape, segments, sections] {
+                       RopeSpec spec;
+                       spec.mrope_section = sections;
+                       PositionsSpec positions;
+                       positions.mrope_segments = segments;
+                       TensorView q{dt, q_shape, data};
+                       Check(ApplyRope(spec, q, nullptr, positions, f.cache), "ApplyRope");
+                     },
+                     nullptr});
+  }
 }
 
 // ALiBi and T5 biases [bias_heads, bias_len, bias_len]: built alone, and added to scores.

@@ -51,6 +51,88 @@ TEST(HfConfigTest, Llama31UsesLlama3Scaling) {
   EXPECT_EQ(s.original_max_position_embeddings(), 8192);
 }
 
+HfRopeConfig LoadLayer(const std::string& name, absl::string_view layer) {
+  absl::StatusOr<HfRopeConfig> config = LoadHfRopeConfig(FixturePath(name), layer);
+  EXPECT_THAT(config, IsOk());
+  return config.ok() ? *config : HfRopeConfig();
+}
+
+std::vector<int> Sections(const v1::Rope& rope) {
+  return {rope.mrope_section().begin(), rope.mrope_section().end()};
+}
+
+TEST(HfConfigTest, QwenVlFamiliesReadTheirSections) {
+  for (const char* name : {"qwen2-vl-7b-instruct.json", "qwen2.5-vl-7b-instruct.json"}) {
+    const HfRopeConfig c = LoadFixture(name);
+    EXPECT_EQ(c.head_dim, 128) << name;  // 3584 / 28
+    EXPECT_EQ(c.num_key_value_heads, 4) << name;
+    EXPECT_DOUBLE_EQ(c.rope.base(), 1e6) << name;
+    EXPECT_EQ(Sections(c.rope), (std::vector<int>{16, 24, 24})) << name;
+    EXPECT_FALSE(c.rope.mrope_interleaved()) << name;
+    EXPECT_EQ(c.rope.scaling().type(), v1::NONE) << name;
+  }
+  const HfRopeConfig q3 = LoadFixture("qwen3-vl-8b-instruct.json");  // nested text_config
+  EXPECT_EQ(q3.model_type, "qwen3_vl");
+  EXPECT_EQ(q3.head_dim, 128);
+  EXPECT_EQ(q3.num_attention_heads, 32);
+  EXPECT_EQ(q3.num_key_value_heads, 8);
+  EXPECT_DOUBLE_EQ(q3.rope.base(), 5e6);
+  EXPECT_EQ(Sections(q3.rope), (std::vector<int>{24, 20, 20}));
+  EXPECT_TRUE(q3.rope.mrope_interleaved());
+}
+
+TEST(HfConfigTest, GemmaLayerTypes) {
+  const HfRopeConfig full = LoadLayer("gemma-3-4b-it.json", "");
+  EXPECT_EQ(full.layer_type, "full_attention");
+  EXPECT_EQ(full.head_dim, 256);
+  EXPECT_DOUBLE_EQ(full.rope.base(), 1e6);
+  EXPECT_EQ(full.rope.scaling().type(), v1::LINEAR);
+  EXPECT_DOUBLE_EQ(full.rope.scaling().factor(), 8.0);
+  const HfRopeConfig sliding = LoadLayer("gemma-3-4b-it.json", "sliding_attention");
+  EXPECT_DOUBLE_EQ(sliding.rope.base(), 1e4);
+  EXPECT_FALSE(sliding.rope.has_scaling());
+
+  const HfRopeConfig g4 = LoadLayer("gemma-4-e2b-it.json", "full_attention");
+  EXPECT_EQ(g4.head_dim, 512);  // global_head_dim
+  EXPECT_EQ(g4.rotary_dim, 512);
+  EXPECT_DOUBLE_EQ(g4.rope.base(), 1e6);
+  EXPECT_EQ(g4.rope.scaling().type(), v1::PROPORTIONAL);
+  EXPECT_DOUBLE_EQ(g4.rope.scaling().rope_proportion(), 0.25);
+  const HfRopeConfig g4s = LoadLayer("gemma-4-e2b-it.json", "sliding_attention");
+  EXPECT_EQ(g4s.head_dim, 256);
+  EXPECT_DOUBLE_EQ(g4s.rope.base(), 1e4);
+  EXPECT_EQ(g4s.rope.scaling().type(), v1::NONE);
+
+  EXPECT_THAT(LoadHfRopeConfig(FixturePath("gemma-3-4b-it.json"), "local").status().message(),
+              HasSubstr("layer_type 'local' is unknown"));
+  EXPECT_THAT(LoadHfRopeConfig(FixturePath("llama-3.1-8b.json"), "sliding_attention")
+                  .status()
+                  .message(),
+              HasSubstr("has no per-layer RoPE"));
+}
+
+TEST(HfConfigTest, Llama4AndGlmRotateInterleavedPairs) {
+  const HfRopeConfig l4 = LoadFixture("llama-4-scout-17b-16e.json");
+  EXPECT_EQ(l4.rope.style(), v1::GPTJ);
+  EXPECT_EQ(l4.head_dim, 128);
+  EXPECT_EQ(l4.num_attention_heads, 40);
+  EXPECT_EQ(l4.rope.scaling().type(), v1::LLAMA3);
+  EXPECT_DOUBLE_EQ(l4.rope.scaling().factor(), 16.0);
+  EXPECT_DOUBLE_EQ(l4.rope.scaling().high_freq_factor(), 1.0);
+  const HfRopeConfig glm = LoadFixture("glm-4-9b-chat-hf.json");
+  EXPECT_EQ(glm.rope.style(), v1::GPTJ);
+  EXPECT_EQ(glm.rotary_dim, 64);  // partial_rotary_factor 0.5
+  EXPECT_EQ(glm.rope.rotary_dim(), 64);
+  EXPECT_EQ(glm.num_key_value_heads, 2);
+}
+
+TEST(HfConfigTest, QwenVlWithoutSectionsIsRefused) {
+  const absl::StatusOr<HfRopeConfig> c = Parse(
+      R"({"model_type": "qwen2_vl", "head_dim": 128, "rope_scaling": {"type": "mrope"}})");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("rope_scaling.mrope_section is required"));
+}
+
 TEST(HfConfigTest, Qwen25WithYarn) {
   const HfRopeConfig c = LoadFixture("qwen2.5-7b-yarn.json");
   EXPECT_EQ(c.head_dim, 128);  // 3584 / 28

@@ -1011,3 +1011,87 @@ TEST(ApplyRope, GqaAndMqaKeysRotatedByTheirPositions) {
 
 }  // namespace
 }  // namespace posenc
+
+namespace posenc {
+namespace {
+
+// HF get_rope_index's layout, written out by hand: text(2), an image 1x2x3, a video 2x1x2
+// with temporal_scale 1.5 (t at 5 + floor(1.5 t)), text(1); every axis shifted by 10.
+TEST(AxisPositions, SegmentsLayOutLikeGetRopeIndex) {
+  PositionsSpec spec;
+  spec.mrope_segments = {{2, 0, 0, 0, 1.0}, {0, 1, 2, 3, 1.0}, {0, 2, 1, 2, 1.5}, {1, 0, 0, 0, 1.0}};
+  const std::vector<int64_t> offsets = {10};
+  spec.offsets = offsets;
+  absl::StatusOr<AxisPositionGrid> grid = ResolveAxisPositions(spec, 3, 1, 13);
+  ASSERT_THAT(grid, IsOk());
+  const std::vector<int64_t> t = {0, 1, 2, 2, 2, 2, 2, 2, 5, 5, 6, 6, 7};
+  const std::vector<int64_t> h = {0, 1, 2, 2, 2, 3, 3, 3, 5, 5, 5, 5, 7};
+  const std::vector<int64_t> w = {0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 5, 6, 7};
+  for (int64_t i = 0; i < 13; ++i) {
+    EXPECT_EQ(grid->At(0, 0, i), t[i] + 10) << i;
+    EXPECT_EQ(grid->At(1, 0, i), h[i] + 10) << i;
+    EXPECT_EQ(grid->At(2, 0, i), w[i] + 10) << i;
+  }
+  EXPECT_EQ(grid->max_position, 17);
+
+  spec.mrope_segments.push_back({1, 0, 0, 0, 1.0});
+  EXPECT_THAT(ResolveAxisPositions(spec, 3, 1, 13).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("positions.mrope_segments cover more than 13 tokens")));
+  EXPECT_THAT(ResolveAxisPositions(spec, 2, 1, 14).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("need 3 axes")));
+}
+
+// A token whose axes differ gets a row assembled from its axes' positions; on every ISA
+// the rotation equals the one from rows computed directly (FillRopeTokenRow).
+TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
+  std::vector<Isa> isas = {Isa::kScalar};
+  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  const int64_t batch = 2, seq = 5, heads = 3, head_dim = 40;
+  for (bool interleaved : {false, true}) {
+    RopeSpec spec;
+    spec.base = 1e6;
+    spec.rotary_dim = 32;
+    spec.mrope_section = {4, 6, 6};
+    spec.mrope_interleaved = interleaved;
+    // [3 axes][batch][seq]
+    const std::vector<int64_t> ids = {0, 1, 1, 1, 4, 7, 8, 8, 9, 9,  //
+                                      0, 1, 1, 2, 4, 7, 8, 9, 9, 12, //
+                                      0, 1, 2, 1, 4, 7, 8, 9, 8, 13};
+    PositionsSpec positions;
+    positions.axis_ids = ids;
+    absl::StatusOr<RopeFrequencies> freqs = ComputeRopeFrequencies(spec, 32, 14);
+    ASSERT_THAT(freqs, IsOk());
+    const std::vector<float> src = RandomFloats(batch * seq * heads * head_dim, 5);
+    std::vector<float> want = src;
+    std::vector<float> rows(batch * seq * 32);
+    std::vector<const float*> token_rows;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t s = 0; s < seq; ++s) {
+        const int64_t p[3] = {ids[b * seq + s], ids[10 + b * seq + s], ids[20 + b * seq + s]};
+        float* row = &rows[(b * seq + s) * 32];
+        FillRopeTokenRow(*freqs, p, row, nullptr);
+        token_rows.push_back(row);
+      }
+    }
+    const RopeGeometry g{batch, seq, heads, head_dim, seq * heads * head_dim, heads * head_dim,
+                         head_dim};
+    const Shape shape{batch, seq, heads, head_dim};
+    RopeRotateInPlace({DType::kFloat32, shape, want.data()}, g, RopePairing::kRotateHalf, 32,
+                      token_rows, RopeIsa::kScalar);
+    for (Isa isa : isas) {
+      const ScopedIsaOverride scope(isa);
+      TableCache cache(1 << 20);
+      std::vector<float> got = src;
+      ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, got.data()}, nullptr, positions, cache),
+                  IsOk());
+      // Vector kernels use FMA: within a float32 rounding or two of the scalar formula.
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-6f) << IsaName(isa) << " " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace posenc

@@ -131,7 +131,8 @@ absl::Status LayOutSegments(const std::vector<MropeSegmentSpec>& segments, int64
   }
   if (total != seq) {
     return absl::InvalidArgumentError(
-        absl::StrCat("positions.mrope_segments cover ", total > seq ? "more than " : "", total,
+        absl::StrCat("positions.mrope_segments cover ",
+                     total > seq ? absl::StrCat("more than ", seq) : absl::StrCat(total),
                      " tokens; they must cover seq = ", seq));
   }
   grid.pos.resize(static_cast<size_t>(3 * seq));

@@ -282,7 +282,18 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
   }
   out.built.resize(static_cast<size_t>(mixed * width));
   const int64_t half = rotary_dim / 2;
-  const uint8_t* slot_axis = freqs.slot_axis.data();
+  // Slots in runs of one axis (Qwen2-VL's sections: three runs; interleaved: mostly runs of
+  // one), copied run by run from the table rows of their axis.
+  struct Run {
+    int64_t first, count;
+    int axis;
+  };
+  std::vector<Run> runs;
+  for (int64_t f = 0; f < half && positions.axes != nullptr; ++f) {
+    const int axis = freqs.slot_axis[f];
+    if (runs.empty() || runs.back().axis != axis) runs.push_back({f, 0, axis});
+    ++runs.back().count;
+  }
   float* next = out.built.data();
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t s = 0; s < q.seq; ++s) {  // seq
@@ -291,12 +302,15 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
       if (positions.Get(g, s, p)) {
         row = table.Row(p[0]);
       } else {
-        // Slot f (cos at f, sin at half + f; the key's at rotary_dim + ...) from axis
-        // slot_axis[f]'s table row.
+        // Slot f (cos at f, sin at half + f; the key's at rotary_dim + ...) from the
+        // table row of its axis.
         const float* axis_rows[kMaxRopeAxes];
         for (int a = 0; a < positions.axes->num_axes; ++a) axis_rows[a] = table.Row(p[a]);
         for (int64_t part = 0; part < width; part += half) {
-          for (int64_t f = 0; f < half; ++f) next[part + f] = axis_rows[slot_axis[f]][part + f];
+          for (const Run& run : runs) {
+            const int64_t at = part + run.first;
+            std::copy_n(axis_rows[run.axis] + at, run.count, next + at);
+          }
         }
         row = next;
         next += width;

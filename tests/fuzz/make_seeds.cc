@@ -196,6 +196,37 @@ std::vector<std::pair<std::string, v1::EncodeRequest>> RopeSeeds() {
   v1::EncodeRequest half = RopeRequest(v1::BHSD, v1::FLOAT16);
   half.mutable_positions()->add_offsets(1000000);
   out.emplace_back("rope_f16_offset", half);
+  // Multimodal RoPE: per-axis ids, prompt segments (interleaved, temporal scale), and
+  // axial, xPos and proportional variants.
+  v1::EncodeRequest mrope = RopeRequest(v1::BSHD);
+  for (int sct : {2, 3, 3}) mrope.mutable_rope()->add_mrope_section(sct);
+  for (int i = 0; i < 3 * 2 * 8; ++i) mrope.mutable_positions()->add_axis_ids((i * 7) % 11);
+  out.emplace_back("rope_mrope_axis_ids", mrope);
+  v1::EncodeRequest segments = RopeRequest(v1::BHSD, v1::BFLOAT16);
+  for (int sct : {2, 3, 3}) segments.mutable_rope()->add_mrope_section(sct);
+  segments.mutable_rope()->set_mrope_interleaved(true);
+  segments.mutable_positions()->add_mrope_segments()->set_text_length(2);
+  v1::MropeSegment* grid = segments.mutable_positions()->add_mrope_segments();
+  grid->set_grid_t(2);
+  grid->set_grid_h(1);
+  grid->set_grid_w(2);
+  grid->set_temporal_scale(1.5);
+  segments.mutable_positions()->add_mrope_segments()->set_text_length(2);
+  segments.mutable_positions()->add_offsets(5);
+  out.emplace_back("rope_mrope_segments", segments);
+  v1::EncodeRequest axial = RopeRequest(v1::THD);
+  axial.mutable_rope()->set_axial_axes(2);
+  axial.mutable_positions()->clear_ids();
+  for (int i = 0; i < 12; ++i) axial.mutable_positions()->add_axis_ids(i % 3);
+  out.emplace_back("rope_axial_thd", axial);
+  v1::EncodeRequest xpos = RopeRequest(v1::BSHD, v1::FLOAT16);
+  xpos.mutable_rope()->set_xpos_scale_base(512);
+  xpos.mutable_rope()->set_xpos_center(3);
+  out.emplace_back("rope_xpos", xpos);
+  v1::EncodeRequest proportional = RopeRequest(v1::BSHD);
+  proportional.mutable_rope()->mutable_scaling()->set_type(v1::PROPORTIONAL);
+  proportional.mutable_rope()->mutable_scaling()->set_rope_proportion(0.25);
+  out.emplace_back("rope_proportional", proportional);
   return out;
 }
 

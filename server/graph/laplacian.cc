@@ -29,42 +29,6 @@ constexpr double kSignTieTolerance = 1e-6;
 // degree 1; higher degrees only add products.
 constexpr int kChebyshevDegree = 12;
 
-// Symmetric adjacency in CSR form: unique neighbours, no self-loops.
-struct Adjacency {
-  std::vector<int64_t> offsets;  // num_nodes + 1
-  std::vector<int32_t> neighbors;
-  int64_t Degree(int32_t v) const { return offsets[v + 1] - offsets[v]; }
-};
-
-Adjacency BuildAdjacency(int64_t num_nodes, absl::Span<const int64_t> edges) {
-  std::vector<std::pair<int32_t, int32_t>> pairs;
-  pairs.reserve(edges.size() / 2);
-  for (size_t e = 0; e + 1 < edges.size(); e += 2) {
-    int32_t u = static_cast<int32_t>(edges[e]), v = static_cast<int32_t>(edges[e + 1]);
-    if (u == v) continue;
-    if (u > v) std::swap(u, v);
-    pairs.emplace_back(u, v);
-  }
-  std::sort(pairs.begin(), pairs.end());
-  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-
-  Adjacency adj;
-  adj.offsets.assign(static_cast<size_t>(num_nodes) + 1, 0);
-  for (const auto& [u, v] : pairs) {
-    ++adj.offsets[u + 1];
-    ++adj.offsets[v + 1];
-  }
-  for (int64_t i = 0; i < num_nodes; ++i) adj.offsets[i + 1] += adj.offsets[i];
-  adj.neighbors.resize(pairs.size() * 2);
-  std::vector<int64_t> next(adj.offsets.begin(), adj.offsets.end() - 1);
-  for (const auto& [u, v] : pairs) {
-    adj.neighbors[next[u]++] = v;
-    adj.neighbors[next[v]++] = u;
-  }
-  // Pairs were sorted, so each neighbour list is ascending already.
-  return adj;
-}
-
 // Connected components, numbered in order of their smallest node.
 std::vector<std::vector<int32_t>> Components(const Adjacency& adj, int64_t num_nodes) {
   std::vector<std::vector<int32_t>> components;
@@ -442,16 +406,7 @@ absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& nu
 }
 
 absl::Status ValidateGraph(const GraphSpec& spec, const GraphLimits& limits) {
-  if (spec.num_nodes < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_nodes is ", spec.num_nodes, "; it must be >= 1"));
-  }
-  const int64_t max_nodes =
-      std::min<int64_t>(limits.max_nodes, std::numeric_limits<int32_t>::max());
-  if (spec.num_nodes > max_nodes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "num_nodes is ", spec.num_nodes, "; this server accepts at most ", max_nodes));
-  }
+  RETURN_IF_ERROR(ValidateNodesAndEdges(spec.num_nodes, spec.edges, limits));
   if (spec.k < 1) {
     return absl::InvalidArgumentError(absl::StrCat("k is ", spec.k, "; it must be >= 1"));
   }
@@ -463,22 +418,6 @@ absl::Status ValidateGraph(const GraphSpec& spec, const GraphLimits& limits) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "num_nodes * k is ", spec.num_nodes, " * ", spec.k, " = ", spec.num_nodes * spec.k,
         "; this server returns at most ", limits.max_output_elements, " elements"));
-  }
-  if (spec.edges.size() % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "edges has ", spec.edges.size(), " entries; it must be pairs u0, v0, u1, v1, ..."));
-  }
-  if (static_cast<int64_t>(spec.edges.size() / 2) > limits.max_edges) {
-    return absl::ResourceExhaustedError(absl::StrCat("edges has ", spec.edges.size() / 2,
-                                                     " pairs; this server accepts at most ",
-                                                     limits.max_edges));
-  }
-  for (size_t e = 0; e < spec.edges.size(); ++e) {
-    if (spec.edges[e] < 0 || spec.edges[e] >= spec.num_nodes) {
-      return absl::InvalidArgumentError(absl::StrCat("edges[", e, "] is ", spec.edges[e],
-                                                     "; node ids must be in [0, ",
-                                                     spec.num_nodes, ")"));
-    }
   }
   return absl::OkStatus();
 }

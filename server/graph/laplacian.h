@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/common/cancel.h"
+#include "server/graph/graph_common.h"
 
 namespace posenc {
 
@@ -22,26 +23,6 @@ struct GraphSpec {
   absl::Span<const int64_t> edges;
   int32_t k = 0;
   bool normalized = false;
-};
-
-// Requests past the size limits get RESOURCE_EXHAUSTED; the solver knobs are for tuning and
-// tests.
-struct GraphLimits {
-  int64_t max_nodes = 1'000'000;
-  int64_t max_edges = 10'000'000;  // node pairs in the request, before de-duplication
-  int32_t max_k = 512;
-  int64_t max_output_elements = int64_t{1} << 26;  // num_nodes * k
-  // Memory the Lanczos basis may take (about num_nodes * (2k + 34) doubles).
-  int64_t max_solver_bytes = int64_t{2} << 30;
-
-  // Connected components up to this many nodes use the dense solver (O(n^3), all vectors).
-  // Measured (random graph, k 16): dense 0.15 s at 500 nodes, 1 s at 1000, 8 s at 2000;
-  // Lanczos 0.03-0.4 s over the same sizes.
-  int64_t dense_max_nodes = 500;
-  // Larger components use shift-invert on a sparse LDL^T factor when the factor has at most
-  // this many entries per Laplacian entry (meshes, grids, trees), else Lanczos on a Chebyshev
-  // filter of L (expander-like graphs, which factor badly but have wide spectral gaps).
-  double max_factor_fill = 40.0;
 };
 
 struct GraphEncoding {

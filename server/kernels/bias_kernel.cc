@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
@@ -391,6 +392,91 @@ absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
   return absl::OkStatus();
 }
 
+
+absl::Status ValidateShawSpec(const ShawSpec& spec) {
+  if (spec.max_relative_position < 1 || spec.max_relative_position > kMaxShawRelativePosition) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shaw.max_relative_position is ", spec.max_relative_position,
+                     "; it must be in [1, ", kMaxShawRelativePosition, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateShawTableShape(const ShawSpec& spec, absl::Span<const int64_t> table_shape,
+                                    std::string_view field) {
+  const int64_t rows = 2 * int64_t{spec.max_relative_position} + 1;
+  if (table_shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Sv(field), " has shape ", ShapeString(table_shape), "; it must be [2k + 1, d]"));
+  }
+  if (table_shape[0] != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Sv(field), ".shape[0] is ", table_shape[0], "; it must be 2 * shaw.max_relative_position",
+        " + 1 (", rows, ")"));
+  }
+  if (table_shape[1] < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(field), ".shape[1] (d) is ", table_shape[1], "; it must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// HF's log_pos before the sign, in torch's float32 steps (see DebertaLogBucket).
+// REQUIRES: abs_pos > mid >= 1.
+float DebertaLogPosition(int64_t abs_pos, int64_t mid, int32_t max_position) {
+  // abs_pos / mid: torch true-divides an int64 tensor by a Python int in float32.
+  const float ratio = static_cast<float>(abs_pos) / static_cast<float>(mid);
+  const float log_ratio = static_cast<float>(std::log(static_cast<double>(ratio)));
+  // torch.tensor((max_position - 1) / mid): Python's float64 quotient stored as float32.
+  const float range =
+      static_cast<float>(static_cast<double>(max_position - 1) / static_cast<double>(mid));
+  const float log_range = static_cast<float>(std::log(static_cast<double>(range)));
+  const float scaled = log_ratio / log_range * static_cast<float>(mid - 1);
+  return std::ceil(scaled) + static_cast<float>(mid);
+}
+
+}  // namespace
+
+absl::Status ValidateDebertaSpec(const DebertaSpec& spec, const BiasGeometry& geom) {
+  if (!spec.Bucketed()) {
+    // The largest |query_pos - key_pos| of the request.
+    const int64_t farthest =
+        std::max(geom.query_offset + geom.query_length - 1, geom.key_length - 1);
+    constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+    if (farthest > kInt32Max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "query_offset + query_length and key_length reach relative position ", farthest,
+          "; without deberta buckets the INT32 output holds at most ", kInt32Max));
+    }
+    return absl::OkStatus();
+  }
+  // HF divides by mid = position_buckets // 2 (Python raises ZeroDivisionError at 0).
+  if (spec.position_buckets < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deberta.position_buckets is ", spec.position_buckets,
+                     "; it must be >= 2 (or <= 0 for no buckets)"));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<int32_t> DebertaLogBucket(int64_t relative_position, int32_t bucket_size,
+                                        int32_t max_position) {
+  const int64_t mid = bucket_size / 2;
+  const int64_t rel = relative_position;
+  const int64_t abs_pos = (rel < mid && rel > -mid) ? mid - 1 : (rel < 0 ? -rel : rel);
+  // where(abs_pos <= mid, rel, ...): rel is exact in float32 there (|rel| <= mid < 2^30).
+  if (abs_pos <= mid) return static_cast<int32_t>(rel);
+  const float sign = rel > 0 ? 1.0f : -1.0f;
+  const float bucket = DebertaLogPosition(abs_pos, mid, max_position) * sign;
+  // A zero or negative log range (max_position <= mid + 1) can give inf, NaN or huge values
+  // that torch's .long() would not turn into a meaningful id.
+  if (!(std::fabs(bucket) < 2147483648.0f)) return std::nullopt;
+  // .to(torch.long) truncates toward zero; the value is integral already.
+  return static_cast<int32_t>(bucket);
+}
+
 double AlibiSlope(int32_t h, int32_t num_heads, double max_bias) {
   // n: the largest power of two <= num_heads.
   int32_t n = 1;
@@ -540,6 +626,210 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
   RETURN_IF_ERROR(ValidateScores(geom, heads, "t5.table.shape[1]", scores));
   const std::vector<int32_t> buckets = T5RowBuckets(spec, geom);
   AddBiasHeads(geom, heads, scores, T5RowFill{buckets, table, heads});
+  return absl::OkStatus();
+}
+
+namespace {
+
+// clamp(e, -k, k) + k: the Shaw index of relative position e = key_pos - query_pos.
+int32_t ShawIndexOf(int64_t e, int32_t k) {
+  return static_cast<int32_t>(std::clamp<int64_t>(e, -k, k) + k);
+}
+
+absl::Status ValidateShawCall(const ShawSpec& spec, const BiasGeometry& geom) {
+  RETURN_IF_ERROR(ValidateShawSpec(spec));
+  return ValidateBiasGeometry(geom);
+}
+
+// out[r - first] = dot(q, table[r]) for r in [first, last], float32 with FMA. One function
+// per ISA: the AVX2 one takes four table rows per pass over q (its loads shared), eight lanes
+// of d at a time, the d tail in scalar FMAs.
+using ShawDotsFn = void (*)(const float* q, const float* table, int64_t dim, int64_t first,
+                            int64_t last, float* out);
+
+void ShawDotsScalar(const float* q, const float* table, int64_t dim, int64_t first,
+                    int64_t last, float* out) {
+  for (int64_t r = first; r <= last; ++r) {  // relative index
+    const float* row = table + r * dim;
+    float acc = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) acc = std::fma(q[d], row[d], acc);  // feature
+    out[r - first] = acc;
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
+  const __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pairs = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  return _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1)));
+}
+
+__attribute__((target("avx2,fma"))) void ShawDotsAvx2(const float* q, const float* table,
+                                                       int64_t dim, int64_t first,
+                                                       int64_t last, float* out) {
+  const int64_t body = dim - dim % 8;
+  int64_t r = first;
+  for (; r + 3 <= last; r += 4) {  // relative index, four rows per pass
+    const float* t0 = table + r * dim;
+    const float* t1 = t0 + dim;
+    const float* t2 = t1 + dim;
+    const float* t3 = t2 + dim;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t d = 0; d < body; d += 8) {  // feature
+      const __m256 x = _mm256_loadu_ps(q + d);
+      a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(t0 + d), a0);
+      a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(t1 + d), a1);
+      a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(t2 + d), a2);
+      a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(t3 + d), a3);
+    }
+    float s0 = HorizontalSum(a0), s1 = HorizontalSum(a1), s2 = HorizontalSum(a2),
+          s3 = HorizontalSum(a3);
+    for (int64_t d = body; d < dim; ++d) {
+      s0 = std::fma(q[d], t0[d], s0);
+      s1 = std::fma(q[d], t1[d], s1);
+      s2 = std::fma(q[d], t2[d], s2);
+      s3 = std::fma(q[d], t3[d], s3);
+    }
+    out[r - first] = s0;
+    out[r - first + 1] = s1;
+    out[r - first + 2] = s2;
+    out[r - first + 3] = s3;
+  }
+  for (; r <= last; ++r) {
+    const float* t0 = table + r * dim;
+    __m256 a0 = _mm256_setzero_ps();
+    for (int64_t d = 0; d < body; d += 8) {
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(t0 + d), a0);
+    }
+    float s0 = HorizontalSum(a0);
+    for (int64_t d = body; d < dim; ++d) s0 = std::fma(q[d], t0[d], s0);
+    out[r - first] = s0;
+  }
+}
+
+ShawDotsFn ShawDotsFor() {
+  const Isa isa = IsaOverride().value_or(CpuBestIsa());
+  return isa == Isa::kScalar ? ShawDotsScalar : ShawDotsAvx2;
+}
+
+}  // namespace
+
+absl::Status BuildShawIndex(const ShawSpec& spec, const BiasGeometry& geom, int32_t* out) {
+  RETURN_IF_ERROR(ValidateShawCall(spec, geom));
+  if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
+  std::vector<int32_t> rel(static_cast<size_t>(RelativeRowLength(geom)));
+  for (size_t t = 0; t < rel.size(); ++t) {
+    rel[t] = ShawIndexOf(RelativeOffsetAt(geom, static_cast<int64_t>(t)),
+                         spec.max_relative_position);
+  }
+  const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
+  CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
+  return absl::OkStatus();
+}
+
+absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
+                                 const float* table, int64_t dim, float* out) {
+  RETURN_IF_ERROR(ValidateShawCall(spec, geom));
+  if (table == nullptr || out == nullptr || dim < 1) {
+    return absl::InvalidArgumentError("shaw embeddings need a table, dim >= 1 and an output");
+  }
+  const int64_t q = geom.query_length, k = geom.key_length;
+  const int32_t kmax = spec.max_relative_position;
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+  const KernelThreadLease lease(static_cast<size_t>(q * k) * row_bytes);
+  ParallelFor(lease.threads(), q, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {  // query
+      const int64_t query_pos = geom.query_offset + i;
+      float* row = out + i * k * dim;
+      for (int64_t j = 0; j < k; ++j) {  // key
+        std::memcpy(row + j * dim, table + ShawIndexOf(j - query_pos, kmax) * dim, row_bytes);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
+                           int64_t dim, const ConstTensorView& query, const TensorView& out,
+                           bool add_to_out) {
+  RETURN_IF_ERROR(ValidateShawCall(spec, geom));
+  if (table == nullptr || dim < 1) {
+    return absl::InvalidArgumentError("shaw.table has no data");
+  }
+  if (!IsFloat(query.dtype) || query.shape.size() != 4 ||
+      query.shape[2] != geom.query_length || query.shape[3] != dim || query.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query is ", ShapeString(query.shape), " ", DTypeName(query.dtype),
+        "; it must be [batch, heads, query_length (", geom.query_length, "), d (", dim,
+        ")] FLOAT32, FLOAT16 or BFLOAT16"));
+  }
+  RETURN_IF_ERROR(ValidateScores(geom, query.shape[1], "query.shape[1]", out));
+  if (out.shape[0] != query.shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("scores.shape[0] (batch) is ", out.shape[0],
+                                                   "; it must equal query.shape[0] (",
+                                                   query.shape[0], ")"));
+  }
+  const int64_t q = geom.query_length, k = geom.key_length;
+  const int32_t kmax = spec.max_relative_position;
+  const int64_t rows = query.shape[0] * query.shape[1] * q;
+  const size_t q_elem = DTypeSize(query.dtype), out_elem = DTypeSize(out.dtype);
+  const ShawDotsFn dots = ShawDotsFor();
+  const AddBiasRowFn add_row = BiasRowFor(out.dtype);
+  // The work is the dot products (d multiply-adds per reached distance) and the row pass.
+  const int64_t reach = std::min<int64_t>(2 * int64_t{kmax} + 1, k);
+  const KernelThreadLease lease(WorkBytes(rows * (reach * dim / 8 + k)));
+  ParallelFor(lease.threads(), rows, [&](int64_t first, int64_t last) {
+    std::vector<float> q_row(static_cast<size_t>(dim));
+    std::vector<float> dots_row(static_cast<size_t>(reach));
+    std::vector<float> term(static_cast<size_t>(k));
+    for (int64_t row = first; row < last; ++row) {  // (batch, head, query)
+      const int64_t query_pos = geom.query_offset + row % q;
+      ToFloat32(query.dtype, static_cast<const char*>(query.data) + row * dim * q_elem,
+                q_row.data(), static_cast<size_t>(dim));
+      // The table rows this query's keys reach: key 0 and key k - 1 bound them.
+      const int64_t lo = ShawIndexOf(-query_pos, kmax);
+      const int64_t hi = ShawIndexOf(k - 1 - query_pos, kmax);
+      dots(q_row.data(), table, dim, lo, hi, dots_row.data());
+      for (int64_t j = 0; j < k; ++j) {  // key
+        term[j] = dots_row[ShawIndexOf(j - query_pos, kmax) - lo];
+      }
+      void* out_row = static_cast<char*>(out.data) + row * k * out_elem;
+      if (add_to_out) {
+        add_row(out_row, term.data(), k);
+      } else {
+        FromFloat32(term.data(), out.dtype, out_row, static_cast<size_t>(k));
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& geom,
+                                   int32_t* out) {
+  RETURN_IF_ERROR(ValidateBiasGeometry(geom));
+  RETURN_IF_ERROR(ValidateDebertaSpec(spec, geom));
+  if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
+  std::vector<int32_t> rel(static_cast<size_t>(RelativeRowLength(geom)));
+  for (size_t t = 0; t < rel.size(); ++t) {
+    // query_pos - key_pos: the negated key - query offset.
+    const int64_t e = -RelativeOffsetAt(geom, static_cast<int64_t>(t));
+    if (!spec.Bucketed()) {
+      rel[t] = static_cast<int32_t>(e);
+      continue;
+    }
+    const std::optional<int32_t> bucket =
+        DebertaLogBucket(e, spec.position_buckets, spec.max_relative_positions);
+    if (!bucket) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "deberta.max_relative_positions is ", spec.max_relative_positions,
+          "; with position_buckets ", spec.position_buckets, " relative position ", e,
+          " has no finite INT32 bucket (HF's log((max_relative_positions - 1) / ",
+          "(position_buckets / 2)) must be > 0: max_relative_positions > ",
+          spec.position_buckets / 2 + 1, ")"));
+    }
+    rel[t] = *bucket;
+  }
+  const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
+  CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
   return absl::OkStatus();
 }
 

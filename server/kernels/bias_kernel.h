@@ -1,10 +1,13 @@
-// Attention-score biases: ALiBi (Press et al.; BLOOM's slopes) and T5 relative-position
-// buckets (HF transformers' _relative_position_bucket), built into a caller-owned buffer or
-// added in place to attention scores. Pure functions; thread-safe; nothing is retained.
+// Attention-score biases: ALiBi (Press et al.; BLOOM's slopes), T5 relative-position
+// buckets (HF transformers' _relative_position_bucket), Shaw et al. 2018 relative positions
+// (tensor2tensor's _generate_relative_positions_matrix: indices, embeddings and the query
+// term) and DeBERTa-v2's log buckets (HF build_relative_position), built into a caller-owned
+// buffer or added in place to attention scores. Pure functions; thread-safe; nothing is retained.
 // Outputs are owned by the caller, who sizes them after Validate*() succeeds.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +30,21 @@ struct T5Spec {
   int32_t max_distance = 128;
   bool bidirectional = true;
 };
+
+// Shaw et al.: index[i][j] = clamp(key_pos - query_pos, -k, k) + k, k = max_relative_position.
+struct ShawSpec {
+  int32_t max_relative_position = 0;
+};
+
+// DeBERTa-v2: rel = query_pos - key_pos, log-bucketed when both fields are > 0.
+struct DebertaSpec {
+  int32_t position_buckets = 256;
+  int32_t max_relative_positions = 512;
+  bool Bucketed() const { return position_buckets > 0 && max_relative_positions > 0; }
+};
+
+// Largest shaw.max_relative_position: the index 2k stays inside int32.
+inline constexpr int32_t kMaxShawRelativePosition = (int32_t{1} << 30) - 1;
 
 // Query i has position query_offset + i, key j has position j.
 struct BiasGeometry {
@@ -66,6 +84,17 @@ absl::Status ValidateT5TableShape(const T5Spec& spec, absl::Span<const int64_t> 
 absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
                             std::string_view heads_field, const TensorView& scores);
 
+// shaw.max_relative_position in [1, kMaxShawRelativePosition].
+absl::Status ValidateShawSpec(const ShawSpec& spec);
+// When bucketed: deberta.position_buckets >= 2 (HF divides by mid = buckets / 2); a
+// max_relative_positions whose buckets are not finite INT32 values (max <= mid + 1 can give
+// them) is refused by BuildDebertaPositions at the first such position. Unbucketed, the raw
+// distances must fit INT32: every position < 2^31.
+absl::Status ValidateDebertaSpec(const DebertaSpec& spec, const BiasGeometry& geom);
+// A Shaw table [2k + 1, d], d >= 1. `field` names the table in messages.
+absl::Status ValidateShawTableShape(const ShawSpec& spec, absl::Span<const int64_t> table_shape,
+                                    std::string_view field = "shaw.table");
+
 // --- Scalars. -----------------------------------------------------------------------------
 
 // Slope of head h (0-based): 2^(-max_bias/n * (h+1)) for h < n, the largest power of two
@@ -80,6 +109,16 @@ std::vector<double> AlibiSlopes(int32_t num_heads, double max_bias = 8.0);
 // then min with num_buckets-1. REQUIRES: ValidateT5Spec OK.
 int32_t T5RelativeBucket(int64_t relative_position, bool bidirectional, int32_t num_buckets,
                          int32_t max_distance);
+
+// HF DeBERTa-v2's make_log_bucket_position for one relative position, reproducing torch's
+// float32 arithmetic: sign; mid = bucket_size / 2; abs_pos = mid - 1 inside (-mid, mid), else
+// |rel|; log_pos = ceil(log(float(abs_pos) / mid) / log(float((max_position - 1) / mid)) *
+// (mid - 1)) + mid, every step rounded to float32 (the logs correctly rounded); the bucket is
+// rel where abs_pos <= mid, else log_pos * sign, truncated to an integer. Not clamped (HF
+// does not clamp either). nullopt where that float value is not finite or past INT32.
+// REQUIRES: ValidateDebertaSpec OK with both fields > 0.
+std::optional<int32_t> DebertaLogBucket(int64_t relative_position, int32_t bucket_size,
+                                        int32_t max_position);
 
 // --- Kernels. Each validates its arguments again (cheaply) and returns INVALID_ARGUMENT on
 // misuse; beyond the outputs they allocate O(query_length + key_length), never O(q*k). ----
@@ -100,6 +139,26 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
 // scores [batch, heads, q, k] += table[bucket, h], in the scores' dtype.
 absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float* table,
                        int32_t heads, const TensorView& scores);
+
+// out: [query_length, key_length] int32 Shaw indices in [0, 2k].
+absl::Status BuildShawIndex(const ShawSpec& spec, const BiasGeometry& geom, int32_t* out);
+// table: [2k + 1, dim] float32; out: [q, k, dim] float32, out[i, j] = table[index[i][j]].
+absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
+                                 const float* table, int64_t dim, float* out);
+// The query term sum_d query[b, h, i, d] * table[index[i][j], d] for query [batch, heads,
+// q, dim] (any float dtype) and table [2k + 1, dim] float32. For each query row it takes the
+// dot products with the table rows that row's keys reach (at most min(2k + 1, key_length)),
+// once each, in float32 with FMA, then gathers them along the keys. `out` is [batch, heads,
+// q, k] in any float dtype: add_to_out false writes the term rounded once to out's dtype;
+// true adds it to out's values (scores) in float32 and rounds once. Beyond the output it
+// allocates O(min(2k + 1, k) + k + dim) per thread.
+absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
+                           int64_t dim, const ConstTensorView& query, const TensorView& out,
+                           bool add_to_out);
+// out: [query_length, key_length] int32, the relative position query_pos - key_pos, or its
+// log bucket when spec.Bucketed().
+absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& geom,
+                                   int32_t* out);
 
 // --- Plain per-element versions of the formulas, for tests. ------------------------------
 

@@ -64,7 +64,7 @@ TEST(BiasPlan, OutputShapeAndDtypeFollowTheScheme) {
 TEST(BiasPlan, ErrorsNameTheField) {
   const NamedTables tables = TablesWithT5(32, 4);
   EXPECT_THAT(PlanBias(BiasSpec{}, tables),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set alibi or t5")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set alibi, t5, shaw or deberta")));
   EXPECT_THAT(PlanBias(T5("nope", false), tables),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("t5.table 'nope'")));
   EXPECT_THAT(PlanBias(T5("", true), tables),
@@ -110,6 +110,155 @@ TEST(GraphPlan, ConcatenatesOntoTheInputInItsDtype) {
   const ConstTensorView wrong(DType::kFloat16, {2, 2}, half.data());
   EXPECT_THAT(ApplyGraph(spec, wrong, SchemeLimits{}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[num_nodes (3), d]")));
+}
+
+NamedTables TablesWith(const std::string& name, int64_t rows, int64_t cols) {
+  NamedTables tables;
+  auto t = std::make_shared<Table>();
+  t->rows = rows;
+  t->cols = cols;
+  t->data.assign(static_cast<size_t>(rows * cols), 0.25f);
+  EXPECT_THAT(tables.Add({name, t, DType::kFloat32}), IsOk());
+  return tables;
+}
+
+TEST(BiasPlan, ShawOutputsAndWhichTensorsGoWithIt) {
+  const NamedTables tables = TablesWith("rel", 5, 8);  // k = 2: [2k + 1, d = 8]
+  BiasSpec shaw;
+  shaw.shaw = ShawSpec{2};
+  shaw.geom = MakeBiasGeometry(3, 4);
+  auto plan = PlanBias(shaw, tables);  // no table: indices
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output_shape, ElementsAre(3, 4));
+  EXPECT_EQ(plan->output_dtype, DType::kInt32);
+  shaw.shaw_table = "rel";  // embeddings
+  plan = PlanBias(shaw, tables);
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output_shape, ElementsAre(3, 4, 8));
+  EXPECT_EQ(plan->output_dtype, DType::kFloat32);
+  shaw.query_shape = Shape{2, 6, 3, 8};  // the query term, in the query's dtype
+  shaw.query_dtype = DType::kBFloat16;
+  plan = PlanBias(shaw, tables);
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output_shape, ElementsAre(2, 6, 3, 4));
+  EXPECT_EQ(plan->output_dtype, DType::kBFloat16);
+  EXPECT_TRUE(plan->shaw_query_term);
+  EXPECT_THAT(BiasOutputBytes(*plan, SchemeLimits{}), IsOkAndHolds(int64_t{2 * 6 * 3 * 4 * 2}));
+
+  BiasSpec bad = shaw;
+  bad.query_shape = Shape{2, 6, 3, 7};
+  EXPECT_THAT(PlanBias(bad, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("d (8, shaw.table's width)")));
+  bad = shaw;
+  bad.shaw_table = "";
+  EXPECT_THAT(PlanBias(bad, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("query is set but shaw.table")));
+  bad.query_shape.reset();
+  bad.add_to_scores = true;
+  EXPECT_THAT(PlanBias(bad, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scores is set but shaw.table")));
+  bad.shaw_table = "rel";
+  EXPECT_THAT(PlanBias(bad, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scores is set but query")));
+  bad.shaw_table = "missing";
+  EXPECT_THAT(PlanBias(bad, tables),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("shaw.table 'missing'")));
+  bad = shaw;
+  bad.shaw = ShawSpec{3};  // the table has 5 rows, not 7
+  EXPECT_THAT(PlanBias(bad, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shaw.table.shape[0] is 5")));
+
+  BiasSpec deberta;
+  deberta.deberta = DebertaSpec{};
+  deberta.geom = MakeBiasGeometry(3, 4);
+  plan = PlanBias(deberta, tables);
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output_shape, ElementsAre(3, 4));
+  EXPECT_EQ(plan->output_dtype, DType::kInt32);
+  deberta.add_to_scores = true;
+  EXPECT_THAT(PlanBias(deberta, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scores is set; deberta")));
+  deberta.add_to_scores = false;
+  deberta.query_shape = Shape{1, 1, 3, 8};
+  EXPECT_THAT(PlanBias(deberta, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("query is set; only shaw")));
+}
+
+TEST(GraphPlan, EncodingsTheirFieldsAndTheInput) {
+  const std::vector<int64_t> edges = {0, 1, 1, 2};
+  const NamedTables none;
+  GraphRequestSpec walk;
+  walk.encoding = GraphEncodingKind::kRandomWalk;
+  walk.graph = GraphSpec{3, edges, 0, false};
+  walk.walk_length = 2;
+  auto r = ApplyGraph(walk, std::nullopt, SchemeLimits{}, none);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->shape, ElementsAre(3, 2));
+  EXPECT_EQ(r->dtype, DType::kFloat32);
+
+  GraphRequestSpec paths;
+  paths.encoding = GraphEncodingKind::kShortestPath;
+  paths.graph = GraphSpec{3, edges, 0, false};
+  const std::vector<int64_t> anchors = {2};
+  paths.anchors = anchors;
+  r = ApplyGraph(paths, std::nullopt, SchemeLimits{}, none);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->dtype, DType::kInt32);
+  std::vector<int32_t> hops(3);
+  std::memcpy(hops.data(), r->data.data(), 12);
+  EXPECT_THAT(hops, ElementsAre(2, 1, 0));
+  // With features: the distances as numbers after them, in the features' dtype.
+  const std::vector<float> features = {7, 8, 9};
+  const ConstTensorView input(DType::kFloat32, {3, 1}, features.data());
+  r = ApplyGraph(paths, input, SchemeLimits{}, none);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->dtype, DType::kFloat32);
+  std::vector<float> joined(6);
+  std::memcpy(joined.data(), r->data.data(), 24);
+  EXPECT_THAT(joined, ElementsAre(7, 2, 8, 1, 9, 0));
+
+  GraphRequestSpec tree;
+  tree.encoding = GraphEncodingKind::kTree;
+  tree.graph = GraphSpec{3, {}, 0, false};
+  const std::vector<int64_t> parents = {-1, 0, 0};
+  tree.parents = parents;
+  tree.max_depth = 2;
+  tree.max_children = 2;
+  r = ApplyGraph(tree, std::nullopt, SchemeLimits{}, none);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->shape, ElementsAre(3, 4));
+  const NamedTables tables = TablesWith("kids", 2, 5);
+  tree.tree_table = "kids";
+  r = ApplyGraph(tree, std::nullopt, SchemeLimits{}, tables);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->shape, ElementsAre(3, 5));
+  tree.max_children = 3;
+  EXPECT_THAT(ApplyGraph(tree, std::nullopt, SchemeLimits{}, tables),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[max_children (3), d]")));
+  tree.tree_table = "absent";
+  EXPECT_THAT(ApplyGraph(tree, std::nullopt, SchemeLimits{}, tables),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("table 'absent'")));
+
+  // Fields of another encoding, and edges with TREE.
+  GraphRequestSpec mixed = walk;
+  mixed.anchors = anchors;
+  EXPECT_THAT(ApplyGraph(mixed, std::nullopt, SchemeLimits{}, none),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("anchors is set; only encoding SHORTEST_PATH")));
+  mixed = walk;
+  mixed.graph.k = 2;
+  EXPECT_THAT(ApplyGraph(mixed, std::nullopt, SchemeLimits{}, none),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("k is set")));
+  GraphRequestSpec tree_edges = tree;
+  tree_edges.tree_table.clear();
+  tree_edges.max_children = 2;
+  tree_edges.graph.edges = edges;
+  EXPECT_THAT(ApplyGraph(tree_edges, std::nullopt, SchemeLimits{}, none),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("edges must be empty")));
+  mixed = paths;
+  mixed.depth_decay = 0.5;
+  EXPECT_THAT(ApplyGraph(mixed, std::nullopt, SchemeLimits{}, none),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("depth_decay is set")));
 }
 
 }  // namespace

@@ -789,9 +789,17 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
       const int64_t lo = ShawIndexOf(-query_pos, kmax);
       const int64_t hi = ShawIndexOf(k - 1 - query_pos, kmax);
       dots(q_row.data(), table, dim, lo, hi, dots_row.data());
-      for (int64_t j = 0; j < k; ++j) {  // key
-        term[j] = dots_row[ShawIndexOf(j - query_pos, kmax) - lo];
+      // Along the keys the index is 0 (clipped left), then rises by one per key, then stays
+      // 2k (clipped right): two fills around one copy.
+      const int64_t left = std::clamp<int64_t>(query_pos - kmax, 0, k);
+      const int64_t right = std::clamp<int64_t>(query_pos + kmax + 1, left, k);
+      std::fill(term.begin(), term.begin() + left, dots_row[0]);
+      if (right > left) {
+        std::memcpy(term.data() + left,
+                    dots_row.data() + (ShawIndexOf(left - query_pos, kmax) - lo),
+                    static_cast<size_t>(right - left) * sizeof(float));
       }
+      std::fill(term.begin() + right, term.end(), dots_row[hi - lo]);
       void* out_row = static_cast<char*>(out.data) + row * k * out_elem;
       if (add_to_out) {
         add_row(out_row, term.data(), k);

@@ -35,6 +35,9 @@ struct Options {
   // The kernel ISAs to run ("avx2", "avx512"); empty: every vector ISA this CPU has.
   std::string isa;
   std::string self_binary;  // this posenc-bench, for the child passes
+  // With a target (host:port), only DriveTarget runs: `calls` calls per selected cell.
+  std::string target;
+  int64_t calls = 1000;
 };
 
 // A 64-byte aligned, uninitialised byte buffer.

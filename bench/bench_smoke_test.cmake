@@ -25,9 +25,16 @@ endforeach()
 foreach(field name isa shape dtype gbps roofline_gbps ratio)
   require("${doc}" kernels 0 ${field})
 endforeach()
-foreach(field rpc payload_bytes concurrency posenc_mbps echo_mbps ratio posenc_p99_ms
-        echo_p99_ms)
+foreach(field rpc front scheme shape payload_bytes concurrency posenc_mbps echo_mbps ratio
+        posenc_p50_ms echo_p50_ms p50_ratio posenc_p99_ms echo_p99_ms p99_ratio)
   require("${doc}" e2e 0 ${field})
+endforeach()
+# Both fronts and the RoPE decode step have rows.
+foreach(want "inference" "rope_decode_fp32")
+  string(FIND "${doc}" "\"${want}\"" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "posenc-bench JSON: no e2e row with ${want}")
+  endif()
 endforeach()
 # Every vector ISA the CPU has (machine.isas) has kernel rows of its own.
 string(JSON isa_count LENGTH "${doc}" machine isas)

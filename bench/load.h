@@ -1,8 +1,11 @@
 // posenc-bench's load sections: a real posenc-server end to end against posenc-bench-echo
-// (a no-op server on the same gRPC and messages), both child processes, over unary and
-// streaming calls of 64 KiB to 48 MiB at concurrency 1 and 8; and Encode by shared-memory
-// reference against the same Encode inline and the kernel alone. Cells alternate the two
-// sides over rounds and keep each one's best, so a noisy neighbour hurts both alike.
+// (a no-op server on the same gRPC and messages), both child processes: unary and
+// streaming calls of both fronts (posenc.v1 Encode/EncodeStream, the Open Inference
+// Protocol's ModelInfer/ModelStreamInfer) with sinusoidal payloads of 1 KiB to 48 MiB and
+// RoPE decode steps, at concurrency 1, 8 and 64 (64 up to 1 MiB); and Encode by
+// shared-memory reference against the same Encode inline and the kernel alone. Cells
+// alternate the two sides over rounds and keep each one's best, so a noisy neighbour hurts
+// both alike.
 #pragma once
 
 #include "bench/bench_common.h"
@@ -13,5 +16,10 @@ namespace posenc::bench {
 json RunE2e(const Options& o);
 // The "shm" rows.
 json RunShm(const Options& o);
+// --target: o.calls calls of each selected cell's workload at concurrency 1 (unary calls
+// one after another, or one stream) to the server already listening at o.target, posenc's
+// or the echo; rows of the calls made. For measuring a server from outside (under
+// callgrind or perf: bench/call_breakdown.py).
+json DriveTarget(const Options& o);
 
 }  // namespace posenc::bench

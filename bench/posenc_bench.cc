@@ -7,14 +7,19 @@
 //   posenc-bench [--json] [--quick] [--kernels-only | --e2e-only] [--threads=N]
 //                [--seconds=S] [--rounds=R] [--filter=TEXT] [--isa=avx2|avx512]
 //                [--server=PATH] [--echo=PATH]
+//   posenc-bench --target=HOST:PORT [--calls=N] [--filter=TEXT] [--quick]
 //
 // --filter keeps the kernel cases whose "name dtype size" contains TEXT, e.g.
 // --filter="rope_neox bf16" or --filter=large, and the end-to-end cells whose
-// "rpc payload xconcurrency" does, e.g. --filter="EncodeStream 1 MiB x1". --isa runs the
+// "rpc workload xconcurrency" does, e.g. --filter="EncodeStream 1 MiB x1",
+// --filter="ModelInfer rope [1,1,32,128] x8". --isa runs the
 // kernels on that ISA only. --rounds (default 3; 1 with --quick) is how many times each
 // kernel alternates with its roofline (at least twice; a row's ratio is the median of its
 // rounds' ratios, listed in "round_ratios", its times each side's best) and each
 // end-to-end cell with the echo, each side keeping its best.
+// --target sends N (default 1000) calls of each selected cell's workload at concurrency 1 to
+// a server already running there and prints what it did, nothing else: for measuring the
+// server from outside (bench/call_breakdown.py runs it under callgrind and perf).
 //
 // The parts: roofline.h (the baseline), kernel_cases.h (the kernels per ISA), load.h (end
 // to end and shared memory), report.h (targets and tables).
@@ -41,7 +46,8 @@ namespace {
   std::fprintf(stderr,
                "posenc-bench: %s\nusage: posenc-bench [--json] [--quick] [--kernels-only | "
                "--e2e-only] [--threads=N] [--seconds=S] [--rounds=R] [--filter=TEXT] "
-               "[--isa=avx2|avx512] [--server=PATH] [--echo=PATH]\n",
+               "[--isa=avx2|avx512] [--server=PATH] [--echo=PATH]\n"
+               "       posenc-bench --target=HOST:PORT [--calls=N] [--filter=TEXT] [--quick]\n",
                problem.c_str());
   std::exit(2);
 }
@@ -67,7 +73,7 @@ T OrUsage(absl::StatusOr<T> v) {
 Options ParseOptions(int argc, char** argv) {
   static const CommandFlags::Options kFlags{
       {"json", "quick", "kernels-only", "e2e-only", "threads", "seconds", "rounds", "filter", "isa",
-       "server", "echo"},
+       "server", "echo", "target", "calls"},
       {"json", "quick", "kernels-only", "e2e-only"},
       '-'};
   const CommandFlags f =
@@ -84,6 +90,8 @@ Options ParseOptions(int argc, char** argv) {
   o.isa = f.Str("isa");
   o.server_binary = f.Str("server");
   o.echo_binary = f.Str("echo");
+  o.target = f.Str("target");
+  o.calls = OrUsage(f.IntIn("calls", 1, int64_t{1} << 30, o.calls));
   if (!o.kernels && !o.e2e) Usage("--kernels-only and --e2e-only exclude each other");
   if (o.quick) {
     o.cell_seconds = std::min(o.cell_seconds, 0.25);
@@ -101,8 +109,12 @@ Options ParseOptions(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace posenc::bench;
   const Options o = ParseOptions(argc, argv);
-  posenc::SetKernelThreads(o.threads);
   signal(SIGPIPE, SIG_IGN);
+  if (!o.target.empty()) {
+    std::printf("%s\n", json{{"drive", DriveTarget(o)}}.dump(2).c_str());
+    return 0;
+  }
+  posenc::SetKernelThreads(o.threads);
   const Clock::time_point start = Clock::now();
   json doc;
   doc["machine"] = MachineInfo();

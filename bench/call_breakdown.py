@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""Where a small call's time goes in posenc-server, against posenc-bench-echo.
+
+For one end-to-end cell at concurrency 1 it runs each server twice, driven from outside by
+`posenc-bench --target` (one call at a time):
+  - under `perf stat -p` (software events): CPU time and context switches per call;
+  - under valgrind's callgrind, counters zeroed after a warm-up and dumped after --calls
+    calls: instructions per call in all, and inclusive in each step of the call path.
+Instruction counts repeat to within a few percent on a loaded machine; CPU time does not.
+What a server runs with time rather than calls (its monitor's ticks, gRPC's timers) is
+measured over an idle interval first and taken off.
+
+  bench/call_breakdown.py [--build=build] [--cell="Encode 16 KiB x1"] [--calls=2000]
+                          [--server-arg=--threads=1 ...] [--json]
+
+Prints a Markdown table (or with --json one JSON document). Needs valgrind and perf.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+# Steps of posenc's call path, as (label, regex over callgrind's function names): each is
+# the inclusive count of the matching function (the largest entry, where callgrind lists
+# it more than once), so a nested step (the kernel in the handler) is also in its parent's.
+STEPS = [
+    ("request parse (protobuf; the echo's too)",
+     r"GenericDeserialize<grpc::ProtoBufferReader, (posenc::v1::EncodeRequest|"
+     r"inference::ModelInferRequest)>"),
+    ("response serialise (protobuf; the echo's too)",
+     r"GenericSerialize<grpc::ProtoBufferWriter, (posenc::v1::EncodeResponse|"
+     r"inference::ModelInferResponse|inference::ModelStreamInferResponse)>"),
+    ("call tracking: arrival (CallTracker::Arrive)", r"posenc::CallTracker::Arrive\("),
+    ("call tracking: handler's lookup (CallTracker::Find)", r"posenc::CallTracker::Find\("),
+    ("call tracking: end (CallTracker::End)", r"posenc::CallTracker::End\("),
+    ("log line (CallTracker::LogEnd)", r"posenc::CallTracker::LogEnd\("),
+    ("metrics: calls and durations (RecordRequest)", r"ServiceMetrics::RecordRequest\("),
+    ("metrics: kernel histogram (RecordKernel)", r"ServiceMetrics::RecordKernel\("),
+    ("metrics: bytes counters (AddBytes)", r"ServiceMetrics::AddBytes\("),
+    ("metrics: in-flight gauge (InflightAdd)", r"ServiceMetrics::InflightAdd\("),
+    ("cost (CostOf)", r"posenc::CostOf\((posenc::v1::EncodeRequest|posenc::v1::BiasRequest)"),
+    ("admission (Admission::Admit)", r"posenc::Admission::Admit\("),
+    ("work-pool hand-off (WorkPool::Submit)", r"posenc::WorkPool::Submit\("),
+    ("late check (StoppedStatus)", r"posenc::StoppedStatus\("),
+    ("response size check (CheckResponseSize)", r"posenc::CheckResponseSize<"),
+    ("OIP request conversion (ToNativeRequest)", r"posenc::ToNativeRequest\("),
+    ("OIP response conversion (ToInferResponse)", r"posenc::ToInferResponse\("),
+    ("handler (RequestHandlers::Encode, all of it)", r"posenc::RequestHandlers::Encode\("),
+    ("  scheme (ApplySinusoidal / ApplyRope, with the kernel)",
+     r"posenc::(ApplySinusoidal|ApplyRope)\("),
+    ("  table lookup (TableCache::GetOrCompute)", r"posenc::TableCache::GetOrCompute\("),
+    ("  kernel (AddEncodingInPlace / RotateRope kernels)",
+     r"posenc::(AddEncodingInPlace|RopeRotate|RotateQk|ApplyRopeRows)\("),
+    ("stream reactor (OrderedStreamReactor::OnReadDone)", r"OrderedStreamReactor<.*>::OnReadDone\("),
+    ("monitor thread (PosencServer::Monitor; ticks every 100 ms, not per call)",
+     r"posenc::PosencServer::Monitor\("),
+]
+
+
+def start_line(proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"listening grpc=(\S+)", line)
+        if m:
+            return m.group(1)
+    raise SystemExit(f"server did not start: {proc.args}")
+
+
+def drive(bench, address, cell, calls):
+    out = subprocess.run([bench, f"--target={address}", f"--calls={calls}",
+                          f"--filter={cell}"], check=True, capture_output=True, text=True)
+    rows = json.loads(out.stdout)["drive"]
+    if len(rows) != 1:
+        raise SystemExit(f"--filter={cell!r} selects {len(rows)} cells; name one")
+    return rows[0]
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def perf_pass(cmd, bench, cell, calls):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        address = start_line(proc)
+        drive(bench, address, cell, max(100, calls // 10))
+        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "task-clock,context-switches",
+                                 "-p", str(proc.pid)], stderr=subprocess.PIPE, text=True)
+        time.sleep(0.2)
+        row = drive(bench, address, cell, calls)
+        perf.send_signal(signal.SIGINT)
+        _, err = perf.communicate()
+    finally:
+        stop(proc)
+    values = {}
+    for line in err.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+            values[parts[2]] = float(parts[0])
+    return {"cpu_us_per_call": values.get("task-clock", 0) * 1e3 / calls,
+            "context_switches_per_call": values.get("context-switches", 0) / calls,
+            "client_p50_us": row["p50_ms"] * 1e3}
+
+
+def parse_annotate(text):
+    """[(function name, inclusive Ir)] from callgrind_annotate --inclusive=yes."""
+    functions = []
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(.*)$", line)
+        if m:
+            functions.append((m.group(2), int(m.group(1).replace(",", ""))))
+    return functions
+
+
+def dump_total(dump):
+    with open(dump) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise SystemExit(f"no totals in {dump}")
+
+
+def callgrind_pass(cmd, bench, cell, calls, workdir, name, idle_seconds=3.0):
+    """Instructions per call, and the step list, net of what the server runs while idle
+    (the monitor's ticks, gRPC's timers): those run with time, and callgrind slows time."""
+    out = os.path.join(workdir, f"{name}.cg")
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                             "--vgdb=yes"] + cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    control = lambda flag: subprocess.run(["callgrind_control", flag, str(proc.pid)],
+                                          check=True, capture_output=True)
+    try:
+        address = start_line(proc, timeout=600)
+        drive(bench, address, cell, 200)
+        control("-z")
+        t = time.time()
+        time.sleep(idle_seconds)
+        control("-d")  # part 1: idle
+        idle_seconds = time.time() - t
+        control("-z")
+        t = time.time()
+        drive(bench, address, cell, calls)
+        control("-d")  # part 2: the calls
+        busy_seconds = time.time() - t
+    finally:
+        stop(proc)
+    idle, busy = out + ".1", out + ".2"
+    idle_rate = dump_total(idle) / idle_seconds
+    per_call = (dump_total(busy) - idle_rate * busy_seconds) / calls
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", busy],
+                          check=True, capture_output=True, text=True).stdout
+    return per_call, idle_rate, parse_annotate(text)
+
+
+def step_counts(functions, calls):
+    steps = {}
+    for label, pattern in STEPS:
+        rx = re.compile(pattern)
+        values = [v for name, v in functions if rx.search(name) and "'" not in name]
+        steps[label] = (max(values) if values else 0) / calls
+    return steps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--cell", default="Encode 16 KiB x1")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--server-arg", action="append", default=[])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", help="keep the callgrind dumps in this directory")
+    a = ap.parse_args()
+    for tool in ("valgrind", "callgrind_control", "callgrind_annotate", "perf"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is not installed")
+    bench = os.path.join(a.build, "bench/posenc-bench")
+    servers = {
+        "posenc": [os.path.join(a.build, "server/posenc-server"), "--listen=127.0.0.1:0",
+                   "--metrics_listen=", "--max_concurrent_calls=1024"] + a.server_arg,
+        "echo": [os.path.join(a.build, "bench/posenc-bench-echo"), "--listen=127.0.0.1:0"],
+    }
+    doc = {"cell": a.cell, "calls": a.calls, "servers": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = a.keep or tmp
+        os.makedirs(workdir, exist_ok=True)
+        for name, cmd in servers.items():
+            result = perf_pass(cmd, bench, a.cell, a.calls)
+            per_call, idle_rate, functions = callgrind_pass(cmd, bench, a.cell, a.calls,
+                                                            workdir, name)
+            result["instructions_per_call"] = per_call
+            result["idle_instructions_per_second"] = idle_rate
+            result["steps"] = step_counts(functions, a.calls)
+            doc["servers"][name] = result
+    if a.json:
+        print(json.dumps(doc, indent=2))
+        return
+    p, e = doc["servers"]["posenc"], doc["servers"]["echo"]
+    print(f"cell: {a.cell}, {a.calls} calls, one at a time\n")
+    print("| per call | posenc-server | posenc-bench-echo | posenc's own |")
+    print("| --- | ---: | ---: | ---: |")
+    print(f"| instructions (all threads, net of idle) | {p['instructions_per_call']:,.0f} | "
+          f"{e['instructions_per_call']:,.0f} | "
+          f"{p['instructions_per_call'] - e['instructions_per_call']:,.0f} |")
+    print(f"| CPU time (us, perf task-clock) | {p['cpu_us_per_call']:.1f} | "
+          f"{e['cpu_us_per_call']:.1f} | {p['cpu_us_per_call'] - e['cpu_us_per_call']:.1f} |")
+    print(f"| context switches | {p['context_switches_per_call']:.2f} | "
+          f"{e['context_switches_per_call']:.2f} | "
+          f"{p['context_switches_per_call'] - e['context_switches_per_call']:.2f} |")
+    print(f"| client p50 (us) | {p['client_p50_us']:.1f} | {e['client_p50_us']:.1f} | "
+          f"{p['client_p50_us'] - e['client_p50_us']:.1f} |")
+    print("\n| step (inclusive) | posenc-server | posenc-bench-echo |")
+    print("| --- | ---: | ---: |")
+    for label, value in p["steps"].items():
+        print(f"| {label} | {value:,.0f} | {e['steps'][label]:,.0f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,9 @@
 // How every front (posenc.v1, the Open Inference Protocol) runs a unary call: on gRPC's
 // thread it refuses a call that arrived while draining, admits the call's cost (or refuses
-// it at once, before anything is allocated for it), and hands the work to the WorkPool; the
-// pool thread runs it, checks the response fits the message limit and finishes the call.
+// it at once, before anything is allocated for it), and runs the work: a call whose cost
+// says it runs inline (CallCost::run_inline: a few microseconds) right there, any other on
+// the WorkPool, so gRPC's threads never wait for a long call; then it checks the response
+// fits the message limit and finishes the call.
 // Also the small pieces streams share. Thread-safe; owns nothing.
 //
 //   return runner_.ServeUnary(context, scheme, request->request_id(), CostOf(*request), response,
@@ -82,9 +84,9 @@ class CallRunner {
       : runtime_(runtime), max_message_bytes_(max_message_bytes) {}
 
   // Admits a unary call of `cost` (a non-OK cost finishes the call with it) and runs
-  // handle(const CancelCheck&) -> grpc::Status on the pool, then checks `response` fits the
-  // message limit and finishes the call. `handle` may be move-only. `request_id` labels the
-  // call's log line.
+  // handle(const CancelCheck&) -> grpc::Status inline or on the pool (cost->run_inline),
+  // then checks `response` fits the message limit and finishes the call. `handle` may be
+  // move-only. `request_id` labels the call's log line.
   template <typename Response, typename Handle>
   grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
                                        SchemeLabel scheme, const std::string& request_id,
@@ -119,8 +121,8 @@ grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* co
     return reactor;
   }
   call->ticket = std::move(*ticket);
-  runtime_.pool->Submit(cost->lane, [context, reactor, response, max = max_message_bytes_,
-                                     handle = std::move(handle)]() mutable {
+  auto run = [context, reactor, response, max = max_message_bytes_,
+              handle = std::move(handle)]() mutable {
     grpc::Status status = StoppedStatus(context);
     if (status.ok()) status = handle(CancelCheckOf(context));
     if (status.ok()) status = CheckResponseSize(*response, max);
@@ -129,7 +131,12 @@ grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* co
       if (grpc::Status stopped = StoppedStatus(context); !stopped.ok()) status = stopped;
     }
     reactor->Finish(status);
-  });
+  };
+  if (cost->run_inline) {
+    run();
+  } else {
+    runtime_.pool->Submit(cost->lane, std::move(run));
+  }
   return reactor;
 }
 

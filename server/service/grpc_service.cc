@@ -107,7 +107,8 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
                     });
 }
 
-// Each message is admitted, run on the pool and counted with its scheme; the stream itself
+// Each message is admitted, run (inline or on the pool, as its cost says) and counted with
+// its scheme; the stream itself
 // is counted (by the CallTracker) only when it ends in an error no message carried.
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
@@ -133,9 +134,14 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
     }
     return status;
   };
+  // A small message (or one refused by its cost) is answered on the reactor's thread.
   auto schedule = [this](const v1::EncodeRequest& request, WorkPool::Job job) {
     absl::StatusOr<CallCost> cost = CostOf(request);
-    runtime().pool->Submit(cost.ok() ? cost->lane : Lane::kCheap, std::move(job));
+    if (!cost.ok() || cost->run_inline) {
+      std::move(job)();
+      return;
+    }
+    runtime().pool->Submit(cost->lane, std::move(job));
   };
   auto on_finish = [call](const grpc::Status& status, bool from_handler) {
     if (status.ok() || from_handler) call->counted.store(true);

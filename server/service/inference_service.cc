@@ -39,6 +39,17 @@ Lane LaneOf(const ModelInferRequest& request) {
              : Lane::kCheap;
 }
 
+// Whether a streamed request is small enough to run on the reactor's thread, judged before
+// it is converted, as CallCost::run_inline: no graph, nothing by shared-memory reference
+// (whose size the message does not show), and at most a third of kInlineCallBytes.
+bool RunsInline(const ModelInferRequest& request) {
+  if (request.model_name() == "graph_laplacian") return false;
+  for (const auto& input : request.inputs()) {
+    if (input.parameters().count("shared_memory_region") > 0) return false;
+  }
+  return request.ByteSizeLong() <= kInlineCallBytes / 3;
+}
+
 inference::DataType ConfigType(const std::string& datatype) {
   inference::DataType type = inference::TYPE_INVALID;
   inference::DataType_Parse("TYPE_" + datatype, &type);
@@ -111,8 +122,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                             });
 }
 
-// Each message is converted, admitted and run on the pool, and counted with its model's
-// scheme. As in Triton, a failed request answers with error_message and the stream goes on.
+// Each message is converted, admitted and run (a small one inline, else on the pool), and
+// counted with its model's scheme. As in Triton, a failed request answers with
+// error_message and the stream goes on.
 grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
@@ -143,6 +155,10 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
     return grpc::Status::OK;
   };
   auto schedule = [this](const ModelInferRequest& request, WorkPool::Job job) {
+    if (RunsInline(request)) {
+      std::move(job)();
+      return;
+    }
     runner_.runtime().pool->Submit(LaneOf(request), std::move(job));
   };
   auto on_finish = [call](const grpc::Status& status, bool from_handler) {

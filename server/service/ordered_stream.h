@@ -4,8 +4,9 @@
 // The reactor owns itself and is deleted when gRPC is done with it. Thread-safe: reads and
 // writes may complete on different threads; all state changes happen under one mutex.
 //
-// The handler runs where `schedule` puts it (a worker pool), never on gRPC's thread when a
-// scheduler is given; one request of a stream is handled at a time, so order is kept.
+// The handler runs where `schedule` puts it (a worker pool, or inline for a small request);
+// without a scheduler, inline. One request of a stream is handled at a time, so order is
+// kept.
 //
 //   return new OrderedStreamReactor<Req, Resp>(2, [](Req& in, Resp& out) { ...; return OK; });
 #pragma once

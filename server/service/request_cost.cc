@@ -98,9 +98,13 @@ Fusing FusingOf(const v1::EncodeRequest& r, int64_t d_model) {
 }
 
 // Tensors by shared-memory reference cost the server no memory, but their size is work:
-// a large one goes to the bulk lane.
+// a large one goes to the bulk lane. An encode or bias whose bytes and shared-memory bytes
+// are small runs inline.
 absl::StatusOr<CallCost> WithShmWork(absl::StatusOr<CallCost> cost, uint64_t shm_bytes) {
-  if (cost.ok() && shm_bytes > kCheapCallBytes) cost->lane = Lane::kBulk;
+  if (!cost.ok()) return cost;
+  if (shm_bytes > kCheapCallBytes) cost->lane = Lane::kBulk;
+  cost->run_inline = cost->lane == Lane::kCheap && shm_bytes <= kInlineCallBytes &&
+                     cost->bytes <= kInlineCallBytes - shm_bytes;
   return cost;
 }
 
@@ -148,7 +152,8 @@ absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& r) {
   if (IsSetRef(r.output_shm())) {  // built straight into the client's slice
     return WithShmWork(Bytes().Cost(Lane::kCheap, "the bias"), r.output_shm().byte_size());
   }
-  return (out + out).Cost(Lane::kCheap, "the bias [heads, query_length, key_length]");
+  return WithShmWork((out + out).Cost(Lane::kCheap, "the bias [heads, query_length, key_length]"),
+                     0);
 }
 
 absl::StatusOr<CallCost> CostOf(const v1::GraphRequest& r) {

@@ -1,7 +1,8 @@
 // What a call will cost before anything is allocated for it: the bytes it holds while it
 // runs (its request tensors, new output buffers, the serialized response, scratch tables
 // and solver memory), computed from the request message alone with overflow-checked
-// arithmetic, and the lane it runs in. An upper bound, not a measurement: validation of the
+// arithmetic, the lane it runs in, and whether it is small enough to run on gRPC's own
+// thread instead. An upper bound, not a measurement: validation of the
 // fields happens later, in the schemes; a request whose sizes overflow is refused here
 // (RESOURCE_EXHAUSTED). Stateless; thread-safe.
 #pragma once
@@ -17,10 +18,19 @@ namespace posenc {
 struct CallCost {
   uint64_t bytes = 0;
   Lane lane = Lane::kCheap;
+  // The call's work is a few microseconds at most (an Encode or bias of at most
+  // kInlineCallBytes, shared-memory tensors included): it runs where it arrives, on gRPC's
+  // callback thread, without the hand-off to the work pool and back. Never a graph solve.
+  bool run_inline = false;
 };
 
 // Calls up to this many bytes run in the cheap lane (graphs: see kCheapGraphNodes).
 inline constexpr uint64_t kCheapCallBytes = uint64_t{2} << 20;
+// Encodes and biases up to this many bytes of cost run inline: about 330 KiB of sinusoidal
+// ADD (3 bytes of cost per input byte) or a RoPE decode step of batch 8, tens of
+// microseconds of kernel at most, against the tens of microseconds the hand-off to a pool
+// thread and back costs in wake-ups.
+inline constexpr uint64_t kInlineCallBytes = uint64_t{1} << 20;
 // Graphs up to this many nodes solve in well under a millisecond.
 inline constexpr int64_t kCheapGraphNodes = 64;
 

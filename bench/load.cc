@@ -300,8 +300,11 @@ void AddInferInput(const std::string& name, const Shape& shape, inference::Model
 // feature 1 gains cos(0) = 1.
 Workload SinusoidalWorkload(size_t payload_bytes) {
   const Shape shape = PayloadShape(payload_bytes);
-  Workload w{"sinusoidal_add_fp32", PayloadLabel(payload_bytes), ShapeLabel(shape),
-             payload_bytes};
+  Workload w;
+  w.scheme = "sinusoidal_add_fp32";
+  w.label = PayloadLabel(payload_bytes);
+  w.shape = ShapeLabel(shape);
+  w.payload_bytes = payload_bytes;
   v1::EncodeRequest m;
   m.set_request_id("bench");
   for (int64_t d : shape) m.mutable_input()->add_shape(d);
@@ -325,9 +328,11 @@ Workload SinusoidalWorkload(size_t payload_bytes) {
 constexpr int64_t kDecodeOffset = 1000;
 Workload RopeDecodeWorkload(int64_t batch) {
   const Shape q = {batch, 1, 32, 128}, k = {batch, 1, 8, 128};
-  Workload w{"rope_decode_fp32", absl::StrCat("rope ", ShapeLabel(q)),
-             absl::StrCat(ShapeLabel(q), "+key", ShapeLabel(k)),
-             static_cast<size_t>((batch * 32 * 128 + batch * 8 * 128) * 4)};
+  Workload w;
+  w.scheme = "rope_decode_fp32";
+  w.label = absl::StrCat("rope ", ShapeLabel(q));
+  w.shape = absl::StrCat(ShapeLabel(q), "+key", ShapeLabel(k));
+  w.payload_bytes = static_cast<size_t>((batch * 32 * 128 + batch * 8 * 128) * 4);
   v1::EncodeRequest m;
   m.set_request_id("bench");
   for (int64_t d : q) m.mutable_input()->add_shape(d);

@@ -1,4 +1,5 @@
-// AddEncodingInPlace (vectorised rows, threaded when large) against AddEncodingLoop, the
+// AddEncodingInPlace and MultiplyEncodingInPlace (vectorised rows, threaded when large)
+// against AddEncodingLoop / MultiplyEncodingLoop (and that against float64), the
 // plain formula: bit-identical results for every float dtype, including the vector tail,
 // several batch rows, the threaded size, and NaN, infinity, subnormal and overflow inputs.
 // GCC 12 reports the _mm512_undefined_* operands inside AVX-512 intrinsics (srli, cvtepi32_epi16,
@@ -187,6 +188,122 @@ TEST(AddKernel, EveryForcedIsaRunsItsRowsBitIdenticalToLoop) {
                         c.input_scale, c.pe_scale);
         ASSERT_EQ(fast, slow) << IsaName(isa) << " " << DTypeName(dtype) << " [" << c.nb << ","
                               << c.seq << "," << c.dim << "]";
+      }
+    }
+  }
+}
+
+// MULTIPLY: x = (x * a) * (pe * b). Under SetIsaOverride (the loop, then every vector ISA
+// this CPU has) and with each width forced, every dtype, vector tail, odd batch and the
+// threaded size is bit-identical to MultiplyEncodingLoop; NaN results only by NaN-ness where
+// both operands are NaN (which NaN a product keeps is the compiler's operand order).
+TEST(MultiplyKernel, EveryIsaBitIdenticalToLoop) {
+  std::vector<Isa> isas = {Isa::kScalar};
+  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  const Case cases[] = {{1, 1, 1, 1, 1},       {2, 7, 33, 1.5f, 0.25f}, {3, 5, 17, 1, 1},
+                        {2, 3, 47, 1, -2},     {2, 3, 31, 1.5f, 0.25f}, {9, 31, 515, 1, 1},
+                        {4, 64, 1024, 1.5f, 0.25f}};
+  std::mt19937 rng(17);
+  auto check = [&](const char* what, DType dtype, const Case& c, AddImplementation impl,
+                   const char* want) {
+    const int64_t n = c.nb * c.seq * c.dim;
+    std::vector<float> pe(static_cast<size_t>(c.seq * c.dim));
+    std::uniform_real_distribution<float> u(-2, 2);
+    for (auto& v : pe) v = u(rng);
+    if (pe.size() > 2) pe[1] = 3.0e4f;  // pushes some halves past 65504
+    std::vector<char> fast = MakeInput(dtype, n, rng);
+    std::vector<char> slow = fast;
+    ASSERT_THAT(MultiplyEncodingInPlace(TensorView{dtype, {c.nb, c.seq, c.dim}, fast.data()},
+                                        pe.data(), c.input_scale, c.pe_scale, impl),
+                IsOk());
+    if (want != nullptr) {
+      ASSERT_STREQ(LastAddImplementation(), want) << what << DTypeName(dtype);
+    }
+    MultiplyEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
+                         c.input_scale, c.pe_scale);
+    const size_t elem = DTypeSize(dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::memcmp(fast.data() + i * elem, slow.data() + i * elem, elem) == 0) continue;
+      float f = 0, g = 0;
+      if (dtype == DType::kFloat32) {
+        std::memcpy(&f, fast.data() + i * 4, 4);
+        std::memcpy(&g, slow.data() + i * 4, 4);
+      } else {
+        uint16_t hf, hg;
+        std::memcpy(&hf, fast.data() + i * 2, 2);
+        std::memcpy(&hg, slow.data() + i * 2, 2);
+        f = dtype == DType::kFloat16 ? HalfToFloat(hf) : BFloat16ToFloat(hf);
+        g = dtype == DType::kFloat16 ? HalfToFloat(hg) : BFloat16ToFloat(hg);
+      }
+      ASSERT_TRUE(std::isnan(f) && std::isnan(g))
+          << what << " " << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim
+          << "] element " << i << ": " << f << " vs loop " << g << " ("
+          << LastAddImplementation() << ")";
+    }
+  };
+  for (Isa isa : isas) {
+    const ScopedIsaOverride forced(isa);
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      const bool wide_rows = isa == Isa::kAvx512 && dtype != DType::kFloat32 &&
+                             (dtype == DType::kFloat16 || simd::HasAvx512Bf16());
+      const char* want = isa == Isa::kScalar ? "loop" : wide_rows ? "avx512" : "avx2";
+      for (const Case& c : cases) check(IsaName(isa), dtype, c, AddImplementation::kAuto, want);
+    }
+  }
+  for (AddImplementation impl : {AddImplementation::kVectorAvx2, AddImplementation::kVectorAvx512,
+                                 AddImplementation::kScalar}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (const Case& c : cases) check("forced", dtype, c, impl, nullptr);
+    }
+  }
+}
+
+// The loop against the formula in float64, rounded once to the dtype: within 2 float32 ulps
+// (two roundings of products before the last) for float32, and within one ulp of the dtype
+// for float16 and bfloat16 (the float32 result is rounded once more).
+TEST(MultiplyKernel, LoopMatchesFloat64Formula) {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<double> u(-3, 3);
+  const int64_t nb = 3, seq = 5, dim = 37;
+  std::vector<float> pe(seq * dim);
+  for (auto& v : pe) v = static_cast<float>(u(rng));
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (auto [a, b] : {std::pair{1.0f, 1.0f}, std::pair{0.5f, 3.0f}, std::pair{-1.25f, 0.1f}}) {
+      std::vector<double> x0(nb * seq * dim);
+      std::vector<char> bytes(x0.size() * DTypeSize(dtype));
+      for (size_t i = 0; i < x0.size(); ++i) {
+        const float v = static_cast<float>(u(rng));
+        if (dtype == DType::kFloat32) {
+          std::memcpy(bytes.data() + i * 4, &v, 4);
+          x0[i] = v;
+        } else {
+          const uint16_t h = ToBits16(dtype, v);
+          std::memcpy(bytes.data() + i * 2, &h, 2);
+          x0[i] = dtype == DType::kFloat16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+        }
+      }
+      MultiplyEncodingLoop(TensorView{dtype, {nb, seq, dim}, bytes.data()}, pe.data(), a, b);
+      const double ulp = dtype == DType::kFloat32 ? std::ldexp(1.0, -23)
+                         : dtype == DType::kFloat16 ? std::ldexp(1.0, -10)
+                                                    : std::ldexp(1.0, -7);
+      const double tol_ulps = dtype == DType::kFloat32 ? 2.0 : 1.0;
+      for (int64_t i = 0; i < nb * seq * dim; ++i) {
+        const int64_t s = (i / dim) % seq, c = i % dim;
+        const double want = (x0[i] * a) * (static_cast<double>(pe[s * dim + c]) * b);
+        double got;
+        if (dtype == DType::kFloat32) {
+          float f;
+          std::memcpy(&f, bytes.data() + i * 4, 4);
+          got = f;
+        } else {
+          uint16_t h;
+          std::memcpy(&h, bytes.data() + i * 2, 2);
+          got = dtype == DType::kFloat16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+        }
+        // One ulp relative to the value's binade (float16 subnormals: absolute 2^-24).
+        const double scale = std::max(std::abs(want), dtype == DType::kFloat16 ? 6.1e-5 : 1e-30);
+        ASSERT_LE(std::abs(got - want), tol_ulps * ulp * scale + 1e-300)
+            << DTypeName(dtype) << " a=" << a << " b=" << b << " element " << i;
       }
     }
   }

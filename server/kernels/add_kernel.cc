@@ -520,35 +520,12 @@ RowFns Avx512RowFns() {
 }
 
 // x [nb, seq, dim] in blocks of positions: for each block, the batch rows' slices of it
-// (each contiguous in x, so it streams), two batch rows at a time, add the same pe rows,
-// read from memory once and then from cache. oneDNN's broadcast reads all of pe once per
-// batch row: 1.5x the traffic for fp32. Large tensors split the blocks across the kernel
-// threads.
-// wide: the AVX-512 rows where this CPU has them for x's dtype (else AVX2). Sets last_impl.
-// pe_by_parity: pe's rows as SplitRowsByParity lays them out, or null.
-void AddRowsBlocked(TensorView x, const float* pe, const float* pe_by_parity, float a, float b,
-                    bool wide) {
+// (each contiguous in x, so it streams), two batch rows at a time, combine with the same pe
+// rows (fns: the add's or the multiply's), read from memory once and then from cache.
+// oneDNN's broadcast reads all of pe once per batch row: 1.5x the traffic for fp32. Large
+// tensors split the blocks across the kernel threads.
+void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
-  // The parity rows skip the NaN fix-up, so they take only scales that are not NaN.
-  const bool wide_rows = wide && HasAvx512Rows(x.dtype);
-  const bool by_parity = x.dtype == DType::kBFloat16 && pe_by_parity != nullptr && !wide_rows &&
-                         !std::isnan(a) && !std::isnan(b);
-  const bool unit = a == 1.0f && b == 1.0f;
-  RowFns fns = x.dtype == DType::kFloat32
-                   ? RowFns{AddRowsF32Avx2<2>, AddRowsF32Avx2<1>}
-               : x.dtype == DType::kBFloat16
-                   ? (unit ? Bf16Avx2RowFns<true>(by_parity) : Bf16Avx2RowFns<false>(by_parity))
-                   : RowFns{AddRowsF16Avx2<2>, AddRowsF16Avx2<1>};
-  last_impl = by_parity ? "avx2-parity" : "avx2";
-  if (by_parity) pe = pe_by_parity;
-  if (wide_rows) {
-    if (x.dtype == DType::kBFloat16) {
-      fns = unit ? Avx512RowFns<true, true>() : Avx512RowFns<true, false>();
-    } else {
-      fns = unit ? Avx512RowFns<false, true>() : Avx512RowFns<false, false>();
-    }
-    last_impl = "avx512";
-  }
   const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(x.dtype);
   auto* bytes = static_cast<char*>(x.data);
   const KernelThreadLease lease(WorkBytes(x.NumElements()));
@@ -578,6 +555,170 @@ void AddRowsBlocked(TensorView x, const float* pe, const float* pe_by_parity, fl
       }
     }
   });
+}
+
+// The add's rows for x's dtype, then RunRowsBlocked.
+// wide: the AVX-512 rows where this CPU has them for x's dtype (else AVX2). Sets last_impl.
+// pe_by_parity: pe's rows as SplitRowsByParity lays them out, or null.
+void AddRowsBlocked(TensorView x, const float* pe, const float* pe_by_parity, float a, float b,
+                    bool wide) {
+  // The parity rows skip the NaN fix-up, so they take only scales that are not NaN.
+  const bool wide_rows = wide && HasAvx512Rows(x.dtype);
+  const bool by_parity = x.dtype == DType::kBFloat16 && pe_by_parity != nullptr && !wide_rows &&
+                         !std::isnan(a) && !std::isnan(b);
+  const bool unit = a == 1.0f && b == 1.0f;
+  RowFns fns = x.dtype == DType::kFloat32
+                   ? RowFns{AddRowsF32Avx2<2>, AddRowsF32Avx2<1>}
+               : x.dtype == DType::kBFloat16
+                   ? (unit ? Bf16Avx2RowFns<true>(by_parity) : Bf16Avx2RowFns<false>(by_parity))
+                   : RowFns{AddRowsF16Avx2<2>, AddRowsF16Avx2<1>};
+  last_impl = by_parity ? "avx2-parity" : "avx2";
+  if (by_parity) pe = pe_by_parity;
+  if (wide_rows) {
+    if (x.dtype == DType::kBFloat16) {
+      fns = unit ? Avx512RowFns<true, true>() : Avx512RowFns<true, false>();
+    } else {
+      fns = unit ? Avx512RowFns<false, true>() : Avx512RowFns<false, false>();
+    }
+    last_impl = "avx512";
+  }
+  RunRowsBlocked(x, pe, a, b, fns);
+}
+
+// ---- MULTIPLY: x = (x * a) * (pe * b) -------------------------------------------------
+// The same float32 operations as MultiplyLoop (two products for the scaled operands, one
+// for the result; no FMA can contract a product of products), so bit-identical to it. The
+// rows read x in order (no parity split): a multiply is one operation per element either
+// way, and the rows stay as simple as the formula.
+
+// (x*a) * pb, pb being pe*b.
+__attribute__((target("avx2"))) inline __m256 Multiply8(__m256 x, __m256 pb, __m256 va) {
+  return _mm256_mul_ps(_mm256_mul_ps(x, va), pb);
+}
+
+// float32 (kDtype 0), float16 (1) or bfloat16 (2) rows with AVX2 (and F16C), 16 lanes per
+// step with x prefetched as the add rows do.
+template <int kDtype>
+__attribute__((target("avx2,f16c"))) inline __m256 LoadRow8(const void* x, int64_t c) {
+  if constexpr (kDtype == 0) return _mm256_loadu_ps(static_cast<const float*>(x) + c);
+  if constexpr (kDtype == 1) return simd::LoadF16x8(static_cast<const uint16_t*>(x) + c);
+  return simd::LoadBf16x8(static_cast<const uint16_t*>(x) + c);
+}
+
+template <int kDtype>
+__attribute__((target("avx2,f16c"))) inline void StoreRow16(void* x, int64_t c, __m256 lo,
+                                                            __m256 hi) {
+  if constexpr (kDtype == 0) {
+    _mm256_storeu_ps(static_cast<float*>(x) + c, lo);
+    _mm256_storeu_ps(static_cast<float*>(x) + c + 8, hi);
+  } else if constexpr (kDtype == 1) {
+    simd::StoreF16x8(static_cast<uint16_t*>(x) + c, lo);
+    simd::StoreF16x8(static_cast<uint16_t*>(x) + c + 8, hi);
+  } else {
+    simd::StoreBf16x16(static_cast<uint16_t*>(x) + c, lo, hi);
+  }
+}
+
+template <int kDtype>
+__attribute__((target("avx2,f16c"))) inline void StoreRow8(void* x, int64_t c, __m256 v) {
+  if constexpr (kDtype == 0) _mm256_storeu_ps(static_cast<float*>(x) + c, v);
+  if constexpr (kDtype == 1) simd::StoreF16x8(static_cast<uint16_t*>(x) + c, v);
+  if constexpr (kDtype == 2) simd::StoreBf16x8(static_cast<uint16_t*>(x) + c, v);
+}
+
+template <int kDtype>
+inline float LoadOne(const void* x, int64_t c) {
+  if constexpr (kDtype == 0) return static_cast<const float*>(x)[c];
+  if constexpr (kDtype == 1) return HalfToFloat(static_cast<const uint16_t*>(x)[c]);
+  return BFloat16ToFloat(static_cast<const uint16_t*>(x)[c]);
+}
+
+template <int kDtype>
+inline void StoreOne(void* x, int64_t c, float v) {
+  if constexpr (kDtype == 0) static_cast<float*>(x)[c] = v;
+  if constexpr (kDtype == 1) static_cast<uint16_t*>(x)[c] = FloatToHalf(v);
+  if constexpr (kDtype == 2) static_cast<uint16_t*>(x)[c] = FloatToBFloat16(v);
+}
+
+template <int kDtype, int kRows>
+__attribute__((target("avx2,f16c"))) void MultiplyRowsAvx2(void* const* xs,
+                                                           const char* const* ahead,
+                                                           const float* pe, int64_t dim,
+                                                           float a, float b) {
+  constexpr int64_t kElem = kDtype == 0 ? 4 : 2;
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  int64_t c = 0;
+  for (; c + 16 <= dim; c += 16) {
+    const __m256 p0 = ScaledPe8(pe + c, vb), p1 = ScaledPe8(pe + c + 8, vb);
+    for (int g = 0; g < kRows; ++g) {
+      if (ahead[g] != nullptr && (c * kElem) % 64 == 0) PrefetchLine(ahead[g] + c * kElem);
+      const __m256 x0 = LoadRow8<kDtype>(xs[g], c), x1 = LoadRow8<kDtype>(xs[g], c + 8);
+      StoreRow16<kDtype>(xs[g], c, Multiply8(x0, p0, va), Multiply8(x1, p1, va));
+    }
+  }
+  for (; c + 8 <= dim; c += 8) {
+    const __m256 p = ScaledPe8(pe + c, vb);
+    for (int g = 0; g < kRows; ++g) {
+      StoreRow8<kDtype>(xs[g], c, Multiply8(LoadRow8<kDtype>(xs[g], c), p, va));
+    }
+  }
+  for (; c < dim; ++c) {
+    const float pb = pe[c] * b;
+    for (int g = 0; g < kRows; ++g) StoreOne<kDtype>(xs[g], c, (LoadOne<kDtype>(xs[g], c) * a) * pb);
+  }
+}
+
+template <bool kBf16>
+POSENC_AVX512_ROWS inline __m512 Widen16(__m256i h) {
+  return kBf16 ? simd::WidenBf16x16(h) : simd::WidenF16x16(h);
+}
+
+// 16-bit rows with AVX-512 (HasAvx512Rows), 32 lanes per step, the tail under a mask.
+template <bool kBf16, int kRows>
+POSENC_AVX512_ROWS void MultiplyRows16Avx512(void* const* xs, const char* const* ahead,
+                                             const float* pe, int64_t dim, float a, float b) {
+  const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+  int64_t c = 0;
+  for (; c + 32 <= dim; c += 32) {
+    const __m512 p0 = _mm512_mul_ps(_mm512_loadu_ps(pe + c), vb);
+    const __m512 p1 = _mm512_mul_ps(_mm512_loadu_ps(pe + c + 16), vb);
+    for (int g = 0; g < kRows; ++g) {
+      auto* x = static_cast<uint16_t*>(xs[g]);
+      if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
+      const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
+      const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c + 16));
+      Store32<kBf16>(x + c, _mm512_mul_ps(_mm512_mul_ps(Widen16<kBf16>(h0), va), p0),
+                     _mm512_mul_ps(_mm512_mul_ps(Widen16<kBf16>(h1), va), p1));
+    }
+  }
+  for (; c < dim; c += 16) {
+    const int64_t left = dim - c;
+    const __mmask16 m =
+        left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pe + c), vb);
+    for (int g = 0; g < kRows; ++g) {
+      auto* x = static_cast<uint16_t*>(xs[g]);
+      const __m256i h = _mm256_maskz_loadu_epi16(m, x + c);
+      const __m512 r = _mm512_mul_ps(_mm512_mul_ps(Widen16<kBf16>(h), va), p);
+      _mm256_mask_storeu_epi16(x + c, m, Narrow16<kBf16>(r));
+    }
+  }
+}
+
+// float32 rows AVX2 only (memory-bound already, as for the add); 16-bit rows AVX-512 where
+// `wide` and the CPU has them. Sets last_impl.
+void MultiplyRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) {
+  RowFns fns{MultiplyRowsAvx2<0, 2>, MultiplyRowsAvx2<0, 1>};
+  if (x.dtype == DType::kFloat16) fns = {MultiplyRowsAvx2<1, 2>, MultiplyRowsAvx2<1, 1>};
+  if (x.dtype == DType::kBFloat16) fns = {MultiplyRowsAvx2<2, 2>, MultiplyRowsAvx2<2, 1>};
+  last_impl = "avx2";
+  if (wide && HasAvx512Rows(x.dtype)) {
+    fns = x.dtype == DType::kBFloat16
+              ? RowFns{MultiplyRows16Avx512<true, 2>, MultiplyRows16Avx512<true, 1>}
+              : RowFns{MultiplyRows16Avx512<false, 2>, MultiplyRows16Avx512<false, 1>};
+    last_impl = "avx512";
+  }
+  RunRowsBlocked(x, pe, a, b, fns);
 }
 
 }  // namespace
@@ -644,6 +785,50 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
   }
   last_impl = "loop";
   AddEncodingLoop(x, pe, input_scale, pe_scale);
+  return absl::OkStatus();
+}
+
+void MultiplyEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale) {
+  const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
+  for (int64_t n = 0; n < nb; ++n) {      // batch
+    for (int64_t s = 0; s < seq; ++s) {   // seq
+      char* row = static_cast<char*>(x.data) +
+                  static_cast<size_t>((n * seq + s) * dim) * DTypeSize(x.dtype);
+      const float* pe_row = pe + s * dim;
+      for (int64_t c = 0; c < dim; ++c) {  // feature
+        const float pb = pe_row[c] * pe_scale;
+        switch (x.dtype) {
+          case DType::kFloat32: StoreOne<0>(row, c, (LoadOne<0>(row, c) * input_scale) * pb); break;
+          case DType::kFloat16: StoreOne<1>(row, c, (LoadOne<1>(row, c) * input_scale) * pb); break;
+          case DType::kBFloat16: StoreOne<2>(row, c, (LoadOne<2>(row, c) * input_scale) * pb); break;
+          default: return;
+        }
+      }
+    }
+  }
+}
+
+absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
+                                     float pe_scale, AddImplementation implementation) {
+  const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
+  if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
+  const bool vector = CpuHasIsa(Isa::kAvx2);
+  // oneDNN is not used: its binary_mul broadcast re-reads pe per batch row, as for the add.
+  AddImpl impl = ChosenAddImpl(x.dtype);
+  if (impl == AddImpl::kOneDnn) impl = vector ? AddImpl::kAvx512 : AddImpl::kLoop;
+  switch (implementation) {
+    case AddImplementation::kVectorAvx512: impl = vector ? AddImpl::kAvx512 : AddImpl::kLoop; break;
+    case AddImplementation::kVectorAvx2: impl = vector ? AddImpl::kAvx2 : AddImpl::kLoop; break;
+    case AddImplementation::kOneDnn:
+    case AddImplementation::kScalar: impl = AddImpl::kLoop; break;
+    case AddImplementation::kAuto: break;
+  }
+  if (impl == AddImpl::kAvx2 || impl == AddImpl::kAvx512) {
+    MultiplyRowsBlocked(x, pe, input_scale, pe_scale, impl == AddImpl::kAvx512);
+    return absl::OkStatus();
+  }
+  last_impl = "loop";
+  MultiplyEncodingLoop(x, pe, input_scale, pe_scale);
   return absl::OkStatus();
 }
 

@@ -52,7 +52,20 @@ void SplitRowsByParity(const float* pe, int64_t rows, int64_t dim, float* out);
 // Used as the fallback and as the reference in tests.
 void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale);
 
-// Which implementation AddEncodingInPlace used last on this thread ("avx2", "avx512",
+// MULTIPLY fusion: x = (x * input_scale) * (pe * pe_scale), elementwise, pe broadcast over
+// the batch, in place. REQUIRES as AddEncodingInPlace. The same choice of rows as the add
+// (AVX-512 rows for 16-bit dtypes where present, else AVX2; SetIsaOverride and
+// POSENC_ADD_IMPL apply; kOneDnn and kScalar run the loop), bit-identical to
+// MultiplyEncodingLoop for every dtype. Always OK (the status mirrors the add's).
+absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
+                                     float pe_scale,
+                                     AddImplementation implementation = AddImplementation::kAuto);
+
+// The multiply as a plain loop in float32 arithmetic, rounded once to x's dtype: the
+// reference in tests.
+void MultiplyEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale);
+
+// Which implementation AddEncodingInPlace or MultiplyEncodingInPlace used last on this thread ("avx2", "avx512",
 // "onednn" or "loop"), for tests and benchmarks.
 const char* LastAddImplementation();
 

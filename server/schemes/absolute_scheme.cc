@@ -105,7 +105,17 @@ absl::Status RowsFromTable(std::shared_ptr<const Table> table, const PositionGri
   return absl::OkStatus();
 }
 
-// Combines rows with the embeddings: in place for ADD, into a new buffer for CONCAT.
+const char* FusionName(Fusion f) {
+  switch (f) {
+    case Fusion::kAdd: return "ADD";
+    case Fusion::kConcat: return "CONCAT";
+    case Fusion::kMultiply: return "MULTIPLY";
+  }
+  return "?";
+}
+
+// Combines rows with the embeddings: in place for ADD and MULTIPLY, into a new buffer for
+// CONCAT.
 absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& input,
                                        const EncodingRows& rows, const CombineSpec& combine,
                                        const SchemeLimits& limits) {
@@ -114,15 +124,20 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
   const bool shared = rows.groups.size() == 1;
   const int64_t slab = shared ? e.batch : 1;  // batch rows per kernel call
   const size_t elem = DTypeSize(input.dtype);
-  if (combine.fusion == Fusion::kAdd) {
+  if (combine.fusion != Fusion::kConcat) {
     if (rows.dim != e.dim) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the encoding has width ", rows.dim, " but input.shape[-1] (d_model) is ", e.dim,
-          "; ADD needs them equal"));
+          "; ", FusionName(combine.fusion), " needs them equal"));
     }
     for (size_t g = 0; g < rows.groups.size(); ++g) {
       TensorView part{input.dtype, {slab, e.seq, e.dim},
                       static_cast<char*>(input.data) + g * e.seq * e.dim * elem};
+      if (combine.fusion == Fusion::kMultiply) {
+        RETURN_IF_ERROR(MultiplyEncodingInPlace(part, rows.groups[g], combine.input_scale,
+                                                combine.pe_scale));
+        continue;
+      }
       RETURN_IF_ERROR(AddEncodingInPlace(part, rows.groups[g], combine.input_scale,
                                          combine.pe_scale, AddImplementation::kAuto,
                                          rows.by_parity.empty() ? nullptr : rows.by_parity[g]));
@@ -150,13 +165,14 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
 
 absl::StatusOr<int64_t> EncodingWidth(const CombineSpec& combine, int64_t d_model,
                                       absl::string_view field) {
-  if (combine.fusion == Fusion::kAdd && combine.pe_dim.has_value() &&
+  if (combine.fusion != Fusion::kConcat && combine.pe_dim.has_value() &&
       *combine.pe_dim != d_model) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".pe_dim is ", *combine.pe_dim, " but input.shape[-1] (d_model) is ", d_model,
-        "; with fusion ADD they must be equal (or leave pe_dim unset)"));
+        "; with fusion ", FusionName(combine.fusion),
+        " they must be equal (or leave pe_dim unset)"));
   }
-  if (combine.fusion == Fusion::kAdd || !combine.pe_dim.has_value()) return d_model;
+  if (combine.fusion != Fusion::kConcat || !combine.pe_dim.has_value()) return d_model;
   if (*combine.pe_dim < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".pe_dim is ", *combine.pe_dim, "; it must be >= 1"));
@@ -252,10 +268,11 @@ absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned,
   RETURN_IF_ERROR(CheckScales(combine, "learned"));
   const Table& table = *learned.table;
   const int64_t max_positions = table.rows;
-  if (combine.fusion == Fusion::kAdd && table.cols != e.dim) {
+  if (combine.fusion != Fusion::kConcat && table.cols != e.dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "learned.table '", learned.name, "' has width ", table.cols,
-        " but input.shape[-1] (d_model) is ", e.dim, "; ADD needs them equal"));
+        " but input.shape[-1] (d_model) is ", e.dim, "; ", FusionName(combine.fusion),
+        " needs them equal"));
   }
   ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
   if (e.seq == 0 || e.batch == 0) {
@@ -401,6 +418,116 @@ absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
   }
   RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "continuous"));
   return Combine(e, input, rows, CombineSpec{}, limits);
+}
+
+absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
+                                                 const CombineSpec& combine, TensorView input,
+                                                 const PositionsSpec& positions,
+                                                 TableCache& cache, const SchemeLimits& limits) {
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
+  RETURN_IF_ERROR(CheckScales(combine, "sinusoidal_2d"));
+  if (!positions.offsets.empty() || !positions.ids.empty() || !positions.values.empty()) {
+    return absl::InvalidArgumentError(
+        "positions is set; sinusoidal_2d takes its positions from the grid (grid_height, "
+        "grid_width): leave positions empty");
+  }
+  if (combine.pe_dim.has_value()) {
+    return absl::InvalidArgumentError(
+        "sinusoidal_2d has no pe_dim; its encoding has the input's width");
+  }
+  spec.dim = e.dim;
+  RETURN_IF_ERROR(ValidateSinusoidal2D(spec, "sinusoidal_2d"));
+  const int64_t tokens = Sinusoidal2DRows(spec);
+  if (e.seq != tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input.shape[-2] (seq) is ", e.seq, "; sinusoidal_2d with grid_height ",
+        spec.grid_height, " x grid_width ", spec.grid_width,
+        spec.cls_token ? " and cls_token" : "", " needs ", tokens, " tokens"));
+  }
+  // The table has as many rows as the input, the input's width: bounded by the input.
+  RETURN_IF_ERROR(SizeWithin({tokens, spec.dim, int64_t{sizeof(float)}},
+                             static_cast<int64_t>(4 * limits.max_output_bytes),
+                             "the sinusoidal_2d table", "4 x --max_message_bytes")
+                      .status());
+  ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
+                   cache.GetOrCompute(Sinusoidal2DTableKey(spec), [&]() -> absl::StatusOr<Table> {
+                     Table t = ComputeSinusoidal2DTable(spec);
+                     RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal_2d"));
+                     return t;
+                   }));
+  EncodingRows rows;
+  rows.dim = spec.dim;
+  rows.groups.push_back(table->Row(0));
+  rows.table = std::move(table);
+  return Combine(e, input, rows, combine, limits);
+}
+
+absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
+                                            const CombineSpec& combine, TensorView input,
+                                            const PositionsSpec& positions,
+                                            const SchemeLimits& limits) {
+  ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
+  RETURN_IF_ERROR(CheckScales(combine, "fourier"));
+  if (combine.pe_dim.has_value()) {
+    return absl::InvalidArgumentError("fourier has no pe_dim; its encoding is 2F wide");
+  }
+  ASSIGN_OR_RETURN(const FourierEncoder encoder,
+                   FourierEncoder::Create(fourier.frequencies, fourier.num_axes, fourier.field));
+  const int64_t width = encoder.dim(), m = encoder.num_axes();
+  if (combine.fusion != Fusion::kConcat && width != e.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        fourier.field, " has F = ", encoder.num_features(), " frequencies (encoding width 2F = ",
+        width, ") but input.shape[-1] (d_model) is ", e.dim, "; ", FusionName(combine.fusion),
+        " needs d_model = 2F (or use CONCAT)"));
+  }
+  EncodingRows rows;
+  rows.dim = width;
+  if (!positions.values.empty()) {
+    if (!positions.ids.empty() || !positions.offsets.empty()) {
+      return absl::InvalidArgumentError(
+          "positions.values is set together with positions.ids or positions.offsets; fourier "
+          "takes one of them");
+    }
+    const auto n = static_cast<int64_t>(positions.values.size());
+    // seq * m and batch * seq * m are below 2^63: seq and batch come from a checked shape of
+    // at most 2^40 elements' bytes, m <= kMaxFourierAxes.
+    if (n != e.seq * m && n != e.batch * e.seq * m) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.values has ", n, " entries; fourier with num_axes ", m, " needs seq*",
+          m, " (", e.seq * m, ") or batch*seq*", m, " (", e.batch * e.seq * m, ")"));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = positions.values[i];
+      if (!(std::abs(v) <= kMaxFourierCoordinate)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "positions.values[", i, "] is ", v, "; fourier coordinates must be finite, within "
+            "+-2^40"));
+      }
+    }
+    const int64_t groups = n == e.seq * m ? 1 : e.batch;
+    if (e.seq == 0 || e.batch == 0) return Combine(e, input, EncodingRows::None(width), combine, limits);
+    RETURN_IF_ERROR(AllocateScratch(rows, groups, e.seq, limits));
+    for (int64_t i = 0; i < groups * e.seq; ++i) {
+      encoder.Row(positions.values.data() + i * m, rows.scratch.data() + i * width);
+    }
+  } else {
+    if (m != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.values is empty; fourier with num_axes ", m, " needs ", m,
+          " values per token (integer positions serve num_axes 1 only)"));
+    }
+    ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
+    if (e.seq == 0 || e.batch == 0) return Combine(e, input, EncodingRows::None(width), combine, limits);
+    RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
+    for (int64_t g = 0; g < grid.groups(); ++g) {
+      for (int64_t t = 0; t < grid.seq; ++t) {
+        const double v = static_cast<double>(grid.At(g, t));
+        encoder.Row(&v, rows.scratch.data() + (g * grid.seq + t) * width);
+      }
+    }
+  }
+  RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "fourier"));
+  return Combine(e, input, rows, combine, limits);
 }
 
 }  // namespace posenc

@@ -11,7 +11,7 @@
 //  - non-finite inputs: a NaN or inf in the embeddings is the client's data; it propagates
 //    elementwise (input * input_scale + pe * pe_scale) and the call is OK;
 //  - the output of the add itself: with |scales| <= kMaxScale an input below 1e32 in
-//    magnitude stays finite in float32 and bfloat16 (float16 is inf past 65504, as the
+//    magnitude stays finite in float32 and bfloat16 (below 1e26 for MULTIPLY) (float16 is inf past 65504, as the
 //    model's own float16 arithmetic would be). A scan of every output would be a second
 //    pass over memory after an add that runs at memory bandwidth: measured on a 48 MiB
 //    float32 output, 1.4 ms on one core, 30% to 150% of the add's own time.
@@ -27,13 +27,15 @@
 
 #include "absl/status/statusor.h"
 #include "server/schemes/positions.h"
+#include "server/tables/fourier_features.h"
+#include "server/tables/sinusoidal_2d_table.h"
 #include "server/tables/sinusoidal_table.h"
 #include "server/tables/table_cache.h"
 #include "server/tensor/tensor_view.h"
 
 namespace posenc {
 
-enum class Fusion { kAdd, kConcat };
+enum class Fusion { kAdd, kConcat, kMultiply };
 
 // |input_scale|, |pe_scale| and every hierarchical level's |scale| are at most this: the
 // encoding (|pe| <= 1 per level) times it stays far inside float range.
@@ -43,7 +45,9 @@ inline constexpr int64_t kMaxPeDim = int64_t{1} << 16;
 // Most hierarchical levels: each costs a sin/cos row per token.
 inline constexpr int64_t kMaxHierarchicalLevels = 64;
 
-// How the encoding meets the embeddings (proto/posenc/v1/posenc.proto, Sinusoidal).
+// How the encoding meets the embeddings (proto/posenc/v1/posenc.proto, Fusion): ADD
+// x*input_scale + pe*pe_scale; MULTIPLY (x*input_scale) * (pe*pe_scale), elementwise;
+// CONCAT [x*input_scale, pe*pe_scale] along the last axis.
 struct CombineSpec {
   float input_scale = 1.0f;
   float pe_scale = 1.0f;
@@ -107,5 +111,29 @@ absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
                                                TensorView input,
                                                const PositionsSpec& positions,
                                                const SchemeLimits& limits);
+
+// ViT / MAE 2D sin-cos (server/tables/sinusoidal_2d_table.h) for input [batch, H*W (+1), d]:
+// `sinusoidal_2d.dim` is ignored (the width is the input's, also for CONCAT); positions
+// must be empty (the grid gives them). The table comes from `cache`.
+absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
+                                                 const CombineSpec& combine, TensorView input,
+                                                 const PositionsSpec& positions,
+                                                 TableCache& cache, const SchemeLimits& limits);
+
+// Fourier features: B [F, num_axes] row-major in `frequencies` (from the request or a named
+// table; `field` names it in errors). v per token from positions.values (num_axes per token,
+// size seq*m or batch*seq*m, each finite within kMaxFourierCoordinate) or, with num_axes 1
+// and no values, the integer positions. ADD and MULTIPLY need d_model = 2F; CONCAT appends
+// 2F (combine.pe_dim must be unset).
+struct FourierSpec {
+  absl::Span<const double> frequencies;
+  int64_t num_axes = 1;
+  std::string field = "fourier.frequencies";
+};
+
+absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
+                                            const CombineSpec& combine, TensorView input,
+                                            const PositionsSpec& positions,
+                                            const SchemeLimits& limits);
 
 }  // namespace posenc

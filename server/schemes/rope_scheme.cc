@@ -410,7 +410,7 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
 }
 
 absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_t first, int64_t n,
-                                    int64_t table_length) {
+                                    int64_t table_length, const TablePositions& positions) {
   if (rotary_dim <= 0 || rotary_dim % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("dim is ", rotary_dim, "; a rope table needs an even dim > 0"));
@@ -427,8 +427,10 @@ absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_
     return absl::ResourceExhaustedError(
         absl::StrCat("a chunk of ", n, " rows of dim ", rotary_dim, " is too large"));
   }
+  const int64_t seq_len =
+      positions.Identity() ? table_length : positions.MaxPosition(table_length) + 1;
   ASSIGN_OR_RETURN(const RopeFrequencies freqs,
-                   ComputeRopeFrequencies(spec, rotary_dim, table_length));
+                   ComputeRopeFrequencies(spec, rotary_dim, seq_len));
   if (freqs.xpos) {
     return absl::InvalidArgumentError(
         "rope.xpos_scale_base is set; a rope table has one row per position, and xPos "
@@ -438,7 +440,14 @@ absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_
   t.rows = n;
   t.cols = rotary_dim;
   t.data.resize(static_cast<size_t>(n) * rotary_dim);
-  FillRopeRowRange(freqs, first, n, t.data.data());
+  if (positions.Identity()) {
+    FillRopeRowRange(freqs, first, n, t.data.data());
+  } else {
+    for (int64_t r = 0; r < n; ++r) {
+      FillRopeRowRange(freqs, positions.At(first + r), 1,
+                       t.data.data() + static_cast<size_t>(r) * rotary_dim);
+    }
+  }
   RETURN_IF_ERROR(CheckRowsFinite(t.data, "rope.scaling"));
   return t;
 }

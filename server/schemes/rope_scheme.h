@@ -10,6 +10,7 @@
 #include "server/schemes/positions.h"
 #include "server/tables/rope_frequencies.h"
 #include "server/tables/table_cache.h"
+#include "server/tables/table_positions.h"
 #include "server/tensor/tensor_view.h"
 
 namespace posenc {
@@ -40,7 +41,11 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
 // sin (rotary_dim/2) of position first + r, times the attention factor. DYNAMIC and
 // LONGROPE take seq_len = table_length. INVALID_ARGUMENT for a bad spec, rotary_dim,
 // negative first/n, or first + n > table_length.
+// With `positions` (not Identity()) row r holds position positions.At(r) instead, and
+// DYNAMIC and LONGROPE take seq_len = the largest position of the table + 1.
+// REQUIRES: ValidateTablePositions(positions, table_length, false) OK.
 absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_t first, int64_t n,
-                                    int64_t table_length);
+                                    int64_t table_length,
+                                    const TablePositions& positions = TablePositions{});
 
 }  // namespace posenc

@@ -82,6 +82,20 @@ Table ComputeSinusoidalTable(const SinusoidalSpec& spec, int64_t first, int64_t 
   return table;
 }
 
+Table ComputeSinusoidalTable(const SinusoidalSpec& spec, const TablePositions& positions,
+                             int64_t first_row, int64_t n) {
+  SinusoidalEncoder encoder(spec);
+  Table table;
+  table.rows = n;
+  table.cols = spec.dim;
+  table.data.resize(static_cast<size_t>(n * spec.dim));
+  for (int64_t r = 0; r < n; ++r) {
+    encoder.Row(static_cast<double>(positions.At(first_row + r)),
+                table.data.data() + r * spec.dim);
+  }
+  return table;
+}
+
 std::string SinusoidalTableKey(const SinusoidalSpec& spec, int64_t rows) {
   // %a-style exact base so that 10000 and 10000.0000001 never share a table.
   return absl::StrCat("sinusoidal|base=", absl::StrFormat("%a", spec.base),

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "server/tables/table_cache.h"
+#include "server/tables/table_positions.h"
 
 namespace posenc {
 
@@ -56,6 +57,12 @@ class SinusoidalEncoder {
 
 // Rows for positions first..first+n-1, [n, dim].
 Table ComputeSinusoidalTable(const SinusoidalSpec& spec, int64_t first, int64_t n);
+
+// Rows first_row..first_row+n-1 of a table whose row r is position positions.At(r) (negative
+// positions too: sin is odd, cos even), [n, dim]. REQUIRES: ValidateSinusoidal(spec) and
+// ValidateTablePositions OK for a table holding those rows.
+Table ComputeSinusoidalTable(const SinusoidalSpec& spec, const TablePositions& positions,
+                             int64_t first_row, int64_t n);
 
 // Cache key naming every parameter that defines a table of positions 0..rows-1.
 std::string SinusoidalTableKey(const SinusoidalSpec& spec, int64_t rows);

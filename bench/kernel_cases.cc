@@ -50,6 +50,7 @@ struct KernelFixture {
     learned->cols = dim;
     learned->data.assign(static_cast<size_t>(seq * dim), 0.01f);
     t5_table.assign(static_cast<size_t>(32 * bias_heads), -0.5f);
+    for (int64_t k = 0; k < dim / 2; ++k) fourier_b.push_back(0.5 / static_cast<double>(k + 1));
   }
 
   int64_t nb, seq, dim;
@@ -60,9 +61,11 @@ struct KernelFixture {
   TableCache cache;
   std::shared_ptr<Table> learned;
   std::vector<float> t5_table;  // [32 buckets, heads]
+  std::vector<double> fourier_b;  // [dim/2, 1] Fourier frequencies
 };
 
-// The absolute schemes' adds on [nb, seq, dim]: sinusoidal, the add kernel alone and learned.
+// The absolute schemes' adds on [nb, seq, dim]: sinusoidal (ADD and MULTIPLY), the add
+// kernel alone, 2D sin-cos, Fourier features and learned.
 void AddAbsoluteCases(KernelFixture& f, const std::string& size, Isa isa,
                       std::vector<KernelCase>& cases) {
   void* data = f.tensor.data();
@@ -100,6 +103,45 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, Isa isa,
                        },
                        last_add, /*comparison=*/true});
     }
+  }
+  // MULTIPLY fusion (x * pe), the 2D sin-cos of a patch grid (seq = 8 x 16 or 32 x 64
+  // patches, a cached table) and Fourier features of integer positions (cos/sin computed
+  // per call: 2F = dim frequencies per position, shared by the batch).
+  const int64_t grid_h = f.seq == 128 ? 8 : 32, grid_w = f.seq / grid_h;
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
+    cases.push_back({"sinusoidal_multiply", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
+                     [&f, data, dt, emb_shape] {
+                       CombineSpec multiply;
+                       multiply.fusion = Fusion::kMultiply;
+                       Check(ApplySinusoidal(SinusoidalSpec{}, multiply, TensorView{dt, emb_shape, data},
+                                             PositionsSpec{}, f.cache, SchemeLimits{})
+                                 .status(),
+                             "ApplySinusoidal MULTIPLY");
+                     },
+                     last_add});
+    cases.push_back({"sinusoidal_2d_add", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
+                     [&f, data, dt, emb_shape, grid_h, grid_w] {
+                       const Sinusoidal2DSpec spec{grid_h, grid_w, false, 10000.0, 0};
+                       Check(ApplySinusoidal2D(spec, CombineSpec{}, TensorView{dt, emb_shape, data},
+                                               PositionsSpec{}, f.cache, SchemeLimits{})
+                                 .status(),
+                             "ApplySinusoidal2D");
+                     },
+                     last_add});
+  }
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
+    cases.push_back({"fourier_add", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
+                     [&f, data, dt, emb_shape] {
+                       FourierSpec spec;
+                       spec.frequencies = f.fourier_b;
+                       Check(ApplyFourier(spec, CombineSpec{}, TensorView{dt, emb_shape, data},
+                                          PositionsSpec{}, SchemeLimits{})
+                                 .status(),
+                             "ApplyFourier");
+                     },
+                     last_add});
   }
   const size_t bytes = static_cast<size_t>(emb_n) * sizeof(float);
   cases.push_back({"learned_add", size, emb_shape, DType::kFloat32, bytes, 2 * bytes + pe_bytes,

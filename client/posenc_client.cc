@@ -208,9 +208,17 @@ absl::StatusOr<v1::Tensor> PosencClient::GetTableTensor(const v1::TableRequest& 
     const std::string field = absl::StrCat("chunk[", i, "].rows");
     ASSIGN_OR_RETURN(const ConstTensorView view, ViewTensor(chunk.rows(), field));
     if (view.shape.empty()) return absl::InternalError(absl::StrCat(field, " is a scalar"));
-    if (chunk.first_position() != rows) {
+    // Row r is position first_position + r * position_step, clamped (TableRequest).
+    __int128 expected = static_cast<__int128>(request.first_position()) +
+                        static_cast<__int128>(rows) *
+                            (request.has_position_step() ? request.position_step() : 1);
+    if (request.has_clamp_position()) {
+      expected = std::clamp<__int128>(expected, -request.clamp_position(), request.clamp_position());
+    }
+    if (static_cast<__int128>(chunk.first_position()) != expected) {
       return absl::InternalError(absl::StrCat("chunk[", i, "].first_position is ",
-                                              chunk.first_position(), "; expected ", rows));
+                                              chunk.first_position(), "; expected ",
+                                              static_cast<int64_t>(expected)));
     }
     if (i == 0) {
       joined.set_dtype(chunk.rows().dtype());

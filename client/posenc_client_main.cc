@@ -45,7 +45,7 @@ common flags:
   --request-id ID
 
 encode / stream:
-  --scheme sinusoidal|learned|rope|hierarchical|continuous
+  --scheme sinusoidal|learned|rope|hierarchical|continuous|sinusoidal_2d|fourier
                        (default sinusoidal; rope with --hf-config)
   input:  --shape 2,16,64 [--fill random|zeros] [--seed N]  or  --input x.npy
           --dtype float32|float16|bfloat16 (default: the file's, else float32)
@@ -54,7 +54,11 @@ encode / stream:
           --mrope-segments 5,1x2x2,3,2x4x4@0.5 (text lengths and TxHxW grids, @temporal_scale)
   sinusoidal/continuous: --base --layout interleaved|concatenated
           --timescale per_dim|half_minus_one --value-scale (continuous)
-  sinusoidal/learned: --input-scale --pe-scale --fusion add|concat --pe-dim (sinusoidal)
+  sinusoidal/learned/sinusoidal_2d/fourier: --input-scale --pe-scale
+          --fusion add|concat|multiply --pe-dim (sinusoidal)
+  sinusoidal_2d: --grid-height H --grid-width W [--cls-token] [--base] (seq = H*W (+1))
+  fourier: --frequencies 0.5,1.25,... (B [F, num_axes] row-major) | --frequencies-table NAME
+          [--num-axes M]; positions from --values (M per token) or --offsets/--ids
   learned: --table NAME --overflow error|clamp|interpolate
   hierarchical: --levels "0,1,0;0,0,1" (ids per level, levels split by ';')
           --level-scales 1,0.5  --level-bases 10000,100
@@ -73,6 +77,8 @@ bias:   --scheme alibi|t5 --query-length Q --key-length K [--query-offset O]
         --scores s.npy [--dtype]  --output b.npy
 graph:  --nodes N --edges 0-1,1-2,2-0 --k K [--normalized] [--input x.npy] [--output e.npy]
 table:  --scheme sinusoidal|rope --length L --dim D [--dtype] [--rows-per-chunk R]
+        [--first-position P --position-step S --clamp-position C]: row r is position
+        P + r*S clamped to [-C, C] (Transformer-XL: P=klen-1, S=-1, --layout concatenated)
         sinusoidal flags as above; rope: --base --hf-config --scaling --factor
         --output t.npy
 health: [--service NAME]
@@ -84,6 +90,8 @@ const std::set<std::string> kSinusoidalFlags = {"base", "layout", "timescale", "
 const std::set<std::string> kRopeFlags = {"base", "rotary-dim", "style", "rope-layout", "hf-config", "layer-type",
                                           "scaling", "factor", "original-max-pos"};
 const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "axis-ids", "mrope-segments", "levels", "level-scales", "level-bases",
+                                           "grid-height", "grid-width", "cls-token", "frequencies",
+                                           "frequencies-table", "num-axes",
                                            "shape", "fill", "seed", "input", "dtype", "output", "key",
                                            "key-shape", "key-output", "print", "count", "shm"};
 
@@ -121,7 +129,8 @@ int Main(int argc, char** argv) {
     known = Union({}, {"nodes", "edges", "k", "normalized", "input", "output", "print"});
   } else if (command == "table") {
     known = Union({&kSinusoidalFlags, &kRopeFlags},
-                  {"scheme", "length", "dim", "dtype", "rows-per-chunk", "output", "print"});
+                  {"scheme", "length", "dim", "dtype", "rows-per-chunk", "output", "print",
+                   "first-position", "position-step", "clamp-position"});
   } else if (command == "list") {
     known = Union({});
   } else if (command == "health") {
@@ -129,7 +138,7 @@ int Main(int argc, char** argv) {
   } else {
     return UsageError(absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'")));
   }
-  auto flags = ParseCommandFlags(args, known, {"bidirectional", "normalized", "shm"});
+  auto flags = ParseCommandFlags(args, known, {"bidirectional", "normalized", "shm", "cls-token"});
   if (!flags.ok()) return UsageError(flags.status());
   if (flags->Has("help")) {
     std::cout << kUsage;

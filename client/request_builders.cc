@@ -125,13 +125,63 @@ absl::Status FillContinuous(const Flags& f, v1::EncodeRequest* request, Hf*) {
   return absl::OkStatus();
 }
 
+// Two integer flags a command needs; `missing` when either is absent.
+absl::StatusOr<std::pair<int64_t, int64_t>> RequiredInts(const Flags& f, const char* a,
+                                                         const char* b, const char* missing) {
+  ASSIGN_OR_RETURN(const std::optional<int64_t> first, f.OptInt(a));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> second, f.OptInt(b));
+  if (!first || !second) return absl::InvalidArgumentError(missing);
+  return std::pair<int64_t, int64_t>(*first, *second);
+}
+
+// --grid-height H --grid-width W [--cls-token]; the scale and fusion flags as sinusoidal.
+absl::Status FillSinusoidal2D(const Flags& f, v1::EncodeRequest* request, Hf*) {
+  v1::Sinusoidal2D* s = request->mutable_sinusoidal_2d();
+  ASSIGN_OR_RETURN(const auto hw, RequiredInts(f, "grid-height", "grid-width",
+                                               "--scheme sinusoidal_2d needs --grid-height and "
+                                               "--grid-width"));
+  s->set_grid_height(hw.first);
+  s->set_grid_width(hw.second);
+  ASSIGN_OR_RETURN(const bool cls, f.Bool("cls-token"));
+  s->set_cls_token(cls);
+  v1::Sinusoidal tmp;  // shares the base, scale and fusion flags
+  RETURN_IF_ERROR(FillSinusoidal(f, &tmp));
+  if (tmp.has_base()) s->set_base(tmp.base());
+  if (tmp.has_input_scale()) s->set_input_scale(tmp.input_scale());
+  if (tmp.has_pe_scale()) s->set_pe_scale(tmp.pe_scale());
+  s->set_fusion(tmp.fusion());
+  return absl::OkStatus();
+}
+
+// --frequencies 0.5,1.2,... (B row-major) or --frequencies-table NAME, --num-axes M; the
+// scale and fusion flags as sinusoidal; positions from --values (M per token) or --offsets/--ids.
+absl::Status FillFourier(const Flags& f, v1::EncodeRequest* request, Hf*) {
+  v1::Fourier* s = request->mutable_fourier();
+  ASSIGN_OR_RETURN(const std::vector<double> b, f.DoubleList("frequencies"));
+  s->mutable_frequencies()->Add(b.begin(), b.end());
+  s->set_frequencies_table(f.Str("frequencies-table"));
+  if (b.empty() == s->frequencies_table().empty()) {
+    return absl::InvalidArgumentError(
+        "--scheme fourier needs one of --frequencies 0.5,1.2,... and --frequencies-table NAME");
+  }
+  ASSIGN_OR_RETURN(auto axes, f.OptInt("num-axes"));
+  if (axes) s->set_num_axes(static_cast<int32_t>(*axes));
+  v1::Sinusoidal tmp;  // shares the scale and fusion flags
+  RETURN_IF_ERROR(FillSinusoidal(f, &tmp));
+  if (tmp.has_input_scale()) s->set_input_scale(tmp.input_scale());
+  if (tmp.has_pe_scale()) s->set_pe_scale(tmp.pe_scale());
+  s->set_fusion(tmp.fusion());
+  return absl::OkStatus();
+}
+
 struct EncodeScheme {
   const char* name;
   absl::Status (*fill)(const Flags& f, v1::EncodeRequest* request, Hf* hf);
 };
 constexpr EncodeScheme kEncodeSchemes[] = {
     {"sinusoidal", FillSinusoidalScheme}, {"learned", FillLearned}, {"rope", FillRopeScheme},
-    {"hierarchical", FillHierarchical},   {"continuous", FillContinuous}};
+    {"hierarchical", FillHierarchical},   {"continuous", FillContinuous},
+    {"sinusoidal_2d", FillSinusoidal2D},  {"fourier", FillFourier}};
 
 absl::Status FillEncodeScheme(const Flags& f, const std::string& scheme, v1::EncodeRequest* request,
                               Hf* hf) {
@@ -139,7 +189,9 @@ absl::Status FillEncodeScheme(const Flags& f, const std::string& scheme, v1::Enc
     if (scheme == s.name) return s.fill(f, request, hf);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--scheme '", scheme, "' is not one of sinusoidal, learned, rope, hierarchical, continuous"));
+      "--scheme '", scheme,
+      "' is not one of sinusoidal, learned, rope, hierarchical, continuous, sinusoidal_2d, "
+      "fourier"));
 }
 
 // With --hf-config and no --shape: 8 tokens of the model's query heads, in the chosen layout.
@@ -304,15 +356,6 @@ absl::Status FillT5(const Flags& f, v1::T5Bias* t5) {
   return absl::OkStatus();
 }
 
-// Two integer flags a command needs; `missing` when either is absent.
-absl::StatusOr<std::pair<int64_t, int64_t>> RequiredInts(const Flags& f, const char* a,
-                                                         const char* b, const char* missing) {
-  ASSIGN_OR_RETURN(const std::optional<int64_t> first, f.OptInt(a));
-  ASSIGN_OR_RETURN(const std::optional<int64_t> second, f.OptInt(b));
-  if (!first || !second) return absl::InvalidArgumentError(missing);
-  return std::pair<int64_t, int64_t>(*first, *second);
-}
-
 // "0-1,1-2" and "0,1,1,2" both list the pairs (0,1), (1,2).
 absl::StatusOr<std::vector<int64_t>> ParseEdges(const std::string& text) {
   std::vector<int64_t> edges;
@@ -400,6 +443,14 @@ absl::StatusOr<v1::TableRequest> BuildTableRequest(const Flags& f) {
   if (dtype) request.set_dtype(*dtype);
   ASSIGN_OR_RETURN(auto rows, f.OptInt("rows-per-chunk"));
   if (rows) request.set_rows_per_chunk(*rows);
+  // Row r is position first + r * step (clamped): Transformer-XL's pos_emb is
+  // --first-position KLEN-1 --position-step -1 --clamp-position CLAMP_LEN --layout concatenated.
+  ASSIGN_OR_RETURN(auto first, f.OptInt("first-position"));
+  if (first) request.set_first_position(*first);
+  ASSIGN_OR_RETURN(auto step, f.OptInt("position-step"));
+  if (step) request.set_position_step(*step);
+  ASSIGN_OR_RETURN(auto clamp, f.OptInt("clamp-position"));
+  if (clamp) request.set_clamp_position(*clamp);
   return request;
 }
 

@@ -15,7 +15,8 @@ from posenc.v1 import posenc_pb2_grpc as pb_grpc
 # The server's default --max_message_bytes; gRPC's own default (4 MiB) is far smaller.
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
-_ENCODE_SCHEMES = ("sinusoidal", "learned", "rope", "hierarchical", "continuous")
+_ENCODE_SCHEMES = ("sinusoidal", "learned", "rope", "hierarchical", "continuous",
+                   "sinusoidal_2d", "fourier")
 _BIAS_SCHEMES = ("alibi", "t5")
 _TABLE_SCHEMES = ("sinusoidal", "rope")
 
@@ -191,22 +192,40 @@ class Client:
         return self._output(self._call(self._stub.AttentionBias, request, timeout,
                                        request_id).output)
 
-    def table(self, scheme, length, dim, dtype="float32", rows_per_chunk=None, timeout=None):
-        """GetTable's rows 0..length-1, every chunk concatenated: [length, dim] sinusoidal,
-        [length, 2, dim/2] rope cos/sin."""
+    def table(self, scheme, length, dim, dtype="float32", rows_per_chunk=None, timeout=None,
+              *, first_position=None, position_step=None, clamp_position=None):
+        """GetTable's rows, every chunk concatenated: [length, dim] sinusoidal,
+        [length, 2, dim/2] rope cos/sin. Row r is position first_position + r *
+        position_step (defaults 0 and 1), clamped to [-clamp_position, clamp_position] when
+        given: Transformer-XL's pos_emb is first_position=klen-1, position_step=-1,
+        clamp_position=clamp_len with a CONCATENATED sinusoidal."""
         name, msg = scheme_field(scheme, _TABLE_SCHEMES)
         request = pb.TableRequest(length=length, dim=dim, dtype=wire_dtype(dtype),
                                   rows_per_chunk=rows_per_chunk or 0)
+        for field, value in (("first_position", first_position),
+                             ("position_step", position_step),
+                             ("clamp_position", clamp_position)):
+            if value is not None:
+                setattr(request, field, int(value))
         getattr(request, name).CopyFrom(msg)
-        chunks, expected = [], 0
+        first = 0 if first_position is None else int(first_position)
+        step = 1 if position_step is None else int(position_step)
+
+        def position(r):
+            p = first + r * step
+            if clamp_position is not None:
+                p = max(-int(clamp_position), min(int(clamp_position), p))
+            return p
+
+        chunks, rows_seen = [], 0
         try:
             for chunk in self._stub.GetTable(request, timeout=timeout):
-                if chunk.first_position != expected:
-                    raise invalid("table chunk starts at %d; expected %d"
-                                  % (chunk.first_position, expected))
+                if chunk.first_position != position(rows_seen):
+                    raise invalid("table chunk starts at position %d; expected %d"
+                                  % (chunk.first_position, position(rows_seen)))
                 rows = to_numpy(chunk.rows)
                 chunks.append(rows)
-                expected += rows.shape[0]
+                rows_seen += rows.shape[0]
         except grpc.RpcError as err:
             raise PosencError.from_rpc_error(err) from None
         return np.concatenate(chunks) if len(chunks) != 1 else chunks[0]

@@ -161,6 +161,39 @@ class Continuous(_Message):
                          timescale=timescale)
 
 
+class Sinusoidal2D(_Message):
+    """ViT/MAE 2D sin-cos of a grid_height x grid_width patch grid (MAE's
+    get_2d_sincos_pos_embed); with cls_token a zero row comes first. Takes no positions."""
+    _message = pb.Sinusoidal2D
+    _enums = {"fusion": pb.Fusion}
+    oneof = "sinusoidal_2d"
+
+    def __init__(self, grid_height, grid_width, cls_token=None, base=None, input_scale=None,
+                 pe_scale=None, fusion=None):
+        super().__init__(grid_height=grid_height, grid_width=grid_width, cls_token=cls_token,
+                         base=base, input_scale=input_scale, pe_scale=pe_scale, fusion=fusion)
+
+
+class Fourier(_Message):
+    """Fourier features [cos(2 pi B v), sin(2 pi B v)] with B [F, num_axes]: `frequencies`
+    (an array of shape [F] or [F, num_axes]) or a named table `frequencies_table`. v comes
+    from positions={"values": [...]} (num_axes per token) or integer positions."""
+    _message = pb.Fourier
+    _enums = {"fusion": pb.Fusion}
+    oneof = "fourier"
+
+    def __init__(self, frequencies=None, frequencies_table=None, num_axes=None,
+                 input_scale=None, pe_scale=None, fusion=None):
+        if frequencies is not None:
+            b = np.asarray(frequencies, dtype=np.float64)
+            if b.ndim == 2 and num_axes is None:
+                num_axes = b.shape[1]
+            frequencies = b.reshape(-1)
+        super().__init__(frequencies=frequencies, frequencies_table=frequencies_table,
+                         num_axes=num_axes, input_scale=input_scale, pe_scale=pe_scale,
+                         fusion=fusion)
+
+
 class Alibi(_Message):
     """ALiBi bias for attention_bias: num_heads, mode symmetric|causal, max_bias."""
     _message = pb.Alibi
@@ -183,6 +216,7 @@ class T5(_Message):
 
 _RAW_ONEOF = {pb.Sinusoidal: "sinusoidal", pb.Learned: "learned", pb.Rope: "rope",
               pb.Hierarchical: "hierarchical", pb.Continuous: "continuous",
+              pb.Sinusoidal2D: "sinusoidal_2d", pb.Fourier: "fourier",
               pb.Alibi: "alibi", pb.T5Bias: "t5"}
 
 

@@ -248,6 +248,44 @@ std::vector<std::pair<std::string, v1::EncodeRequest>> OtherEncodeSeeds() {
     for (double v : {0.0, 0.5, 1.25, 3.0}) c.mutable_positions()->add_values(v);
     out.emplace_back("continuous_l" + std::to_string(layout), c);
   }
+  // MULTIPLY for sinusoidal and learned.
+  v1::EncodeRequest sm = Embeddings({2, 4, 16}, v1::BFLOAT16);
+  sm.mutable_sinusoidal()->set_fusion(v1::MULTIPLY);
+  sm.mutable_sinusoidal()->set_pe_scale(2.0f);
+  out.emplace_back("sinusoidal_multiply_bf16", sm);
+  v1::EncodeRequest lm = Embeddings({2, 8, 16}, v1::FLOAT16);
+  lm.mutable_learned()->set_table("pos");
+  lm.mutable_learned()->set_fusion(v1::MULTIPLY);
+  out.emplace_back("learned_multiply_f16", lm);
+  // Sinusoidal2D: a square grid, and a non-square one with a class token, every fusion.
+  for (auto fusion : {v1::ADD, v1::CONCAT, v1::MULTIPLY}) {
+    const bool cls = fusion != v1::ADD;
+    v1::EncodeRequest g = Embeddings({2, cls ? 7 : 4, 16}, fusion == v1::CONCAT ? v1::FLOAT16
+                                                                                : v1::FLOAT32);
+    g.mutable_sinusoidal_2d()->set_grid_height(2);
+    g.mutable_sinusoidal_2d()->set_grid_width(cls ? 3 : 2);
+    g.mutable_sinusoidal_2d()->set_cls_token(cls);
+    g.mutable_sinusoidal_2d()->set_fusion(fusion);
+    if (cls) g.mutable_sinusoidal_2d()->set_base(100.0);
+    out.emplace_back("sinusoidal_2d_f" + std::to_string(fusion), g);
+  }
+  // Fourier: one axis from integer positions, two axes from values, the named table.
+  v1::EncodeRequest f1 = Embeddings({2, 4, 8});
+  for (double b : {0.1, 0.5, 1.0, 2.0}) f1.mutable_fourier()->add_frequencies(b);
+  f1.mutable_positions()->add_offsets(3);
+  out.emplace_back("fourier_integer", f1);
+  v1::EncodeRequest f2 = Embeddings({2, 3, 4}, v1::BFLOAT16);
+  for (double b : {0.5, -1.0, 2.0, 0.25, 3.0, 1.5}) f2.mutable_fourier()->add_frequencies(b);
+  f2.mutable_fourier()->set_num_axes(2);
+  f2.mutable_fourier()->set_fusion(v1::CONCAT);
+  for (int i = 0; i < 12; ++i) f2.mutable_positions()->add_values(0.125 * i - 0.5);
+  out.emplace_back("fourier_two_axes_concat_bf16", f2);
+  v1::EncodeRequest f3 = Embeddings({4, 12}, v1::FLOAT16);
+  f3.mutable_fourier()->set_frequencies_table("fourier_b");  // [6, 2]
+  f3.mutable_fourier()->set_num_axes(2);
+  f3.mutable_fourier()->set_fusion(v1::MULTIPLY);
+  for (int i = 0; i < 8; ++i) f3.mutable_positions()->add_values(0.5 * i);
+  out.emplace_back("fourier_table_multiply_f16", f3);
   return out;
 }
 
@@ -331,6 +369,27 @@ void WriteTableSeeds() {
     if (type != v1::NONE) r.set_rows_per_chunk(16);
     Write("table", "rope_scaling" + std::to_string(type), r);
   }
+  // Relative order: Transformer-XL's descending, clamped table; XLNet's through negative
+  // positions; a rope table with a step.
+  v1::TableRequest xl;
+  xl.mutable_sinusoidal()->set_layout(v1::CONCATENATED);
+  xl.set_length(40);
+  xl.set_dim(16);
+  xl.set_first_position(39);
+  xl.set_position_step(-1);
+  xl.set_clamp_position(20);
+  xl.set_rows_per_chunk(16);
+  Write("table", "sinusoidal_transformer_xl", xl);
+  xl.set_first_position(20);
+  xl.clear_clamp_position();
+  Write("table", "sinusoidal_negative", xl);
+  v1::TableRequest rope;
+  rope.mutable_rope();
+  rope.set_length(10);
+  rope.set_dim(8);
+  rope.set_first_position(5);
+  rope.set_position_step(3);
+  Write("table", "rope_step", rope);
 }
 
 v1::GraphRequest Graph(int64_t n, std::initializer_list<std::pair<int, int>> pairs, int k) {

@@ -93,6 +93,15 @@ std::vector<double> TransformerXlRow(int64_t demb, double pos) {
 
 // ---- helpers --------------------------------------------------------------------------
 
+PositionsSpec Positions(absl::Span<const int64_t> offsets, absl::Span<const int64_t> ids,
+                        absl::Span<const double> values) {
+  PositionsSpec p;
+  p.offsets = offsets;
+  p.ids = ids;
+  p.values = values;
+  return p;
+}
+
 // Values of `dtype` as bytes, and what they hold as doubles.
 struct Input {
   DType dtype;
@@ -253,9 +262,13 @@ TEST(Sinusoidal2D, BadParametersNameTheirField) {
   EXPECT_THAT(run({4, 4, false, NAN, 0}, {1, 16, 16}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sinusoidal_2d.base")));
   const int64_t ids[] = {0, 1};
-  EXPECT_THAT(run({4, 4, false, 10000, 0}, {1, 16, 16}, PositionsSpec{{}, ids, {}}),
+  EXPECT_THAT(run({4, 4, false, 10000, 0}, {1, 16, 16}, Positions({}, ids, {})),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positions")));
-  EXPECT_THAT(run({4, 4, false, 10000, 0}, {1, 16, 16}, PositionsSpec{ids, {}, {}}),
+  EXPECT_THAT(run({4, 4, false, 10000, 0}, {1, 16, 16}, Positions(ids, {}, {})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positions")));
+  PositionsSpec axes;
+  axes.axis_ids = ids;
+  EXPECT_THAT(run({4, 4, false, 10000, 0}, {1, 16, 16}, axes),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positions")));
   EXPECT_THAT(run({4, 4, false, 10000, 0}, {1, 16, 16}, {}, CombineSpec{NAN, 1, Fusion::kAdd, {}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sinusoidal_2d.input_scale")));
@@ -274,7 +287,7 @@ TEST(Fourier, OneAxisFromIntegerPositionsAndFromValues) {
     const int64_t offsets[] = {0, 100};
     std::vector<float> x(batch * seq * d, 0.0f);
     ASSERT_THAT(ApplyFourier({b, 1}, {}, TensorView{DType::kFloat32, {batch, seq, d}, x.data()},
-                             PositionsSpec{offsets, {}, {}}, {}),
+                             Positions(offsets, {}, {}), {}),
                 IsOk());
     for (int64_t n = 0; n < batch; ++n) {
       std::vector<double> v(seq);
@@ -291,7 +304,7 @@ TEST(Fourier, OneAxisFromIntegerPositionsAndFromValues) {
     for (auto& t : v) t = std::uniform_real_distribution<double>(-3, 50)(rng);
     std::vector<float> x(batch * seq * d, 0.0f);
     ASSERT_THAT(ApplyFourier({b, 1}, {}, TensorView{DType::kFloat32, {batch, seq, d}, x.data()},
-                             PositionsSpec{{}, {}, v}, {}),
+                             Positions({}, {}, v), {}),
                 IsOk());
     const std::vector<double> want = FourierRef(b, 1, v);
     for (int64_t i = 0; i < batch * seq * d; ++i) {
@@ -317,7 +330,7 @@ TEST(Fourier, MultiAxisPerBatchValuesEveryFusionAndDtype) {
       const float a = 0.5f, s = 2.0f;
       auto r = ApplyFourier({b, m}, CombineSpec{a, s, fusion, std::nullopt},
                             TensorView{dtype, {batch, seq, d}, bytes.data()},
-                            PositionsSpec{{}, {}, v}, {});
+                            Positions({}, {}, v), {});
       ASSERT_THAT(r, IsOk());
       if (fusion != Fusion::kConcat) {
         ExpectCombined(in, bytes.data(), batch, seq, d, pe, true, fusion, a, s, "fourier");
@@ -362,14 +375,14 @@ TEST(Fourier, BadParametersNameTheirField) {
   EXPECT_THAT(run({b2, 2}, {1, 4, 4}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positions.values is empty")));
   const std::vector<double> v3 = {0, 1, 2};
-  EXPECT_THAT(run({b2, 2}, {1, 4, 4}, PositionsSpec{{}, {}, v3}),
+  EXPECT_THAT(run({b2, 2}, {1, 4, 4}, Positions({}, {}, v3)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positions.values has 3")));
   const std::vector<double> vinf = {0, 1, 2, 3, 4, INFINITY, 6, 7};
-  EXPECT_THAT(run({b2, 2}, {1, 4, 4}, PositionsSpec{{}, {}, vinf}),
+  EXPECT_THAT(run({b2, 2}, {1, 4, 4}, Positions({}, {}, vinf)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positions.values[5]")));
   const int64_t ids[] = {0, 1, 2, 3};
   const std::vector<double> v8(8, 0.5);
-  EXPECT_THAT(run({b2, 2}, {1, 4, 4}, PositionsSpec{{}, ids, v8}),
+  EXPECT_THAT(run({b2, 2}, {1, 4, 4}, Positions({}, ids, v8)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positions.ids")));
   EXPECT_THAT(run({b4, 1}, {1, 4, 8}, {}, CombineSpec{1, 1, Fusion::kConcat, 8}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pe_dim")));

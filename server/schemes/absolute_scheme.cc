@@ -426,7 +426,8 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
                                                  TableCache& cache, const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "sinusoidal_2d"));
-  if (!positions.offsets.empty() || !positions.ids.empty() || !positions.values.empty()) {
+  if (!positions.offsets.empty() || !positions.ids.empty() || !positions.values.empty() ||
+      positions.has_axis_positions()) {
     return absl::InvalidArgumentError(
         "positions is set; sinusoidal_2d takes its positions from the grid (grid_height, "
         "grid_width): leave positions empty");
@@ -470,6 +471,11 @@ absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
   RETURN_IF_ERROR(CheckScales(combine, "fourier"));
   if (combine.pe_dim.has_value()) {
     return absl::InvalidArgumentError("fourier has no pe_dim; its encoding is 2F wide");
+  }
+  if (positions.has_axis_positions()) {
+    return absl::InvalidArgumentError(
+        "positions.axis_ids or positions.mrope_segments is set; fourier takes the axes of each "
+        "token from positions.values");
   }
   ASSIGN_OR_RETURN(const FourierEncoder encoder,
                    FourierEncoder::Create(fourier.frequencies, fourier.num_axes, fourier.field));

@@ -137,7 +137,7 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, Isa isa,
                        FourierSpec spec;
                        spec.frequencies = f.fourier_b;
                        Check(ApplyFourier(spec, CombineSpec{}, TensorView{dt, emb_shape, data},
-                                          PositionsSpec{}, SchemeLimits{})
+                                          PositionsSpec{}, f.cache, SchemeLimits{})
                                  .status(),
                              "ApplyFourier");
                      },

@@ -282,19 +282,27 @@ TEST(Fourier, OneAxisFromIntegerPositionsAndFromValues) {
   const int64_t f = 12, d = 2 * f, seq = 9, batch = 2;
   std::vector<double> b(f);
   for (auto& v : b) v = normal(rng) * 0.1;  // B ~ N(0, sigma^2), as Tancik et al. sample it
-  // Integer positions with offsets per batch row.
-  {
-    const int64_t offsets[] = {0, 100};
+  TableCache cache(16 << 20);
+  // Integer positions with offsets per batch row: near ones read a cached table of positions
+  // 0..R-1 (twice: computed, then cached), a far one computes its rows alone.
+  for (int64_t far : {int64_t{100}, int64_t{100}, int64_t{1000000000}}) {
+    const int64_t offsets[] = {0, far};
     std::vector<float> x(batch * seq * d, 0.0f);
     ASSERT_THAT(ApplyFourier({b, 1}, {}, TensorView{DType::kFloat32, {batch, seq, d}, x.data()},
-                             Positions(offsets, {}, {}), {}),
+                             Positions(offsets, {}, {}), cache, {}),
                 IsOk());
     for (int64_t n = 0; n < batch; ++n) {
       std::vector<double> v(seq);
       for (int64_t t = 0; t < seq; ++t) v[t] = static_cast<double>(offsets[n] + t);
       const std::vector<double> want = FourierRef(b, 1, v);
+      // The reference rounds 2 pi v and then the product, posenc b*v then 2 pi times it: the
+      // float64 angles differ by a few ulps of the largest angle (2 pi |b| 1e9, ~1e-7).
+      double max_b = 0;
+      for (double f : b) max_b = std::max(max_b, std::abs(f));
+      const double angle = 2 * M_PI * max_b * static_cast<double>(far + seq);
+      const double tol = kRoundedOnce + 4 * angle * std::ldexp(1.0, -53);
       for (int64_t i = 0; i < seq * d; ++i) {
-        ASSERT_NEAR(x[n * seq * d + i], want[i], kRoundedOnce) << "row " << n << " element " << i;
+        ASSERT_NEAR(x[n * seq * d + i], want[i], tol) << "row " << n << " element " << i;
       }
     }
   }
@@ -304,7 +312,7 @@ TEST(Fourier, OneAxisFromIntegerPositionsAndFromValues) {
     for (auto& t : v) t = std::uniform_real_distribution<double>(-3, 50)(rng);
     std::vector<float> x(batch * seq * d, 0.0f);
     ASSERT_THAT(ApplyFourier({b, 1}, {}, TensorView{DType::kFloat32, {batch, seq, d}, x.data()},
-                             Positions({}, {}, v), {}),
+                             Positions({}, {}, v), cache, {}),
                 IsOk());
     const std::vector<double> want = FourierRef(b, 1, v);
     for (int64_t i = 0; i < batch * seq * d; ++i) {
@@ -315,6 +323,7 @@ TEST(Fourier, OneAxisFromIntegerPositionsAndFromValues) {
 
 TEST(Fourier, MultiAxisPerBatchValuesEveryFusionAndDtype) {
   std::mt19937 rng(9);
+  TableCache cache(1 << 20);
   std::normal_distribution<double> normal(0, 1);
   const int64_t m = 3, f = 8, seq = 5, batch = 2;
   std::vector<double> b(f * m);
@@ -330,7 +339,7 @@ TEST(Fourier, MultiAxisPerBatchValuesEveryFusionAndDtype) {
       const float a = 0.5f, s = 2.0f;
       auto r = ApplyFourier({b, m}, CombineSpec{a, s, fusion, std::nullopt},
                             TensorView{dtype, {batch, seq, d}, bytes.data()},
-                            Positions({}, {}, v), {});
+                            Positions({}, {}, v), cache, {});
       ASSERT_THAT(r, IsOk());
       if (fusion != Fusion::kConcat) {
         ExpectCombined(in, bytes.data(), batch, seq, d, pe, true, fusion, a, s, "fourier");
@@ -350,10 +359,11 @@ TEST(Fourier, MultiAxisPerBatchValuesEveryFusionAndDtype) {
 }
 
 TEST(Fourier, BadParametersNameTheirField) {
+  TableCache cache(1 << 20);
   std::vector<float> x(4 * 8);
   const std::vector<double> b4 = {1, 2, 3, 4};
   auto run = [&](FourierSpec spec, Shape shape, PositionsSpec p = {}, CombineSpec c = {}) {
-    return ApplyFourier(spec, c, TensorView{DType::kFloat32, shape, x.data()}, p, {});
+    return ApplyFourier(spec, c, TensorView{DType::kFloat32, shape, x.data()}, p, cache, {});
   };
   EXPECT_THAT(run({b4, 1}, {1, 4, 6}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("d_model = 2F")));

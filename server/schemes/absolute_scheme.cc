@@ -465,7 +465,7 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
 
 absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
                                             const CombineSpec& combine, TensorView input,
-                                            const PositionsSpec& positions,
+                                            const PositionsSpec& positions, TableCache& cache,
                                             const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "fourier"));
@@ -524,6 +524,20 @@ absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
     }
     ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
     if (e.seq == 0 || e.batch == 0) return Combine(e, input, EncodingRows::None(width), combine, limits);
+    const std::optional<int64_t> rows_needed =
+        DenseTableRows(kSinusoidalDensePolicy, grid.max_position, grid.groups() * grid.seq,
+                       width * int64_t{sizeof(float)}, cache.budget_bytes());
+    if (rows_needed) {
+      ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
+                       cache.GetOrCompute(encoder.IntegerRowsKey(*rows_needed),
+                                          [&]() -> absl::StatusOr<Table> {
+                                            Table t = encoder.IntegerRows(*rows_needed);
+                                            RETURN_IF_ERROR(CheckRowsFinite(t.data, "fourier"));
+                                            return t;
+                                          }));
+      RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));
+      return Combine(e, input, rows, combine, limits);
+    }
     RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
     for (int64_t g = 0; g < grid.groups(); ++g) {
       for (int64_t t = 0; t < grid.seq; ++t) {

@@ -131,9 +131,11 @@ struct FourierSpec {
   std::string field = "fourier.frequencies";
 };
 
+// Integer positions read rows of a cached table of positions 0..R-1 where the dense-table
+// policy allows one (dense_table.h), as sinusoidal does.
 absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
                                             const CombineSpec& combine, TensorView input,
-                                            const PositionsSpec& positions,
+                                            const PositionsSpec& positions, TableCache& cache,
                                             const SchemeLimits& limits);
 
 }  // namespace posenc

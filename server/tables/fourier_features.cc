@@ -1,6 +1,7 @@
 #include "server/tables/fourier_features.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -48,6 +49,26 @@ void FourierEncoder::Row(const double* v, float* out) const {
     out[f] = static_cast<float>(std::cos(angle));
     out[features_ + f] = static_cast<float>(std::sin(angle));
   }
+}
+
+Table FourierEncoder::IntegerRows(int64_t rows) const {
+  Table t;
+  t.rows = rows;
+  t.cols = dim();
+  t.data.resize(static_cast<size_t>(rows * dim()));
+  for (int64_t p = 0; p < rows; ++p) {
+    const double v = static_cast<double>(p);
+    Row(&v, t.data.data() + p * dim());
+  }
+  return t;
+}
+
+std::string FourierEncoder::IntegerRowsKey(int64_t rows) const {
+  std::string key = absl::StrCat("fourier|rows=", rows, "|axes=", axes_, "|f=", features_, "|");
+  const size_t head = key.size();
+  key.resize(head + b_.size() * sizeof(double));
+  std::memcpy(key.data() + head, b_.data(), b_.size() * sizeof(double));
+  return key;
 }
 
 }  // namespace posenc

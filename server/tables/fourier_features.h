@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/tables/table_cache.h"
 
 namespace posenc {
 
@@ -37,6 +39,11 @@ class FourierEncoder {
   // dot product and both functions in float64, each value rounded once to float32.
   // REQUIRES: v holds num_axes() coordinates, each within kMaxFourierCoordinate.
   void Row(const double* v, float* out) const;
+
+  // The rows of integer positions 0..rows-1 (num_axes() == 1), [rows, dim()].
+  Table IntegerRows(int64_t rows) const;
+  // The cache key of IntegerRows(rows): every frequency's exact bytes.
+  std::string IntegerRowsKey(int64_t rows) const;
 
  private:
   FourierEncoder(std::vector<double> b, int64_t features, int64_t axes)

@@ -168,6 +168,10 @@ absl::Status LayOutSegments(const std::vector<MropeSegmentSpec>& segments, int64
     largest = std::max({largest, next + s.grid_h - 1, next + s.grid_w - 1});
     next = largest + 1;
   }
+  if (next - 1 > kMaxPosition) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.mrope_segments lay out positions up to ", next - 1, "; they must be <= 2^40"));
+  }
   return absl::OkStatus();
 }
 

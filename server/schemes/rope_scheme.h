@@ -26,7 +26,11 @@ inline constexpr int kMaxRotaryDim = 1 << 20;
 //  - positions: BSHD/BHSD as ResolvePositions over [batch, seq]. THD: `ids` has one entry
 //    per token (default 0..tokens-1); `offsets`, if given, is a single start position
 //    (token t at offsets[0] + t), i.e. THD is treated as one row of `tokens` positions.
-//    `values` is not accepted.
+//    `values` is not accepted. Multi-axis RoPE (spec.mrope_section, spec.axial_axes) may
+//    take `axis_ids` or `mrope_segments` instead of `ids` (ResolveAxisPositions; THD is one
+//    row); without them every axis takes the position above. Tokens whose axes differ get
+//    cos/sin rows assembled from the position table rows of their axes.
+//  - xPos (spec.xpos_scale_base): queries and keys rotate by different rows.
 // DYNAMIC and LONGROPE take seq_len = the largest position in the request + 1.
 // Errors: INVALID_ARGUMENT naming the field (input.shape[3], key.shape[2], input.dtype,
 // rope.rotary_dim, rope.scaling.factor, positions.ids, ...); RESOURCE_EXHAUSTED for a rotary

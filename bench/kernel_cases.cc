@@ -185,18 +185,23 @@ void AddRopeCases(KernelFixture& f, const std::string& size, std::vector<KernelC
       {f.q_seq - text - grid_h * grid_w, 0, 0, 0, 1.0}};
   const int half = static_cast<int>(f.head_dim / 2);
   const std::vector<int> sections = {half / 4, half * 3 / 8, half - half / 4 - half * 3 / 8};
-  for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
-    const size_t bytes = static_cast<size_t>(q_n) * DTypeSize(dt);
-    cases.push_back({"mrope_neox", size, q_shape, dt, bytes, 2 * bytes + rows_bytes,
-                     [&f, data, dt, q_shape, segments, sections] {
-                       RopeSpec spec;
-                       spec.mrope_section = sections;
-                       PositionsSpec positions;
-                       positions.mrope_segments = segments;
-                       TensorView q{dt, q_shape, data};
-                       Check(ApplyRope(spec, q, nullptr, positions, f.cache), "ApplyRope");
-                     },
-                     nullptr});
+  // imrope: Qwen3-VL's interleaved axes (runs of one slot), as llama.cpp names it.
+  for (bool interleaved : {false, true}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      const size_t bytes = static_cast<size_t>(q_n) * DTypeSize(dt);
+      cases.push_back({interleaved ? "imrope_neox" : "mrope_neox", size, q_shape, dt, bytes,
+                       2 * bytes + rows_bytes,
+                       [&f, data, dt, q_shape, segments, sections, interleaved] {
+                         RopeSpec spec;
+                         spec.mrope_section = sections;
+                         spec.mrope_interleaved = interleaved;
+                         PositionsSpec positions;
+                         positions.mrope_segments = segments;
+                         TensorView q{dt, q_shape, data};
+                         Check(ApplyRope(spec, q, nullptr, positions, f.cache), "ApplyRope");
+                       },
+                       nullptr});
+    }
   }
 }
 

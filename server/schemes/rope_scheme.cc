@@ -282,8 +282,8 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
   }
   out.built.resize(static_cast<size_t>(mixed * width));
   const int64_t half = rotary_dim / 2;
-  // Slots in runs of one axis (Qwen2-VL's sections: three runs; interleaved: mostly runs of
-  // one), copied run by run from the table rows of their axis.
+  // Slots in runs of one axis (Qwen2-VL's sections: three runs), copied run by run from the
+  // table rows of their axis.
   struct Run {
     int64_t first, count;
     int axis;
@@ -294,6 +294,9 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
     if (runs.empty() || runs.back().axis != axis) runs.push_back({f, 0, axis});
     ++runs.back().count;
   }
+  // Interleaved axes (Qwen3-VL) make runs of one slot: there a slot-by-slot pick is cheaper.
+  const bool few_runs = runs.size() <= 2 * static_cast<size_t>(kMaxRopeAxes);
+  const uint8_t* slot_axis = freqs.slot_axis.data();
   float* next = out.built.data();
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t s = 0; s < q.seq; ++s) {  // seq
@@ -307,9 +310,15 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
         const float* axis_rows[kMaxRopeAxes];
         for (int a = 0; a < positions.axes->num_axes; ++a) axis_rows[a] = table.Row(p[a]);
         for (int64_t part = 0; part < width; part += half) {
-          for (const Run& run : runs) {
-            const int64_t at = part + run.first;
-            std::copy_n(axis_rows[run.axis] + at, run.count, next + at);
+          if (few_runs) {
+            for (const Run& run : runs) {
+              const int64_t at = part + run.first;
+              std::copy_n(axis_rows[run.axis] + at, run.count, next + at);
+            }
+          } else {
+            for (int64_t f = 0; f < half; ++f) {
+              next[part + f] = axis_rows[slot_axis[f]][part + f];
+            }
           }
         }
         row = next;

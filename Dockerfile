@@ -2,14 +2,14 @@
 # binaries, the shared libraries they load and busybox go into an otherwise empty image
 # (deploy/docker/rootfs.sh).
 #   docker build -t posenc:dev .            (or podman build)
-#   docker run --rm -p 50051:50051 -p 127.0.0.1:9464:9464 posenc:dev
+#   docker run --rm -p 50051:50051 -p 8000:8000 -p 127.0.0.1:9464:9464 posenc:dev
 # The server drains within --shutdown_grace (8 s), inside docker/podman stop's default 10 s.
 FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
       prometheus-cpp-dev nlohmann-json3-dev \
-      libeigen3-dev libspectra-dev libpng-dev busybox-static \
+      libeigen3-dev libspectra-dev libpng-dev busybox-static libcivetweb-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -28,10 +28,12 @@ FROM scratch
 COPY --from=build /rootfs /
 ENV PATH=/usr/local/bin:/bin
 USER 10001
-EXPOSE 50051 9464
+# gRPC (posenc.v1 and the Open Inference Protocol), metrics, the Open Inference Protocol's
+# HTTP/REST binding.
+EXPOSE 50051 9464 8000
 # Health for plain Docker, on the address --listen names; Kubernetes uses its native gRPC
 # probe (deploy/kubernetes).
 HEALTHCHECK --interval=10s --timeout=3s CMD ["posenc-healthcheck"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["posenc-server"]
-CMD ["--listen=0.0.0.0:50051", "--metrics_listen=0.0.0.0:9464"]
+CMD ["--listen=0.0.0.0:50051", "--metrics_listen=0.0.0.0:9464", "--http_listen=0.0.0.0:8000"]

@@ -39,7 +39,7 @@ ports=()
 for i in 1 2 3; do
   ports+=("$(free_port)")
   start_server "r$i" "$work/r$i.out" "$server" --listen="127.0.0.1:${ports[i - 1]}" \
-    --metrics_listen=127.0.0.1:0
+    --metrics_listen=127.0.0.1:0 --http_listen=
 done
 target="ipv4:127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 client_flags=()
@@ -68,7 +68,7 @@ while kill -0 "$load_pid" 2>/dev/null; do
     phase=killed
   elif [ "$phase" = killed ] && past "$restart_at"; then
     start_server r2 "$work/r2.restart.out" "$server" --listen="127.0.0.1:${ports[1]}" \
-      --metrics_listen=127.0.0.1:0
+      --metrics_listen=127.0.0.1:0 --http_listen=
     restarted_t=$(elapsed)
     others_at_restart=$(( $(requests_total "$r1_metrics") + $(requests_total "$r3_metrics") ))
     echo "t=$restarted_t s: replica 2 restarted on port ${ports[1]} (pid $r2_pid)"

@@ -6,7 +6,7 @@
 #   scripts/fuzz.sh --time 300 graph    # one target for 5 minutes
 #   scripts/fuzz.sh --runs 1000000      # each target for 1,000,000 executions
 #
-# Targets: encode encode_stream bias table graph. New inputs go to a temporary directory,
+# Targets: encode encode_stream bias table graph http_infer. New inputs go to a temporary directory,
 # never into the repo; a crashing input is left in build-fuzz/artifacts/<target>/ (keep it
 # under tests/fuzz/regressions/<target>/ once fixed, and every run replays it).
 set -euo pipefail
@@ -22,7 +22,7 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-((${#targets[@]})) || targets=(encode encode_stream bias table graph)
+((${#targets[@]})) || targets=(encode encode_stream bias table graph http_infer)
 
 scripts/setup.sh
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -7,7 +7,7 @@ build=${1:-build}
 out=docs/images
 mkdir -p "$out"
 log=$(mktemp)
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$log" 2>&1 &
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 >"$log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.1; done

@@ -9,6 +9,8 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libeigen3-dev libspectra-dev libpng-dev
   python3-numpy python3-grpcio python3-yaml
+  libcivetweb-dev libssl-dev  # the HTTP/REST binding (civetweb loads libssl.so for TLS)
+  python3-geventhttpclient python3-gevent python3-rapidjson  # tests/third_party/tritonclient
   prometheus curl openssl
   clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and OpenMP for clang
 )

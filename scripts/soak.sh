@@ -34,7 +34,7 @@ trap cleanup EXIT
 
 # shellcheck disable=SC2086  # SOAK_SERVER_FLAGS is a list of flags
 start_server server "$work/server.out" "$build/server/posenc-server" \
-  --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 ${SOAK_SERVER_FLAGS:-}
+  --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen= ${SOAK_SERVER_FLAGS:-}
 echo "soak: $seconds s, concurrency $concurrency, mix '$mix', server $server_grpc (pid $server_pid)," \
   "RSS every $sample s, warm-up $warmup s"
 

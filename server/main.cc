@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "server/common/flags.h"
 #include "server/common/log.h"
+#include "server/http/http_server.h"
 #include "server/kernels/threads.h"
 #include "server/metrics/metrics.h"
 #include "server/service/server.h"
@@ -28,6 +29,13 @@ flags (--name=value or --name value):
   --listen_socket_mode M   permission bits of a unix: socket (default 0660: the group may
                            connect)
   --metrics_listen ADDR    Prometheus /metrics address (default 0.0.0.0:9464; empty = off)
+  --http_listen ADDR       the Open Inference Protocol's HTTP/REST binding, host:port
+                           (default 0.0.0.0:8000; empty = off; port 0 picks one); TLS with
+                           the --tls_* flags
+  --http_read_timeout DUR  an HTTP request's headers, and then its body, must arrive within
+                           this; an idle keep-alive connection closes after it (default 30s)
+  --http_threads N         HTTP worker threads, each serving one connection at a time
+                           (default: 8 per core, at least 32)
   --table NAME=PATH.npy | NAME=PATH.safetensors:TENSOR   a named table (repeatable)
   --cache_bytes N          budget of the precomputed-table cache (default 268435456)
   --max_message_bytes N    largest request or response message (default 67108864; at most
@@ -54,6 +62,7 @@ flags (--name=value or --name value):
 struct Flags {
   posenc::ServerOptions server;
   std::string metrics_listen = "0.0.0.0:9464";
+  posenc::HttpOptions http;
   int threads = 0;
   absl::Duration shutdown_grace = absl::Seconds(8);
   posenc::LogFormat log_format = posenc::LogFormat::kText;
@@ -76,7 +85,8 @@ const posenc::CommandFlags::Options& FlagOptions() {
       {"listen", "metrics_listen", "table", "cache_bytes", "max_message_bytes", "threads",
        "max_inflight_bytes", "max_concurrent_calls", "stall_threshold", "tls_cert", "tls_key",
        "tls_client_ca", "shutdown_grace", "shm", "shm_key_prefix", "shm_max_bytes",
-       "shm_max_regions", "log_format", "log_requests", "listen_socket_mode"},
+       "shm_max_regions", "log_format", "log_requests", "listen_socket_mode",
+       "http_listen", "http_read_timeout", "http_threads"},
       {"shm", "log_requests"}};
   return *options;
 }
@@ -137,6 +147,17 @@ Flags ParseFlags(int argc, char** argv) {
     s.listen_socket_mode = static_cast<uint32_t>(bits);
   }
   flags.shutdown_grace = OrExit(f.Duration("shutdown_grace", flags.shutdown_grace));
+  posenc::HttpOptions& h = flags.http;
+  h.listen = f.Str("http_listen", h.listen);
+  h.read_timeout = absl::ToChronoMilliseconds(
+      OrExit(f.Duration("http_read_timeout", absl::FromChrono(h.read_timeout))));
+  if (h.read_timeout.count() < 1) UsageError("--http_read_timeout must be at least 1ms");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  h.threads = static_cast<int>(OrExit(f.IntIn("http_threads", 1, 4096, std::max(32, 8 * cores))));
+  h.tls_cert = s.tls_cert;
+  h.tls_key = s.tls_key;
+  h.tls_client_ca = s.tls_client_ca;
+  h.max_body_bytes = s.max_message_bytes;
   return flags;
 }
 
@@ -191,9 +212,20 @@ int main(int argc, char** argv) {
     std::cerr << "posenc-server: " << server.status().message() << "\n";
     return 1;
   }
-  std::printf("posenc-server %s listening grpc=%s metrics=%s threads=%d\n", posenc::kVersion,
-              (*server)->address().c_str(), metrics_address.c_str(),
-              posenc::KernelThreads());
+  std::string http_address = "off";
+  if (!flags.http.listen.empty()) {
+    auto http = posenc::HttpServer::Start(flags.http, (*server)->inference(),
+                                          (*server)->tracker(), metrics.get());
+    if (!http.ok()) {
+      std::cerr << "posenc-server: " << http.status().message() << "\n";
+      return 1;
+    }
+    http_address = (*http)->address();
+    (*server)->AddFront(std::move(*http));
+  }
+  std::printf("posenc-server %s listening grpc=%s metrics=%s http=%s threads=%d\n",
+              posenc::kVersion, (*server)->address().c_str(), metrics_address.c_str(),
+              http_address.c_str(), posenc::KernelThreads());
   std::fflush(stdout);
   LogStart(options, **server, metrics_address, flags.shutdown_grace);
 

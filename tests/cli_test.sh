@@ -10,7 +10,7 @@ cleanup() { [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || tr
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/out" 2>&1 &
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 >"$work/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q listening "$work/out" && break; sleep 0.1; done
 target=$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$(grep listening "$work/out")")
@@ -64,7 +64,7 @@ set -e
 grep -q NOT_FOUND "$work/err" || fail "missing table should print NOT_FOUND: $(cat "$work/err")"
 
 # encode --shm against a server with --shm: the same answer as inline, nothing left in /dev/shm.
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 --shm \
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 --shm \
   >"$work/shm_out" 2>&1 &
 shm_pid=$!
 for _ in $(seq 100); do grep -q listening "$work/shm_out" && break; sleep 0.1; done

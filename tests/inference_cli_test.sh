@@ -11,7 +11,7 @@ cleanup() { [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || tr
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/out" 2>&1 &
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 >"$work/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q listening "$work/out" && break; sleep 0.1; done
 target=$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$(grep listening "$work/out")")

@@ -10,7 +10,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 start() {
-  "$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 "$@" \
+  "$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 "$@" \
     >"$work/out" 2>"$work/log" &
   pid=$!
   for _ in $(seq 100); do grep -q listening "$work/out" && break; sleep 0.1; done

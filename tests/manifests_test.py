@@ -181,6 +181,12 @@ def check_posenc(where, pod, posenc, flags, help_flags):
     ports = {p["name"]: p["containerPort"] for p in posenc.get("ports", [])}
     check(ports.get("metrics") == int(flags.get("metrics_listen", ":0").rsplit(":", 1)[1]),
           "%s: port 'metrics' must be --metrics_listen's" % where)
+    http = flags.get("http_listen", "0.0.0.0:8000")
+    if http and not http.startswith("127."):
+        check(ports.get("http") == int(http.rsplit(":", 1)[1]),
+              "%s: port 'http' must be --http_listen's" % where)
+    else:
+        check("http" not in ports, "%s: port 'http' names a loopback-only --http_listen" % where)
     grace = duration_seconds(flags.get("shutdown_grace", "8s"))
     check(grace is not None and pod.get("terminationGracePeriodSeconds", 30) > grace,
           "%s: terminationGracePeriodSeconds must exceed --shutdown_grace" % where)
@@ -289,7 +295,7 @@ def run_server(build, where, flags, probes):
 
 
 def exercise(build, where, flags, posenc, sidecar, tmp):
-    flags = dict(flags, metrics_listen="127.0.0.1:0")
+    flags = dict(flags, metrics_listen="127.0.0.1:0", http_listen="127.0.0.1:0")
     cli = os.path.join(build, "client", "posenc-client")
     if sidecar:
         socket = os.path.join(tmp, "posenc.sock")

@@ -20,7 +20,7 @@ trap cleanup EXIT
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --threads=1 \
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen= --threads=1 \
   --max_message_bytes=1048576 >"$work/server.out" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do grep -q "listening" "$work/server.out" && break; sleep 0.1; done

@@ -22,7 +22,7 @@ trap cleanup EXIT
 # "posenc-server VERSION listening grpc=HOST:PORT metrics=HOST:PORT ..." to $work/NAME.addr.
 start() {
   local name=$1; shift
-  "$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --threads=1 \
+  "$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen= --threads=1 \
     "$@" >"$work/$name.out" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do grep -q " listening " "$work/$name.out" && break; sleep 0.1; done

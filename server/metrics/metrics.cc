@@ -125,11 +125,17 @@ bool Serves(Method m, SchemeLabel s) {
       return s == SchemeLabel::kNone || s == SchemeLabel::kGraphLaplacian;
     case Method::kModelInfer:
     case Method::kModelStreamInfer:
+    case Method::kHttpInfer:
       return true;  // every model is a scheme
     case Method::kModelMetadata:
     case Method::kModelConfig:
     case Method::kServerMetadata:
     case Method::kRepositoryIndex:
+    case Method::kHttpServerMetadata:
+    case Method::kHttpModelMetadata:
+    case Method::kHttpModelConfig:
+    case Method::kHttpRepositoryIndex:
+    case Method::kHttpSharedMemory:
       return s == SchemeLabel::kNone;
     default:
       return false;
@@ -144,7 +150,9 @@ const char* MethodName(Method m) {
       "GetTable",         "ListSchemes",        "GraphEncode",
       "RegisterSharedMemory", "UnregisterSharedMemory", "SharedMemoryStatus",
       "ModelInfer",       "ModelStreamInfer",   "ModelMetadata",
-      "ModelConfig",      "ServerMetadata",     "RepositoryIndex"};
+      "ModelConfig",      "ServerMetadata",     "RepositoryIndex",
+      "HttpInfer",        "HttpServerMetadata", "HttpModelMetadata",
+      "HttpModelConfig",  "HttpRepositoryIndex", "HttpSharedMemory"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Method::kCount));
   return names[static_cast<int>(m)];
 }

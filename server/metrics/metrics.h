@@ -17,7 +17,10 @@ namespace posenc {
 enum class Method { kEncode, kEncodeStream, kAttentionBias, kGetTable, kListSchemes,
                     kGraphEncode, kRegisterSharedMemory, kUnregisterSharedMemory,
                     kSharedMemoryStatus, kModelInfer, kModelStreamInfer, kModelMetadata,
-                    kModelConfig, kServerMetadata, kRepositoryIndex, kCount };
+                    kModelConfig, kServerMetadata, kRepositoryIndex,
+                    // The Open Inference Protocol's HTTP/REST binding (server/http).
+                    kHttpInfer, kHttpServerMetadata, kHttpModelMetadata, kHttpModelConfig,
+                    kHttpRepositoryIndex, kHttpSharedMemory, kCount };
 // How a call's tensor bytes travelled: inside the messages, or by shared-memory reference.
 enum class Transport { kInline, kShm };
 enum class SchemeLabel { kNone, kSinusoidal, kLearned, kRope, kHierarchical, kContinuous,

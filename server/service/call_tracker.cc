@@ -21,7 +21,8 @@ using grpc::experimental::InterceptionHookPoints;
 std::optional<Method> TrackedMethod(const char* full_name) {
   static const std::vector<std::string>* const paths = [] {
     auto* p = new std::vector<std::string>();
-    for (int m = 0; m < static_cast<int>(Method::kCount); ++m) {
+    // The gRPC methods only; the HTTP ones (from kHttpInfer) have no rpc path.
+    for (int m = 0; m < static_cast<int>(Method::kHttpInfer); ++m) {
       const char* service = m >= static_cast<int>(Method::kModelInfer)
                                 ? "/inference.GRPCInferenceService/"
                                 : "/posenc.v1.PositionalEncoding/";

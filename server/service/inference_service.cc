@@ -1,11 +1,13 @@
 #include "server/service/inference_service.h"
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "inference/model_config.pb.h"
+#include "server/common/status_macros.h"
 #include "server/service/ordered_stream.h"
 #include "server/service/proto_convert.h"
 
@@ -122,6 +124,42 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                             });
 }
 
+FrontInferResult InferenceService::Infer(ModelInferRequest& request,
+                                         const CancelCheck& cancelled,
+                                         ModelInferResponse& response) const {
+  FrontInferResult result;
+  absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
+  absl::StatusOr<CallCost> cost =
+      native.ok() ? CostOfNative(**native) : WithId(native.status(), request.id());
+  if (!cost.ok()) {
+    result.status = ToGrpcStatus(cost.status());
+    return result;
+  }
+  absl::StatusOr<Admission::Ticket> ticket = runner_.runtime().admission->Admit(cost->bytes);
+  if (!ticket.ok()) {  // refused before anything was allocated for it
+    result.status = ToGrpcStatus(ticket.status());
+    result.refused = true;
+    return result;
+  }
+  result.ticket = std::move(*ticket);
+  auto run = [&] {
+    grpc::Status s = cancelled() ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                                "the call was cancelled")
+                                 : Run(**native, cancelled, response);
+    if (s.ok()) s = CheckResponseSize(response, runner_.max_message_bytes());
+    return s;
+  };
+  if (cost->run_inline) {  // as ServeUnary: a few microseconds, right on this thread
+    result.status = run();
+    return result;
+  }
+  std::promise<grpc::Status> done;
+  std::future<grpc::Status> status = done.get_future();
+  runner_.runtime().pool->Submit(cost->lane, [&] { done.set_value(run()); });
+  result.status = status.get();
+  return result;
+}
+
 // Each message is converted, admitted and run (a small one inline, else on the pool), and
 // counted with its model's scheme. As in Triton, a failed request answers with
 // error_message and the stream goes on.
@@ -179,17 +217,26 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
-  response->set_ready(!runner_.runtime().tracker->draining());
+  response->set_ready(Ready());
   return Finish(context, grpc::Status::OK);
 }
 
 // As Triton: an unknown model is not ready (not an error).
+bool InferenceService::ModelIsReady(const std::string& name, const std::string& version) const {
+  return FindModel(name, version).ok() && Ready();
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* context,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
-  response->set_ready(FindModel(request->name(), request->version()).ok() &&
-                      !runner_.runtime().tracker->draining());
+  response->set_ready(ModelIsReady(request->name(), request->version()));
   return Finish(context, grpc::Status::OK);
+}
+
+void InferenceService::FillServerMetadata(inference::ServerMetadataResponse& response) const {
+  response.set_name("posenc");
+  response.set_version(handlers_.state().version);
+  if (options_.shm_enabled) response.add_extensions("system_shared_memory");
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
@@ -198,10 +245,25 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
   if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
     return Finish(context, kShuttingDown);
   }
-  response->set_name("posenc");
-  response->set_version(handlers_.state().version);
-  if (options_.shm_enabled) response->add_extensions("system_shared_memory");
+  FillServerMetadata(*response);
   return Finish(context, grpc::Status::OK);
+}
+
+absl::Status InferenceService::FillModelMetadata(const std::string& name,
+                                                 const std::string& version,
+                                                 inference::ModelMetadataResponse& response) {
+  ASSIGN_OR_RETURN(const ModelInfo* model, FindModel(name, version));
+  response.set_name(model->name);
+  response.add_versions(kModelVersion);
+  response.set_platform(kModelPlatform);
+  auto add = [](const ModelTensor& t, auto* out) {
+    out->set_name(t.name);
+    out->set_datatype(t.datatypes.front());
+    out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  };
+  for (const ModelTensor& t : model->inputs) add(t, response.add_inputs());
+  for (const ModelTensor& t : model->outputs) add(t, response.add_outputs());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
@@ -210,19 +272,33 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
     return Finish(context, kShuttingDown);
   }
-  absl::StatusOr<const ModelInfo*> model = FindModel(request->name(), request->version());
-  if (!model.ok()) return Finish(context, ToGrpcStatus(model.status()));
-  response->set_name((*model)->name);
-  response->add_versions(kModelVersion);
-  response->set_platform(kModelPlatform);
-  auto add = [](const ModelTensor& t, auto* out) {
+  return Finish(context,
+                ToGrpcStatus(FillModelMetadata(request->name(), request->version(), *response)));
+}
+
+absl::Status InferenceService::FillModelConfig(const std::string& name,
+                                               const std::string& version,
+                                               inference::ModelConfigResponse& response) {
+  ASSIGN_OR_RETURN(const ModelInfo* model, FindModel(name, version));
+  inference::ModelConfig* config = response.mutable_config();
+  config->set_name(model->name);
+  config->set_platform(kModelPlatform);
+  config->set_backend(kModelPlatform);
+  config->set_max_batch_size(0);
+  for (const ModelTensor& t : model->inputs) {
+    inference::ModelInput* in = config->add_input();
+    in->set_name(t.name);
+    in->set_data_type(ConfigType(t.datatypes.front()));
+    in->mutable_dims()->Add(t.shape.begin(), t.shape.end());
+    in->set_optional(t.optional);
+  }
+  for (const ModelTensor& t : model->outputs) {
+    inference::ModelOutput* out = config->add_output();
     out->set_name(t.name);
-    out->set_datatype(t.datatypes.front());
-    out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-  };
-  for (const ModelTensor& t : (*model)->inputs) add(t, response->add_inputs());
-  for (const ModelTensor& t : (*model)->outputs) add(t, response->add_outputs());
-  return Finish(context, grpc::Status::OK);
+    out->set_data_type(ConfigType(t.datatypes.front()));
+    out->mutable_dims()->Add(t.shape.begin(), t.shape.end());
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(
@@ -231,27 +307,17 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
   if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
     return Finish(context, kShuttingDown);
   }
-  absl::StatusOr<const ModelInfo*> model = FindModel(request->name(), request->version());
-  if (!model.ok()) return Finish(context, ToGrpcStatus(model.status()));
-  inference::ModelConfig* config = response->mutable_config();
-  config->set_name((*model)->name);
-  config->set_platform(kModelPlatform);
-  config->set_backend(kModelPlatform);
-  config->set_max_batch_size(0);
-  for (const ModelTensor& t : (*model)->inputs) {
-    inference::ModelInput* in = config->add_input();
-    in->set_name(t.name);
-    in->set_data_type(ConfigType(t.datatypes.front()));
-    in->mutable_dims()->Add(t.shape.begin(), t.shape.end());
-    in->set_optional(t.optional);
+  return Finish(context,
+                ToGrpcStatus(FillModelConfig(request->name(), request->version(), *response)));
+}
+
+void InferenceService::FillRepositoryIndex(inference::RepositoryIndexResponse& response) {
+  for (const ModelInfo& m : Models()) {
+    auto* entry = response.add_models();
+    entry->set_name(m.name);
+    entry->set_version(kModelVersion);
+    entry->set_state("READY");
   }
-  for (const ModelTensor& t : (*model)->outputs) {
-    inference::ModelOutput* out = config->add_output();
-    out->set_name(t.name);
-    out->set_data_type(ConfigType(t.datatypes.front()));
-    out->mutable_dims()->Add(t.shape.begin(), t.shape.end());
-  }
-  return Finish(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
@@ -260,12 +326,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
   if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
     return Finish(context, kShuttingDown);
   }
-  for (const ModelInfo& m : Models()) {
-    auto* entry = response->add_models();
-    entry->set_name(m.name);
-    entry->set_version(kModelVersion);
-    entry->set_state("READY");
-  }
+  FillRepositoryIndex(*response);
   return Finish(context, grpc::Status::OK);
 }
 

@@ -22,11 +22,43 @@ struct InferenceServiceOptions {
   bool shm_enabled = false;
 };
 
+// The outcome of an inference run for another front (the HTTP binding).
+struct FrontInferResult {
+  grpc::Status status;
+  // The status is admission's refusal (RESOURCE_EXHAUSTED for a full budget, not a size
+  // limit), which HTTP answers 429 rather than 413.
+  bool refused = false;
+  // The call's admission, held by the front until its response has been written, since the
+  // cost it was admitted for includes the response.
+  Admission::Ticket ticket;
+};
+
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
   // REQUIRES: every runtime member is non-null.
   InferenceService(const ServiceState& state, const ServiceRuntime& runtime,
                    const InferenceServiceOptions& options);
+
+  // The path ModelInfer takes, for a front that is not gRPC (server/http): converts
+  // `request` (taking its raw bytes), admits its cost or refuses it at once, runs it (on
+  // this thread when its cost says it runs inline, else on the work pool) and checks the
+  // response fits --max_message_bytes. Blocks the calling thread until `response` is
+  // filled or the call has failed. `cancelled` is polled by long work.
+  FrontInferResult Infer(inference::ModelInferRequest& request, const CancelCheck& cancelled,
+                         inference::ModelInferResponse& response) const;
+
+  // What the metadata rpcs answer, for every front. NOT_FOUND for an unknown model.
+  void FillServerMetadata(inference::ServerMetadataResponse& response) const;
+  static absl::Status FillModelMetadata(const std::string& name, const std::string& version,
+                                        inference::ModelMetadataResponse& response);
+  static absl::Status FillModelConfig(const std::string& name, const std::string& version,
+                                      inference::ModelConfigResponse& response);
+  static void FillRepositoryIndex(inference::RepositoryIndexResponse& response);
+  // Whether the model is served and the server takes new calls (not draining).
+  bool ModelIsReady(const std::string& name, const std::string& version) const;
+  // Whether the server takes new calls: false once the drain has begun.
+  bool Ready() const { return !runner_.runtime().tracker->draining(); }
+  const ServiceRuntime& runtime() const { return runner_.runtime(); }
 
   // Requests a ModelStreamInfer keeps read ahead of its writes (as EncodeStream).
   static constexpr size_t kStreamWindow = 2;

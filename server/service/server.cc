@@ -243,9 +243,17 @@ void PosencServer::Shutdown(std::chrono::milliseconds grace) {
     // still be counted as the tracked stream it is, not taken for a call still uploading
     // (which would let one new call from that client through).
     tracker_->StartDrain();
+    std::vector<ServerFront*> fronts;
+    {
+      std::lock_guard<std::mutex> lock(fronts_mu_);
+      for (auto& front : fronts_) fronts.push_back(front.get());
+    }
+    for (ServerFront* front : fronts) front->StartDrain();
     health_->Shutdown();
     tracker_->WaitIdle(deadline);
+    for (ServerFront* front : fronts) front->WaitIdle(deadline);
     // Cancels whatever is still running; long work polls for it and stops.
+    for (ServerFront* front : fronts) front->Stop();
     server_->Shutdown(std::chrono::system_clock::now());
     {
       std::lock_guard<std::mutex> lock(monitor_mu_);
@@ -254,6 +262,11 @@ void PosencServer::Shutdown(std::chrono::milliseconds grace) {
     monitor_wake_.notify_all();
     if (monitor_.joinable()) monitor_.join();
   });
+}
+
+void PosencServer::AddFront(std::unique_ptr<ServerFront> front) {
+  std::lock_guard<std::mutex> lock(fronts_mu_);
+  fronts_.push_back(std::move(front));
 }
 
 void PosencServer::Wait() {

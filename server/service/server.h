@@ -36,6 +36,20 @@ namespace posenc {
 // framing needs room beside its tensor bytes.
 inline constexpr size_t kMaxMessageBytesLimit = (size_t{2} << 30) - (size_t{64} << 10);
 
+// A front served beside gRPC on a port of its own (the HTTP/REST binding, server/http),
+// on the same services: drained and stopped with the server. Implementations are
+// thread-safe.
+class ServerFront {
+ public:
+  virtual ~ServerFront() = default;
+  // Calls arriving from now on are refused (503); accepted ones run on.
+  virtual void StartDrain() = 0;
+  // Blocks until no accepted call is in progress, or until `deadline`. True when idle.
+  virtual bool WaitIdle(std::chrono::steady_clock::time_point deadline) = 0;
+  // Cancels what is still running and stops serving; returns once no handler runs.
+  virtual void Stop() = 0;
+};
+
 struct ServerOptions {
   std::string listen = "0.0.0.0:50051";  // host:port or unix:/path; port 0 picks one
   std::vector<std::string> tables;       // name=path.npy | name=path.safetensors:tensor
@@ -73,6 +87,14 @@ class PosencServer {
   // Blocks until the server has shut down.
   void Wait();
 
+  // What another front serves through; valid while the server lives.
+  const InferenceService& inference() const { return *inference_; }
+  ServiceMetrics* metrics() const { return metrics_; }
+  CallTracker& tracker() const { return *tracker_; }
+  // Drained and stopped by Shutdown with the gRPC calls, destroyed before the services.
+  // Call before Shutdown.
+  void AddFront(std::unique_ptr<ServerFront> front);
+
  private:
   PosencServer() = default;
   // Every 100 ms: readiness follows whether cheap calls make progress; memory freed by large
@@ -95,6 +117,8 @@ class PosencServer {
   std::unique_ptr<PositionalEncodingService> service_;
   std::unique_ptr<InferenceService> inference_;
   std::unique_ptr<grpc::Server> server_;
+  std::mutex fronts_mu_;
+  std::vector<std::unique_ptr<ServerFront>> fronts_;  // guarded by fronts_mu_
   ServiceMetrics* metrics_ = nullptr;
   std::string address_;
   int port_ = 0;

@@ -289,7 +289,7 @@ std::pair<int, std::string> RunServer(const std::vector<std::string>& flags) {
   if (pid == 0) {
     dup2(err[1], 2);
     close(err[0]);
-    std::vector<std::string> args = {BinaryPath("server/posenc-server"), "--metrics_listen="};
+    std::vector<std::string> args = {BinaryPath("server/posenc-server"), "--metrics_listen=", "--http_listen="};
     args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

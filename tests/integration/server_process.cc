@@ -27,7 +27,7 @@ namespace {
 
 std::vector<std::string> ServerArgv(const std::vector<std::string>& extra_flags) {
   std::vector<std::string> argv = {BinaryPath("server/posenc-server"), "--listen=127.0.0.1:0",
-                                   "--metrics_listen=127.0.0.1:0", "--threads=1"};
+                                   "--metrics_listen=127.0.0.1:0", "--http_listen=", "--threads=1"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   return argv;
 }

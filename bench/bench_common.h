@@ -32,6 +32,7 @@ struct Options {
   std::string filter;  // kernel cases ("name dtype size") and e2e cells ("rpc payload xN")
   std::string server_binary;
   std::string echo_binary;
+  std::string http_echo_binary;  // posenc-bench-http-echo, beside this binary
   // The kernel ISAs to run ("avx2", "avx512"); empty: every vector ISA this CPU has.
   std::string isa;
   std::string self_binary;  // this posenc-bench, for the child passes

@@ -16,7 +16,7 @@ endfunction()
 
 require("${doc}" machine cpu_model)
 require("${doc}" machine cores)
-foreach(list kernels e2e shm)
+foreach(list kernels e2e shm http)
   string(JSON count ERROR_VARIABLE error LENGTH "${doc}" ${list})
   if(error OR count EQUAL 0)
     message(FATAL_ERROR "posenc-bench JSON: '${list}' is missing or empty ${error}")

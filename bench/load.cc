@@ -439,7 +439,7 @@ void Verify(const std::string& name, const std::shared_ptr<grpc::Channel>& chann
 // Admission is not what the bench measures: the call limit leaves room for 64 workers.
 std::vector<std::string> ServerArgs(const Options& o, std::vector<std::string> extra) {
   std::vector<std::string> args = {o.server_binary, "--listen=127.0.0.1:0", "--metrics_listen=",
-                                   "--max_concurrent_calls=1024"};
+                                   "--http_listen=", "--max_concurrent_calls=1024"};
   args.insert(args.end(), extra.begin(), extra.end());
   if (o.threads > 0) args.push_back(absl::StrCat("--threads=", o.threads));
   return args;

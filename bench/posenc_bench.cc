@@ -34,6 +34,7 @@
 
 #include "bench/bench_common.h"
 #include "bench/kernel_cases.h"
+#include "bench/http_load.h"
 #include "bench/load.h"
 #include "bench/report.h"
 #include "server/common/flags.h"
@@ -99,6 +100,7 @@ Options ParseOptions(int argc, char** argv) {
   }
   if (o.server_binary.empty()) o.server_binary = SiblingBinary("server/posenc-server");
   if (o.echo_binary.empty()) o.echo_binary = SiblingBinary("bench/posenc-bench-echo");
+  o.http_echo_binary = SiblingBinary("bench/posenc-bench-http-echo");
   o.self_binary = SiblingBinary("bench/posenc-bench");
   return o;
 }
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
   if (o.e2e) {
     doc["e2e"] = RunE2e(o);
     doc["shm"] = RunShm(o);
+    doc["http"] = RunHttp(o);
   }
   doc["targets"] = Targets(doc);
   doc["seconds"] = SecondsSince(start);

@@ -164,6 +164,21 @@ void PrintE2e(const json& e2e) {
   }
 }
 
+// HTTP/REST binary infer against an HTTP echo on the same library.
+void PrintHttp(const json& http) {
+  std::printf("\n%-10s %-7s %4s %9s %9s %6s %8s %8s %8s %8s\n", "rpc", "payload", "conc",
+              "posMB/s", "echoMB/s", "ratio", "pos p50", "echo p50", "pos p99", "echo p99");
+  for (const json& r : http) {
+    std::printf("%-10s %-7s %4d %9.1f %9.1f %6.2f %8.3f %8.3f %8.3f %8.3f\n",
+                r["rpc"].get<std::string>().c_str(),
+                PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
+                r["concurrency"].get<int>(), r["posenc_mbps"].get<double>(),
+                r["echo_mbps"].get<double>(), r["ratio"].get<double>(),
+                r["posenc_p50_ms"].get<double>(), r["echo_p50_ms"].get<double>(),
+                r["posenc_p99_ms"].get<double>(), r["echo_p99_ms"].get<double>());
+  }
+}
+
 void PrintShm(const json& shm) {
   std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc",
               "shmMB/s", "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
@@ -201,6 +216,7 @@ void PrintTable(const json& doc) {
   if (doc.contains("kernels")) PrintKernels(doc["kernels"]);
   if (doc.contains("e2e")) PrintE2e(doc["e2e"]);
   if (doc.contains("shm")) PrintShm(doc["shm"]);
+  if (doc.contains("http")) PrintHttp(doc["http"]);
   PrintTargets(doc["targets"]);
 }
 

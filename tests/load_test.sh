@@ -21,7 +21,7 @@ trap cleanup EXIT
 fail=0
 
 start_server server "$work/server.out" "$build/server/posenc-server" \
-  --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0
+  --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen=
 
 # 1. Three seconds of the mixed preset; the text report's counts.
 "$client" load --target="$server_grpc" --duration=3s --concurrency=4 >"$work/mixed.txt"

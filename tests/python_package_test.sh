@@ -13,7 +13,7 @@ cleanup() { [ -n "${pid:-}" ] && kill -TERM "$pid" 2>/dev/null; wait 2>/dev/null
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/server.out" 2>&1 &
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 >"$work/server.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q " listening " "$work/server.out" && break; sleep 0.1; done
 target=$(grep -m1 " listening " "$work/server.out" | sed -E 's/.* grpc=([^ ]+) .*/\1/')

@@ -15,7 +15,7 @@ cleanup() {
 trap cleanup EXIT
 [ -f "$build/client/python/posenc/v1/posenc_pb2.py" ] \
   || { echo "FAIL: no Python stubs in $build/client/python (ninja -C $build posenc_python)"; exit 1; }
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=2 \
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=2 \
   >"$work/server.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q " listening " "$work/server.out" && break; sleep 0.1; done

@@ -331,7 +331,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   if (tls && !(mg_check_feature(MG_FEATURES_SSL) & MG_FEATURES_SSL)) {
     return absl::FailedPreconditionError("--tls_cert: this civetweb has no TLS");
   }
-  mg_init_library(tls ? MG_FEATURES_SSL : 0);
+  const unsigned features = tls ? MG_FEATURES_SSL : 0;
+  server->library_initialized_ = true;  // Stop balances it, also on a failed start
+  // Loads OpenSSL (libssl.so, libcrypto.so) for TLS; a failure shows in mg_start's log.
+  mg_init_library(features);
   if (tls) RETURN_IF_ERROR(RepairCivetwebTls());
   const std::string ports = ListenPorts(options.listen, tls);
   const std::string threads = std::to_string(std::max(1, options.threads));
@@ -407,6 +410,8 @@ void HttpServer::Stop() {
     stopping_.store(true);  // long work polls it and stops
     if (ctx_ != nullptr) mg_stop(ctx_);  // joins the workers
     ctx_ = nullptr;
+    if (library_initialized_) mg_exit_library();  // Start's mg_init_library
+    library_initialized_ = false;
   });
 }
 

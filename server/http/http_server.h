@@ -74,6 +74,7 @@ class HttpServer final : public ServerFront {
   CallTracker& tracker_;
   ServiceMetrics* const metrics_;
   mg_context* ctx_ = nullptr;
+  bool library_initialized_ = false;
   std::string address_;
   int port_ = 0;
 

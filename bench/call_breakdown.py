@@ -214,7 +214,7 @@ def main():
     bench = os.path.join(a.build, "bench/posenc-bench")
     servers = {
         "posenc": [os.path.join(a.build, "server/posenc-server"), "--listen=127.0.0.1:0",
-                   "--metrics_listen=", "--max_concurrent_calls=1024"] + a.server_arg,
+                   "--metrics_listen=", "--http_listen=", "--max_concurrent_calls=1024"] + a.server_arg,
         "echo": [os.path.join(a.build, "bench/posenc-bench-echo"), "--listen=127.0.0.1:0"],
     }
     doc = {"cell": a.cell, "calls": a.calls, "servers": {}}

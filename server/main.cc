@@ -17,6 +17,7 @@
 #include "server/http/http_server.h"
 #include "server/kernels/threads.h"
 #include "server/metrics/metrics.h"
+#include "server/service/request_handlers.h"
 #include "server/service/server.h"
 
 namespace {
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
   posenc::SetKernelThreads(flags.threads);
   posenc::ServerOptions options = flags.server;
   options.threads = posenc::KernelThreads();
-  auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion);
+  auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion, posenc::MetricsSchemes());
   const std::string metrics_address = StartMetrics(*metrics, flags.metrics_listen);
   auto server = posenc::PosencServer::Start(options, metrics.get());
   if (!server.ok()) {

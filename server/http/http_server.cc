@@ -587,7 +587,7 @@ int HttpServer::Serve(mg_connection* conn) {
   }
   if (route.endpoint == Endpoint::kInfer) {
     absl::StatusOr<const ModelInfo*> model = FindModel(route.model, "");
-    if (model.ok()) call.set_scheme((*model)->scheme);
+    if (model.ok()) call.set_scheme((*model)->label);
   }
   Admission::Ticket upload;
   std::string body;

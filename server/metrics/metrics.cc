@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -27,7 +28,6 @@ namespace {
 
 constexpr int kNumCodes = 17;
 constexpr int kNumMethods = static_cast<int>(Method::kCount);
-constexpr int kNumSchemes = static_cast<int>(SchemeLabel::kCount);
 
 const char* const kCodeNames[kNumCodes] = {
     "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
@@ -103,45 +103,6 @@ class ProcessCollector final : public prometheus::Collectable {
   }
 };
 
-// The schemes each method serves; only these (method, scheme) pairs get children.
-bool Serves(Method m, SchemeLabel s) {
-  switch (m) {
-    case Method::kEncode:
-    case Method::kEncodeStream:
-      return s == SchemeLabel::kNone || s == SchemeLabel::kSinusoidal ||
-             s == SchemeLabel::kLearned || s == SchemeLabel::kRope ||
-             s == SchemeLabel::kHierarchical || s == SchemeLabel::kContinuous;
-    case Method::kAttentionBias:
-      return s == SchemeLabel::kNone || s == SchemeLabel::kAlibi || s == SchemeLabel::kT5;
-    case Method::kGetTable:
-      return s == SchemeLabel::kNone || s == SchemeLabel::kSinusoidal ||
-             s == SchemeLabel::kRope;
-    case Method::kListSchemes:
-    case Method::kRegisterSharedMemory:
-    case Method::kUnregisterSharedMemory:
-    case Method::kSharedMemoryStatus:
-      return s == SchemeLabel::kNone;
-    case Method::kGraphEncode:
-      return s == SchemeLabel::kNone || s == SchemeLabel::kGraphLaplacian;
-    case Method::kModelInfer:
-    case Method::kModelStreamInfer:
-    case Method::kHttpInfer:
-      return true;  // every model is a scheme
-    case Method::kModelMetadata:
-    case Method::kModelConfig:
-    case Method::kServerMetadata:
-    case Method::kRepositoryIndex:
-    case Method::kHttpServerMetadata:
-    case Method::kHttpModelMetadata:
-    case Method::kHttpModelConfig:
-    case Method::kHttpRepositoryIndex:
-    case Method::kHttpSharedMemory:
-      return s == SchemeLabel::kNone;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 const char* MethodName(Method m) {
@@ -157,22 +118,15 @@ const char* MethodName(Method m) {
   return names[static_cast<int>(m)];
 }
 
-const char* SchemeLabelName(SchemeLabel s) {
-  static const char* const names[] = {"none",        "sinusoidal", "learned",
-                                      "rope",        "hierarchical", "continuous",
-                                      "alibi",       "t5",         "graph_laplacian"};
-  return names[static_cast<int>(s)];
-}
-
 struct ServiceMetrics::Impl {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
   std::shared_ptr<ProcessCollector> process = std::make_shared<ProcessCollector>();
-  // Pre-built children, indexed [method][scheme][code]; null for pairs never served.
-  std::array<std::array<std::array<prometheus::Counter*, kNumCodes>, kNumSchemes>, kNumMethods>
-      requests{};
-  std::array<std::array<prometheus::Histogram*, kNumSchemes>, kNumMethods> durations{};
-  std::array<prometheus::Histogram*, kNumSchemes> kernels{};
+  // Pre-built children, indexed [method][scheme][code] (scheme 0 is "none"); null for
+  // pairs never served. Sized once in Create, never resized.
+  std::array<std::vector<std::array<prometheus::Counter*, kNumCodes>>, kNumMethods> requests{};
+  std::array<std::vector<prometheus::Histogram*>, kNumMethods> durations{};
+  std::vector<prometheus::Histogram*> kernels;  // [scheme]; kernels[0] is null
   // [transport][direction: 0 in, 1 out]
   std::array<std::array<prometheus::Counter*, 2>, 2> bytes{};
   prometheus::Counter* transport_failed = nullptr;
@@ -200,7 +154,7 @@ prometheus::Gauge* AddGauge(prometheus::Registry& reg, const char* name, const c
 
 // Every (method, scheme) pair a method serves gets its series up front, so a dashboard
 // reads zeros rather than gaps, and the hot path only indexes arrays.
-void ServiceMetrics::RegisterCallSeries(Impl& impl) {
+void ServiceMetrics::RegisterCallSeries(Impl& impl, const std::vector<MetricsScheme>& schemes) {
   auto& reg = *impl.registry;
   auto& requests = prometheus::BuildCounter()
                        .Name("posenc_requests_total")
@@ -214,12 +168,20 @@ void ServiceMetrics::RegisterCallSeries(Impl& impl) {
                       .Name("posenc_kernel_duration_seconds")
                       .Help("Time spent applying a scheme to one request, in seconds.")
                       .Register(reg);
+  const size_t num_schemes = schemes.size() + 1;
+  auto serves = [&](int m, size_t s) {
+    if (s == 0) return true;  // "none": every method
+    const std::vector<Method>& methods = schemes[s - 1].methods;
+    return std::find(methods.begin(), methods.end(), static_cast<Method>(m)) != methods.end();
+  };
   for (int m = 0; m < kNumMethods; ++m) {
-    for (int s = 0; s < kNumSchemes; ++s) {
-      if (!Serves(static_cast<Method>(m), static_cast<SchemeLabel>(s))) continue;
+    impl.requests[m].assign(num_schemes, {});
+    impl.durations[m].assign(num_schemes, nullptr);
+    for (size_t s = 0; s < num_schemes; ++s) {
+      if (!serves(m, s)) continue;
       const std::map<std::string, std::string> labels = {
           {"method", MethodName(static_cast<Method>(m))},
-          {"scheme", SchemeLabelName(static_cast<SchemeLabel>(s))}};
+          {"scheme", s == 0 ? std::string("none") : schemes[s - 1].name}};
       for (int c = 0; c < kNumCodes; ++c) {
         auto with_code = labels;
         with_code["code"] = kCodeNames[c];
@@ -228,9 +190,9 @@ void ServiceMetrics::RegisterCallSeries(Impl& impl) {
       impl.durations[m][s] = &durations.Add(labels, LatencyBuckets());
     }
   }
-  for (int s = 1; s < kNumSchemes; ++s) {
-    impl.kernels[s] = &kernels.Add({{"scheme", SchemeLabelName(static_cast<SchemeLabel>(s))}},
-                                   LatencyBuckets());
+  impl.kernels.assign(num_schemes, nullptr);
+  for (size_t s = 1; s < num_schemes; ++s) {
+    impl.kernels[s] = &kernels.Add({{"scheme", schemes[s - 1].name}}, LatencyBuckets());
   }
   auto& bytes = prometheus::BuildCounter()
                     .Name("posenc_processed_bytes_total")
@@ -245,9 +207,10 @@ void ServiceMetrics::RegisterCallSeries(Impl& impl) {
   }
 }
 
-std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& version) {
+std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(
+    const std::string& version, const std::vector<MetricsScheme>& schemes) {
   auto impl = std::make_unique<Impl>();
-  RegisterCallSeries(*impl);
+  RegisterCallSeries(*impl, schemes);
   auto& reg = *impl->registry;
   impl->transport_failed = AddCounter(
       reg, "posenc_transport_failed_calls_total",
@@ -280,18 +243,21 @@ std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& versio
 ServiceMetrics::ServiceMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ServiceMetrics::~ServiceMetrics() = default;
 
-void ServiceMetrics::RecordRequest(Method method, SchemeLabel scheme, int code,
-                                   double seconds) {
+void ServiceMetrics::RecordRequest(Method method, int scheme, int code, double seconds) {
   const int m = static_cast<int>(method);
-  int s = static_cast<int>(scheme);
-  if (!impl_->durations[m][s]) s = static_cast<int>(SchemeLabel::kNone);
+  const auto& durations = impl_->durations[m];
+  const size_t s =
+      scheme > 0 && static_cast<size_t>(scheme) < durations.size() && durations[scheme]
+          ? static_cast<size_t>(scheme)
+          : 0;
   if (code < 0 || code >= kNumCodes) code = 2;  // UNKNOWN
   impl_->requests[m][s][code]->Increment();
   impl_->durations[m][s]->Observe(seconds);
 }
 
-void ServiceMetrics::RecordKernel(SchemeLabel scheme, double seconds) {
-  if (auto* h = impl_->kernels[static_cast<int>(scheme)]) h->Observe(seconds);
+void ServiceMetrics::RecordKernel(int scheme, double seconds) {
+  if (scheme <= 0 || static_cast<size_t>(scheme) >= impl_->kernels.size()) return;
+  if (auto* h = impl_->kernels[static_cast<size_t>(scheme)]) h->Observe(seconds);
 }
 
 void ServiceMetrics::AddBytes(Transport transport, uint64_t in, uint64_t out) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/tables/table_cache.h"
@@ -23,21 +24,29 @@ enum class Method { kEncode, kEncodeStream, kAttentionBias, kGetTable, kListSche
                     kHttpRepositoryIndex, kHttpSharedMemory, kCount };
 // How a call's tensor bytes travelled: inside the messages, or by shared-memory reference.
 enum class Transport { kInline, kShm };
-enum class SchemeLabel { kNone, kSinusoidal, kLearned, kRope, kHierarchical, kContinuous,
-                         kAlibi, kT5, kGraphLaplacian, kCount };
 
 const char* MethodName(Method m);
-const char* SchemeLabelName(SchemeLabel s);
+
+// A value of the `scheme` label: its name and the methods that serve it, which get its
+// series up front. The schemes are the service's (Create's caller's) to list; the label
+// "none" (a call that names no scheme) is added for every method.
+struct MetricsScheme {
+  std::string name;
+  std::vector<Method> methods;
+};
 
 class ServiceMetrics : public TableCacheObserver {
  public:
-  // Registers every family and child. `version` labels posenc_build_info.
-  static std::unique_ptr<ServiceMetrics> Create(const std::string& version);
+  // Registers every family and child. `version` labels posenc_build_info. A call's
+  // `scheme` below is 0 for "none", or i for schemes[i - 1]; any other value, or a scheme
+  // its method does not serve, counts as "none".
+  static std::unique_ptr<ServiceMetrics> Create(const std::string& version,
+                                                const std::vector<MetricsScheme>& schemes);
   ~ServiceMetrics() override;
 
   // `code` is a grpc::StatusCode value (0..16).
-  void RecordRequest(Method method, SchemeLabel scheme, int code, double seconds);
-  void RecordKernel(SchemeLabel scheme, double seconds);
+  void RecordRequest(Method method, int scheme, int code, double seconds);
+  void RecordKernel(int scheme, double seconds);
   void AddBytes(Transport transport, uint64_t in, uint64_t out);
   // The registered shared-memory regions and the bytes they map.
   void SetSharedMemory(int64_t regions, uint64_t mapped_bytes);
@@ -62,7 +71,7 @@ class ServiceMetrics : public TableCacheObserver {
  private:
   struct Impl;
   explicit ServiceMetrics(std::unique_ptr<Impl> impl);
-  static void RegisterCallSeries(Impl& impl);
+  static void RegisterCallSeries(Impl& impl, const std::vector<MetricsScheme>& schemes);
   std::unique_ptr<Impl> impl_;
 };
 

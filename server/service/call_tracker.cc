@@ -163,7 +163,7 @@ void CallTracker::LogEnd(const TrackedCall& call, const grpc::Status& status, do
   const int code = static_cast<int>(status.error_code());
   Log(failed ? LogLevel::kWarning : LogLevel::kInfo, failed ? "call_failed" : "call",
       {{"method", MethodName(call.method)},
-       {"scheme", SchemeLabelName(call.scheme.load())},
+       {"scheme", LabelName(call.scheme.load())},
        {"code", code >= 0 && code < 17 ? kCodes[code] : std::to_string(code)},
        {"duration_ms", absl::StrCat(seconds * 1e3)},
        {"request_id", call.request_id},

@@ -21,6 +21,7 @@
 #include "grpcpp/support/server_interceptor.h"
 #include "server/common/log.h"
 #include "server/metrics/metrics.h"
+#include "server/schemes/scheme_registry.h"
 #include "server/service/admission.h"
 
 namespace posenc {
@@ -33,7 +34,7 @@ struct TrackedCall {
   std::string request_id;  // set by the handler when the request carries one
   bool late = false;  // arrived after StartDrain and was not uploading then: UNAVAILABLE
   // Set by the handler once it knows the scheme; labels the call's final count.
-  std::atomic<SchemeLabel> scheme{SchemeLabel::kNone};
+  std::atomic<SchemeLabel> scheme{kNoScheme};
   // Set by a stream whose messages were counted one by one: the end is not counted again.
   std::atomic<bool> counted{false};
   // The call's admission, held until the call has fully ended (its response serialized and

@@ -10,16 +10,6 @@
 namespace posenc {
 namespace {
 
-SchemeLabel LabelOf(const v1::BiasRequest& r) {
-  return r.has_alibi() ? SchemeLabel::kAlibi : r.has_t5() ? SchemeLabel::kT5 : SchemeLabel::kNone;
-}
-
-SchemeLabel LabelOf(const v1::TableRequest& r) {
-  return r.has_sinusoidal() ? SchemeLabel::kSinusoidal
-         : r.has_rope()     ? SchemeLabel::kRope
-                            : SchemeLabel::kNone;
-}
-
 // GetTable: each chunk is computed on the pool only when the previous one has been written,
 // so a table of any length streams in bounded memory, and a client that goes away stops it.
 class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
@@ -32,7 +22,7 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
       Finish(kShuttingDown);
       return;
     }
-    SchemeLabel scheme = SchemeLabel::kNone;
+    SchemeLabel scheme = kNoScheme;
     absl::StatusOr<int64_t> rows = service_->handlers().PlanTable(*request_, &scheme);
     absl::StatusOr<CallCost> cost = rows.ok() ? CostOf(*request_, *rows) : rows.status();
     absl::StatusOr<Admission::Ticket> ticket =
@@ -113,7 +103,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
-  std::shared_ptr<TrackedCall> call = CallOf(runtime(), context, SchemeLabel::kNone);
+  std::shared_ptr<TrackedCall> call = CallOf(runtime(), context, kNoScheme);
   auto handle = [this, metrics](v1::EncodeRequest& request, v1::EncodeResponse& response) {
     const auto start = std::chrono::steady_clock::now();
     SchemeLabel scheme = LabelOf(request);
@@ -173,7 +163,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
     grpc::CallbackServerContext* context, const v1::ListSchemesRequest* request,
     v1::ListSchemesResponse* response) {
   auto* reactor = context->DefaultReactor();
-  if (CallOf(runtime(), context, SchemeLabel::kNone)->late) {
+  if (CallOf(runtime(), context, kNoScheme)->late) {
     reactor->Finish(kShuttingDown);
     return reactor;
   }
@@ -185,7 +175,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
     grpc::CallbackServerContext* context, const v1::GraphRequest* request,
     v1::GraphResponse* response) {
-  return runner_.ServeUnary(context, SchemeLabel::kGraphLaplacian, request->request_id(),
+  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(),
                     CostOf(*request), response,
                     [this, request, response](const CancelCheck& cancelled) {
                       return ToGrpcStatus(
@@ -200,7 +190,7 @@ template <typename Answer>
 grpc::ServerUnaryReactor* ServeInline(const ServiceRuntime& runtime,
                                       grpc::CallbackServerContext* context, Answer answer) {
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(CallOf(runtime, context, SchemeLabel::kNone)->late ? kShuttingDown
+  reactor->Finish(CallOf(runtime, context, kNoScheme)->late ? kShuttingDown
                                                                      : ToGrpcStatus(answer()));
   return reactor;
 }

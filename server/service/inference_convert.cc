@@ -16,47 +16,6 @@ namespace {
 using InferInput = oip::ModelInferRequest::InferInputTensor;
 using Parameters = google::protobuf::Map<std::string, oip::InferParameter>;
 
-const std::vector<std::string> kFloats = {"FP32", "FP16", "BF16"};
-const std::vector<std::string> kInts = {"INT64", "INT32"};
-
-std::vector<ModelInfo> BuildModels() {
-  const ModelTensor input{"input", kFloats, {-1, -1, -1}, false};
-  const ModelTensor ids{"position_ids", kInts, {-1, -1}, true};
-  const ModelTensor output{"output", {"FP32"}, {-1, -1, -1}, false};
-  const std::vector<std::string> encode_params = {"config", "positions", "position_offset"};
-  auto absolute = [&](const char* name, SchemeLabel scheme) {
-    return ModelInfo{name, scheme, ModelKind::kEncode, {input, ids}, {output}, encode_params};
-  };
-  ModelInfo continuous = absolute("continuous", SchemeLabel::kContinuous);
-  continuous.inputs.push_back({"position_values", {"FP64", "FP32"}, {-1, -1}, true});
-  const ModelTensor q{"input", kFloats, {-1, -1, -1, -1}, false};
-  const ModelInfo rope{"rope", SchemeLabel::kRope, ModelKind::kEncode,
-                       {q, {"key", kFloats, {-1, -1, -1, -1}, true}, ids,
-                        {"axis_ids", kInts, {-1, -1, -1}, true}},
-                       {{"output", {"FP32"}, {-1, -1, -1, -1}, false},
-                        {"key_output", {"FP32"}, {-1, -1, -1, -1}, true}},
-                       encode_params};
-  auto bias = [](const char* name, SchemeLabel scheme) {
-    return ModelInfo{name, scheme, ModelKind::kBias,
-                     {{"scores", kFloats, {-1, -1, -1, -1}, true}},
-                     {{"output", {"FP32"}, {-1, -1, -1}, false}},
-                     {"config", "query_length", "key_length", "query_offset"}};
-  };
-  const ModelInfo graph{"graph_laplacian", SchemeLabel::kGraphLaplacian, ModelKind::kGraph,
-                        {{"edges", kInts, {-1, 2}, false}, {"input", kFloats, {-1, -1}, true}},
-                        {{"output", {"FP32"}, {-1, -1}, false},
-                         {"eigenvalues", {"FP64"}, {-1}, false}},
-                        {"num_nodes", "k", "normalized"}};
-  return {absolute("sinusoidal", SchemeLabel::kSinusoidal),
-          absolute("learned", SchemeLabel::kLearned),
-          rope,
-          absolute("hierarchical", SchemeLabel::kHierarchical),
-          continuous,
-          bias("alibi", SchemeLabel::kAlibi),
-          bias("t5", SchemeLabel::kT5),
-          graph};
-}
-
 // Request parameters Triton's clients may send that mean nothing to posenc.
 bool IsReservedParameter(absl::string_view name) {
   for (const char* r : {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
@@ -111,11 +70,11 @@ absl::StatusOr<std::optional<std::string>> StringParam(const Parameters& params,
 absl::Status CheckParameters(const ModelInfo& model, const Parameters& params) {
   for (const auto& [name, value] : params) {
     if (IsReservedParameter(name)) continue;
-    if (std::find(model.parameters.begin(), model.parameters.end(), name) ==
-        model.parameters.end()) {
+    const std::vector<std::string>& known = model.model.parameters;
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("parameter '", name, "' is not one of model '", model.name,
-                       "''s parameters: ", absl::StrJoin(model.parameters, ", ")));
+                       "''s parameters: ", absl::StrJoin(known, ", ")));
     }
   }
   return absl::OkStatus();
@@ -216,7 +175,7 @@ const ModelTensor* FindTensor(const std::vector<ModelTensor>& tensors, absl::str
 // raw_input_contents entry, or null when the request uses typed contents.
 absl::StatusOr<Input> TakeInput(const ModelInfo& model, InferInput& t, std::string* raw,
                                 const ConvertOptions& options) {
-  const ModelTensor* spec = FindTensor(model.inputs, t.name());
+  const ModelTensor* spec = FindTensor(model.model.inputs, t.name());
   if (spec == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected inference input '", t.name(),
                                                    "' for model '", model.name, "'"));
@@ -290,7 +249,7 @@ absl::StatusOr<std::vector<Input>> TakeInputs(const ModelInfo& model,
         "raw_input_contents has ", request.raw_input_contents_size(), " entries for ",
         raw_used, " inputs"));
   }
-  for (const ModelTensor& spec : model.inputs) {
+  for (const ModelTensor& spec : model.model.inputs) {
     const bool given = std::any_of(inputs.begin(), inputs.end(),
                                    [&](const Input& in) { return in.tensor->name() == spec.name; });
     if (!spec.optional && !given) {
@@ -349,16 +308,14 @@ absl::StatusOr<std::vector<T>> Values(const Input& in) {
 // ---------------------------------------------------------------------------------------
 // Per kind.
 
-absl::Status SchemeOf(const ModelInfo& model, const Parameters& params, v1::EncodeRequest& r) {
-  google::protobuf::Message* scheme = nullptr;
-  switch (model.scheme) {
-    case SchemeLabel::kSinusoidal: scheme = r.mutable_sinusoidal(); break;
-    case SchemeLabel::kLearned: scheme = r.mutable_learned(); break;
-    case SchemeLabel::kRope: scheme = r.mutable_rope(); break;
-    case SchemeLabel::kHierarchical: scheme = r.mutable_hierarchical(); break;
-    default: scheme = r.mutable_continuous(); break;
+// The `config` parameter into the model's scheme message (which selects the scheme).
+absl::Status SchemeMessageOf(const ModelInfo& model, const Parameters& params,
+                             v1::EncodeRequest& r) {
+  if (model.mutable_encode == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model.name, "' is not served by Encode"));
   }
-  return ParseConfig(params, model.name, scheme);
+  return ParseConfig(params, model.name, model.mutable_encode(r));
 }
 
 absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
@@ -415,7 +372,7 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
 absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
   v1::EncodeRequest& r = n.encode;
   r.set_request_id(n.id);
-  RETURN_IF_ERROR(SchemeOf(*n.model, params, r));
+  RETURN_IF_ERROR(SchemeMessageOf(*n.model, params, r));
   RETURN_IF_ERROR(PositionsOf(params, inputs, *r.mutable_positions()));
   for (Input& in : inputs) {
     if (in.tensor->name() == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));
@@ -427,10 +384,11 @@ absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, Nati
 absl::Status ToBias(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
   v1::BiasRequest& r = n.bias;
   r.set_request_id(n.id);
-  RETURN_IF_ERROR(ParseConfig(params, n.model->name, n.model->scheme == SchemeLabel::kAlibi
-                                                         ? static_cast<google::protobuf::Message*>(
-                                                               r.mutable_alibi())
-                                                         : r.mutable_t5()));
+  if (n.model->mutable_bias == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", n.model->name, "' is not served by AttentionBias"));
+  }
+  RETURN_IF_ERROR(ParseConfig(params, n.model->name, n.model->mutable_bias(r)));
   ASSIGN_OR_RETURN(std::optional<int64_t> q, IntParam(params, "query_length"));
   ASSIGN_OR_RETURN(std::optional<int64_t> k, IntParam(params, "key_length"));
   ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "query_offset"));
@@ -444,6 +402,7 @@ absl::Status ToBias(const Parameters& params, std::vector<Input>& inputs, Native
 absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
   v1::GraphRequest& r = n.graph;
   r.set_request_id(n.id);
+  SetGraphEncoding(n.model->graph_encoding, r);
   ASSIGN_OR_RETURN(std::optional<int64_t> nodes, IntParam(params, "num_nodes"));
   ASSIGN_OR_RETURN(std::optional<int64_t> k, IntParam(params, "k"));
   r.set_num_nodes(nodes.value_or(0));
@@ -464,7 +423,7 @@ absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, Nativ
     if (shape.size() != 2 || shape[1] != 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input 'edges' is [", absl::StrJoin(shape, ","),
-          "]; model 'graph_laplacian' needs [num_edges, 2]"));
+          "]; model '", n.model->name, "' needs [num_edges, 2]"));
     }
     ASSIGN_OR_RETURN(std::vector<int64_t> edges, Values<int64_t>(in));
     r.mutable_edges()->Add(edges.begin(), edges.end());
@@ -476,7 +435,7 @@ absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, Nativ
 absl::Status ChooseOutputs(const oip::ModelInferRequest& request, const std::vector<Input>& inputs,
                            NativeRequest& n, const ConvertOptions& options) {
   for (const auto& wanted : request.outputs()) {
-    if (FindTensor(n.model->outputs, wanted.name()) == nullptr) {
+    if (FindTensor(n.model->model.outputs, wanted.name()) == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unexpected inference output '", wanted.name(), "' for model '", n.model->name, "'"));
     }
@@ -487,10 +446,12 @@ absl::Status ChooseOutputs(const oip::ModelInferRequest& request, const std::vec
                      ShmRefOf(wanted.parameters(),
                               absl::StrCat("output '", wanted.name(), "'"), options));
     if (shm) {
-      if (n.model->kind == ModelKind::kGraph) {
-        return absl::InvalidArgumentError("graph_laplacian's outputs cannot go to shared memory");
+      const ModelKind kind = KindOf(*n.model);
+      if (kind == ModelKind::kGraph) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(n.model->name, "'s outputs cannot go to shared memory"));
       }
-      v1::SharedMemoryRef* to = n.model->kind == ModelKind::kBias ? n.bias.mutable_output_shm()
+      v1::SharedMemoryRef* to = kind == ModelKind::kBias ? n.bias.mutable_output_shm()
                                 : wanted.name() == "key_output" ? n.encode.mutable_key_output_shm()
                                                                 : n.encode.mutable_output_shm();
       *to = *shm;
@@ -498,7 +459,7 @@ absl::Status ChooseOutputs(const oip::ModelInferRequest& request, const std::vec
     n.outputs.push_back(wanted.name());
   }
   if (!n.outputs.empty()) return absl::OkStatus();
-  for (const ModelTensor& out : n.model->outputs) {
+  for (const ModelTensor& out : n.model->model.outputs) {
     if (out.name == "key_output" && Named(inputs, "key") == nullptr) continue;
     n.outputs.push_back(out.name);
   }
@@ -556,19 +517,26 @@ void AddOutputs(const NativeRequest& n, std::vector<Output> outputs,
 
 }  // namespace
 
-const std::vector<ModelInfo>& Models() {
-  static const std::vector<ModelInfo>* const models = new std::vector<ModelInfo>(BuildModels());
-  return *models;
+ModelKind KindOf(const SchemeDescriptor& scheme) {
+  switch (scheme.family) {
+    case SchemeFamily::kBias: return ModelKind::kBias;
+    case SchemeFamily::kGraph: return ModelKind::kGraph;
+    case SchemeFamily::kAdditive:
+    case SchemeFamily::kTable:
+    case SchemeFamily::kRotary: return ModelKind::kEncode;
+  }
+  return ModelKind::kEncode;
 }
 
+const std::vector<ModelInfo>& Models() { return Schemes(); }
+
 absl::StatusOr<const ModelInfo*> FindModel(absl::string_view name, absl::string_view version) {
-  for (const ModelInfo& m : Models()) {
-    if (m.name != name) continue;
+  if (const ModelInfo* m = FindScheme(name)) {
     if (!version.empty() && version != kModelVersion) {
       return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name, "' version ",
                                               version, " is not found"));
     }
-    return &m;
+    return m;
   }
   return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name,
                                           "' is not found"));
@@ -582,7 +550,7 @@ absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRe
   RETURN_IF_ERROR(CheckParameters(*n->model, request.parameters()));
   ASSIGN_OR_RETURN(std::vector<Input> inputs, TakeInputs(*n->model, request, options));
   RETURN_IF_ERROR(ChooseOutputs(request, inputs, *n, options));
-  switch (n->model->kind) {
+  switch (KindOf(*n->model)) {
     case ModelKind::kEncode: RETURN_IF_ERROR(ToEncode(request.parameters(), inputs, *n)); break;
     case ModelKind::kBias: RETURN_IF_ERROR(ToBias(request.parameters(), inputs, *n)); break;
     case ModelKind::kGraph: RETURN_IF_ERROR(ToGraph(request.parameters(), inputs, *n)); break;

@@ -1,7 +1,9 @@
 // The Open Inference Protocol's models, and the conversions between its messages
 // (package inference) and posenc.v1's: a ModelInferRequest becomes the EncodeRequest,
 // BiasRequest or GraphRequest its model stands for, and the native response becomes a
-// ModelInferResponse. No scheme logic lives here: the native RequestHandlers do the work.
+// ModelInferResponse. Every registered scheme is a model of the same name; its inputs,
+// outputs and parameters are its descriptor's (schemes/scheme_registry.h). No scheme logic
+// lives here: the native RequestHandlers do the work.
 // Errors are those Triton gives for the same cases (unknown model NOT_FOUND; an input or
 // output with a wrong name, datatype or size INVALID_ARGUMENT naming it).
 // Stateless; thread-safe.
@@ -18,35 +20,23 @@
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
 #include "posenc/v1/posenc.pb.h"
-#include "server/metrics/metrics.h"
+#include "server/schemes/scheme_registry.h"
 
 namespace posenc {
 
 namespace oip = ::inference;
 
-// Which native rpc a model's requests become.
+// Which native rpc a model's requests become (by its scheme's family).
 enum class ModelKind { kEncode, kBias, kGraph };
+ModelKind KindOf(const SchemeDescriptor& scheme);
 
-struct ModelTensor {
-  std::string name;
-  std::vector<std::string> datatypes;  // accepted; the first is the one metadata declares
-  std::vector<int64_t> shape;          // -1: any size
-  bool optional = false;
-};
-
-struct ModelInfo {
-  std::string name;
-  SchemeLabel scheme;
-  ModelKind kind;
-  std::vector<ModelTensor> inputs;
-  std::vector<ModelTensor> outputs;
-  std::vector<std::string> parameters;  // request parameters it takes
-};
+// A model is a scheme: its name, and its OipModel's inputs, outputs and parameters.
+using ModelInfo = SchemeDescriptor;
 
 inline constexpr char kModelVersion[] = "1";
 inline constexpr char kModelPlatform[] = "posenc";
 
-// The eight models, in the order of ListSchemes.
+// The models: every registered scheme, in the order of ListSchemes.
 const std::vector<ModelInfo>& Models();
 // NOT_FOUND (Triton's message) for a model posenc does not serve or a version but "1".
 absl::StatusOr<const ModelInfo*> FindModel(absl::string_view name, absl::string_view version);

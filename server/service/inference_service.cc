@@ -20,8 +20,13 @@ using inference::ModelStreamInferResponse;
 
 // The metrics label of a request for `model_name`, known or not.
 SchemeLabel LabelOfModel(const std::string& model_name) {
-  absl::StatusOr<const ModelInfo*> model = FindModel(model_name, "");
-  return model.ok() ? (*model)->scheme : SchemeLabel::kNone;
+  const SchemeDescriptor* scheme = FindScheme(model_name);
+  return scheme ? scheme->label : kNoScheme;
+}
+
+bool IsGraphModel(const std::string& model_name) {
+  const SchemeDescriptor* scheme = FindScheme(model_name);
+  return scheme != nullptr && scheme->family == SchemeFamily::kGraph;
 }
 
 // A conversion error names the request, as native errors do.
@@ -34,7 +39,7 @@ absl::Status WithId(const absl::Status& status, const std::string& id) {
 // big enough to take a while to solve.
 Lane LaneOf(const ModelInferRequest& request) {
   if (request.ByteSizeLong() > kCheapCallBytes) return Lane::kBulk;
-  if (request.model_name() != "graph_laplacian") return Lane::kCheap;
+  if (!IsGraphModel(request.model_name())) return Lane::kCheap;
   auto it = request.parameters().find("num_nodes");
   return it != request.parameters().end() && it->second.int64_param() > kCheapGraphNodes
              ? Lane::kBulk
@@ -45,7 +50,7 @@ Lane LaneOf(const ModelInferRequest& request) {
 // it is converted, as CallCost::run_inline: no graph, nothing by shared-memory reference
 // (whose size the message does not show), and at most a third of kInlineCallBytes.
 bool RunsInline(const ModelInferRequest& request) {
-  if (request.model_name() == "graph_laplacian") return false;
+  if (IsGraphModel(request.model_name())) return false;
   for (const auto& input : request.inputs()) {
     if (input.parameters().count("shared_memory_region") > 0) return false;
   }
@@ -73,7 +78,7 @@ InferenceService::InferenceService(const ServiceState& state, const ServiceRunti
       convert_(ConvertOptions{options.shm_enabled}) {}
 
 absl::StatusOr<CallCost> InferenceService::CostOfNative(const NativeRequest& native) {
-  switch (native.model->kind) {
+  switch (KindOf(*native.model)) {
     case ModelKind::kEncode: return CostOf(native.encode);
     case ModelKind::kBias: return CostOf(native.bias);
     default: return CostOf(native.graph);
@@ -84,7 +89,7 @@ grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& can
                                    ModelInferResponse& out) const {
   SchemeLabel scheme;
   absl::Status status;
-  switch (native.model->kind) {
+  switch (KindOf(*native.model)) {
     case ModelKind::kEncode: {
       v1::EncodeResponse response;
       status = handlers_.Encode(native.encode, response, &scheme);
@@ -166,7 +171,7 @@ FrontInferResult InferenceService::Infer(ModelInferRequest& request,
 grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
-  std::shared_ptr<TrackedCall> call = CallOf(runner_.runtime(), context, SchemeLabel::kNone);
+  std::shared_ptr<TrackedCall> call = CallOf(runner_.runtime(), context, kNoScheme);
   auto handle = [this, context, metrics](ModelInferRequest& request,
                                          ModelStreamInferResponse& response) {
     const auto start = std::chrono::steady_clock::now();
@@ -242,7 +247,7 @@ void InferenceService::FillServerMetadata(inference::ServerMetadataResponse& res
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
-  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+  if (CallOf(runner_.runtime(), context, kNoScheme)->late) {
     return Finish(context, kShuttingDown);
   }
   FillServerMetadata(*response);
@@ -261,15 +266,15 @@ absl::Status InferenceService::FillModelMetadata(const std::string& name,
     out->set_datatype(t.datatypes.front());
     out->mutable_shape()->Add(t.shape.begin(), t.shape.end());
   };
-  for (const ModelTensor& t : model->inputs) add(t, response.add_inputs());
-  for (const ModelTensor& t : model->outputs) add(t, response.add_outputs());
+  for (const ModelTensor& t : model->model.inputs) add(t, response.add_inputs());
+  for (const ModelTensor& t : model->model.outputs) add(t, response.add_outputs());
   return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+  if (CallOf(runner_.runtime(), context, kNoScheme)->late) {
     return Finish(context, kShuttingDown);
   }
   return Finish(context,
@@ -285,14 +290,14 @@ absl::Status InferenceService::FillModelConfig(const std::string& name,
   config->set_platform(kModelPlatform);
   config->set_backend(kModelPlatform);
   config->set_max_batch_size(0);
-  for (const ModelTensor& t : model->inputs) {
+  for (const ModelTensor& t : model->model.inputs) {
     inference::ModelInput* in = config->add_input();
     in->set_name(t.name);
     in->set_data_type(ConfigType(t.datatypes.front()));
     in->mutable_dims()->Add(t.shape.begin(), t.shape.end());
     in->set_optional(t.optional);
   }
-  for (const ModelTensor& t : model->outputs) {
+  for (const ModelTensor& t : model->model.outputs) {
     inference::ModelOutput* out = config->add_output();
     out->set_name(t.name);
     out->set_data_type(ConfigType(t.datatypes.front()));
@@ -304,7 +309,7 @@ absl::Status InferenceService::FillModelConfig(const std::string& name,
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* context, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+  if (CallOf(runner_.runtime(), context, kNoScheme)->late) {
     return Finish(context, kShuttingDown);
   }
   return Finish(context,
@@ -323,7 +328,7 @@ void InferenceService::FillRepositoryIndex(inference::RepositoryIndexResponse& r
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest*,
     inference::RepositoryIndexResponse* response) {
-  if (CallOf(runner_.runtime(), context, SchemeLabel::kNone)->late) {
+  if (CallOf(runner_.runtime(), context, kNoScheme)->late) {
     return Finish(context, kShuttingDown);
   }
   FillRepositoryIndex(*response);

@@ -2,15 +2,17 @@
 // runs (its request tensors, new output buffers, the serialized response, scratch tables
 // and solver memory), computed from the request message alone with overflow-checked
 // arithmetic, the lane it runs in, and whether it is small enough to run on gRPC's own
-// thread instead. An upper bound, not a measurement: validation of the
-// fields happens later, in the schemes; a request whose sizes overflow is refused here
-// (RESOURCE_EXHAUSTED). Stateless; thread-safe.
+// thread instead. An upper bound, not a measurement: each scheme's cost model is its
+// descriptor's (schemes/scheme_registry.h); validation of the fields happens later, in the
+// schemes; a request whose sizes overflow is refused here (RESOURCE_EXHAUSTED).
+// Stateless; thread-safe.
 #pragma once
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "posenc/v1/posenc.pb.h"
+#include "server/schemes/scheme_cost.h"
 #include "server/service/work_pool.h"
 
 namespace posenc {
@@ -24,15 +26,14 @@ struct CallCost {
   bool run_inline = false;
 };
 
-// Calls up to this many bytes run in the cheap lane (graphs: see kCheapGraphNodes).
+// Calls up to this many bytes run in the cheap lane, unless their scheme calls the work slow
+// (graphs: see kCheapGraphNodes in schemes/scheme_cost.h).
 inline constexpr uint64_t kCheapCallBytes = uint64_t{2} << 20;
 // Encodes and biases up to this many bytes of cost run inline: about 330 KiB of sinusoidal
 // ADD (3 bytes of cost per input byte) or a RoPE decode step of batch 8, tens of
 // microseconds of kernel at most, against the tens of microseconds the hand-off to a pool
 // thread and back costs in wake-ups.
 inline constexpr uint64_t kInlineCallBytes = uint64_t{1} << 20;
-// Graphs up to this many nodes solve in well under a millisecond.
-inline constexpr int64_t kCheapGraphNodes = 64;
 
 absl::StatusOr<CallCost> CostOf(const v1::EncodeRequest& request);
 absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& request);

@@ -10,10 +10,6 @@
 #include "server/kernels/convert_kernel.h"
 #include "server/service/proto_convert.h"
 #include "server/service/request_tensors.h"
-#include "server/schemes/bias_scheme.h"
-#include "server/schemes/graph_scheme.h"
-#include "server/schemes/rope_scheme.h"
-#include "server/tables/sinusoidal_table.h"
 
 namespace posenc {
 namespace {
@@ -88,16 +84,23 @@ absl::Status FillResponse(AbsoluteResult& result, const Placement& placed,
   return absl::OkStatus();
 }
 
-// CONCAT writes a new, wider buffer; every other absolute scheme and RoPE work in place.
-bool WorksInPlace(const v1::EncodeRequest& r) {
-  if (r.has_sinusoidal()) return r.sinusoidal().fusion() != v1::CONCAT;
-  if (r.has_learned()) return r.learned().fusion() != v1::CONCAT;
-  return true;
+// Whether the scheme overwrites the input (every rotary scheme does), or writes a new
+// buffer (an additive scheme's CONCAT).
+bool WorksInPlace(const SchemeDescriptor& scheme, const v1::EncodeRequest& r) {
+  return scheme.rotate != nullptr || scheme.in_place == nullptr || scheme.in_place(r);
 }
 
-// RoPE rotates the query (and key) in place: the request's own buffers (or slices) become
-// the response's.
-absl::Status RotateRope(const ServiceState& state, v1::EncodeRequest& request,
+// "rope takes" / "rope, mrope take": the schemes `pred` accepts as a sentence's subject.
+template <typename Pred>
+std::string Takers(Pred pred) {
+  const std::string names = SchemeNames(pred);
+  return absl::StrCat(names, names.find(',') == std::string::npos ? " takes" : " take");
+}
+
+// A rotary scheme rotates the query (and key) in place: the request's own buffers (or
+// slices) become the response's.
+absl::Status Rotate(const ServiceState& state, const SchemeDescriptor& scheme,
+                    v1::EncodeRequest& request,
                         v1::EncodeResponse& response, RequestTensors& tensors,
                         const TensorView& input, const PositionsSpec& positions) {
   std::optional<TensorView> key;
@@ -111,11 +114,10 @@ absl::Status RotateRope(const ServiceState& state, v1::EncodeRequest& request,
     ASSIGN_OR_RETURN(key_placed, PlaceInPlace(tensors, request.key(), *key,
                                               request.key_output_shm(), "key_output_shm"));
   }
-  ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
   {
-    KernelTimer timer(state.metrics, SchemeLabel::kRope);
-    RETURN_IF_ERROR(ApplyRope(rope, placed.view, key_placed ? &key_placed->view : nullptr,
-                              positions, *state.cache));
+    KernelTimer timer(state.metrics, scheme.label);
+    RETURN_IF_ERROR(scheme.rotate(state.Env(), request, placed.view,
+                                  key_placed ? &key_placed->view : nullptr, positions));
   }
   RETURN_IF_ERROR(tensors.CheckIntact());
   Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
@@ -123,48 +125,6 @@ absl::Status RotateRope(const ServiceState& state, v1::EncodeRequest& request,
     Answer(*key_placed, request.mutable_key()->mutable_data(), response.mutable_key_output());
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<AbsoluteResult> ApplyLearnedScheme(const ServiceState& state,
-                                                  const v1::Learned& l, const TensorView& input,
-                                                  const PositionsSpec& positions) {
-  ASSIGN_OR_RETURN(const Overflow overflow, OverflowFromProto(l.overflow()));
-  ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromLearned(l));
-  if (l.table().empty()) {
-    return absl::InvalidArgumentError("learned.table is empty; name a --table");
-  }
-  const NamedTable* named = state.tables->Find(l.table());
-  if (!named) {
-    return absl::NotFoundError(
-        absl::StrCat("learned.table '", l.table(), "' is not loaded (see ListSchemes)"));
-  }
-  return ApplyLearned(LearnedSpec{l.table(), named->table, overflow}, combine, input, positions,
-                      state.limits);
-}
-
-// Every scheme but RoPE: the spec from the proto, then the scheme's plan.
-absl::StatusOr<AbsoluteResult> ApplyAbsoluteScheme(const ServiceState& state,
-                                                   const v1::EncodeRequest& request,
-                                                   const TensorView& input,
-                                                   const PositionsSpec& positions) {
-  switch (request.scheme_case()) {
-    case v1::EncodeRequest::kSinusoidal: {
-      ASSIGN_OR_RETURN(const SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
-      ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromSinusoidal(request.sinusoidal()));
-      return ApplySinusoidal(spec, combine, input, positions, *state.cache, state.limits);
-    }
-    case v1::EncodeRequest::kLearned:
-      return ApplyLearnedScheme(state, request.learned(), input, positions);
-    case v1::EncodeRequest::kHierarchical:
-      return ApplyHierarchical(HierarchicalFromProto(request.hierarchical()), input,
-                               state.limits);
-    case v1::EncodeRequest::kContinuous: {
-      ASSIGN_OR_RETURN(const ContinuousSpec spec, ContinuousFromProto(request.continuous()));
-      return ApplyContinuous(spec, input, positions, state.limits);
-    }
-    default:
-      return absl::InvalidArgumentError("scheme is not a known scheme");
-  }
 }
 
 }  // namespace
@@ -176,56 +136,68 @@ void RequestHandlers::CountBytes(uint64_t in_bytes, uint64_t out_bytes,
   state_.metrics->AddBytes(Transport::kShm, tensors.shm_in_bytes(), tensors.shm_out_bytes());
 }
 
-SchemeLabel LabelOf(const v1::EncodeRequest& request) {
-  switch (request.scheme_case()) {
-    case v1::EncodeRequest::kSinusoidal: return SchemeLabel::kSinusoidal;
-    case v1::EncodeRequest::kLearned: return SchemeLabel::kLearned;
-    case v1::EncodeRequest::kRope: return SchemeLabel::kRope;
-    case v1::EncodeRequest::kHierarchical: return SchemeLabel::kHierarchical;
-    case v1::EncodeRequest::kContinuous: return SchemeLabel::kContinuous;
-    default: return SchemeLabel::kNone;
+std::vector<MetricsScheme> MetricsSchemes() {
+  std::vector<MetricsScheme> out;
+  for (const SchemeDescriptor& s : Schemes()) {
+    MetricsScheme m{s.name, {Method::kModelInfer, Method::kModelStreamInfer, Method::kHttpInfer}};
+    if (s.encode_case != 0) {
+      m.methods.push_back(Method::kEncode);
+      m.methods.push_back(Method::kEncodeStream);
+    }
+    if (s.bias_case != 0) m.methods.push_back(Method::kAttentionBias);
+    if (s.table_case != 0) m.methods.push_back(Method::kGetTable);
+    if (s.family == SchemeFamily::kGraph) m.methods.push_back(Method::kGraphEncode);
+    out.push_back(std::move(m));
   }
+  return out;
 }
 
 absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeResponse& response,
-                                     SchemeLabel* scheme) const {
-  *scheme = LabelOf(request);
+                                     SchemeLabel* label) const {
+  const SchemeDescriptor* scheme = SchemeOf(request);
+  *label = scheme ? scheme->label : kNoScheme;
   response.set_request_id(request.request_id());
-  if (request.scheme_case() == v1::EncodeRequest::SCHEME_NOT_SET) {
-    return absl::InvalidArgumentError(
-        "scheme is not set; set one of sinusoidal, learned, rope, hierarchical, continuous");
-  }
+  if (scheme == nullptr) return UnknownScheme(request);
   if (!request.has_input()) return absl::InvalidArgumentError("input is not set");
   const uint64_t in_bytes = request.input().data().size() + request.key().data().size();
   RequestTensors tensors(state_.shm);
   ASSIGN_OR_RETURN(TensorView input, tensors.View(request.mutable_input(), "input"));
-  if (request.has_key() && request.scheme_case() != v1::EncodeRequest::kRope) {
-    return absl::InvalidArgumentError("key is set; only rope takes keys");
+  if (request.has_key() && !scheme->takes_key) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key is set; only ", Takers([](const SchemeDescriptor& s) { return s.takes_key; }),
+        " keys"));
   }
   const PositionsSpec positions = PositionsFromProto(request.positions());
-  if (!positions.values.empty() && request.scheme_case() != v1::EncodeRequest::kContinuous) {
-    return absl::InvalidArgumentError("positions.values is set; only continuous takes it");
+  if (!positions.values.empty() && !scheme->takes_position_values) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.values is set; only ",
+        Takers([](const SchemeDescriptor& s) { return s.takes_position_values; }), " it"));
   }
-  if (positions.has_axis_positions() && request.scheme_case() != v1::EncodeRequest::kRope) {
+  if (positions.has_axis_positions() && !scheme->takes_axis_positions) {
     return absl::InvalidArgumentError(absl::StrCat(
         positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
-        " is set; only rope takes it"));
+        " is set; only ",
+        Takers([](const SchemeDescriptor& s) { return s.takes_axis_positions; }), " it"));
   }
-  if (request.scheme_case() == v1::EncodeRequest::kRope) {
-    RETURN_IF_ERROR(RotateRope(state_, request, response, tensors, input, positions));
+  if (scheme->rotate != nullptr) {
+    RETURN_IF_ERROR(Rotate(state_, *scheme, request, response, tensors, input, positions));
     CountBytes(in_bytes, response.output().data().size() + response.key_output().data().size(),
                tensors);
     return absl::OkStatus();
   }
+  if (scheme->add == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(scheme->name, " is not served by Encode"));
+  }
   Placement placed{input, request.input().has_shm() ? &request.input().shm() : nullptr};
-  if (WorksInPlace(request)) {
+  if (WorksInPlace(*scheme, request)) {
     ASSIGN_OR_RETURN(placed, PlaceInPlace(tensors, request.input(), input, request.output_shm(),
                                           "output_shm"));
   }
   absl::StatusOr<AbsoluteResult> result;
   {
-    KernelTimer timer(state_.metrics, *scheme);
-    result = ApplyAbsoluteScheme(state_, request, placed.view, positions);
+    KernelTimer timer(state_.metrics, scheme->label);
+    result = scheme->add(state_.Env(), request, placed.view, positions);
   }
   if (!result.ok()) return result.status();
   RETURN_IF_ERROR(FillResponse(*result, placed, tensors, request, response));
@@ -235,16 +207,20 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
 }
 
 absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
-                                            SchemeLabel* scheme) const {
-  *scheme = request.has_alibi() ? SchemeLabel::kAlibi
-            : request.has_t5()  ? SchemeLabel::kT5
-                                : SchemeLabel::kNone;
+                                            SchemeLabel* label) const {
+  const SchemeDescriptor* scheme = SchemeOf(request);
+  *label = scheme ? scheme->label : kNoScheme;
   response.set_request_id(request.request_id());
-  ASSIGN_OR_RETURN(const BiasSpec spec, BiasFromProto(request));
+  if (scheme == nullptr || scheme->bias_spec == nullptr) return UnknownScheme(request);
+  BiasSpec spec;
+  spec.geom = MakeBiasGeometry(request.query_length(), request.key_length());
+  if (request.has_query_offset()) spec.geom.query_offset = request.query_offset();
+  spec.add_to_scores = request.has_scores();
+  RETURN_IF_ERROR(scheme->bias_spec(request, spec));
   ASSIGN_OR_RETURN(const BiasPlan plan, PlanBias(spec, *state_.tables));
   const uint64_t in_bytes = request.scores().data().size();
   RequestTensors tensors(state_.shm);
-  KernelTimer timer(state_.metrics, *scheme);
+  KernelTimer timer(state_.metrics, scheme->label);
   if (spec.add_to_scores) {
     ASSIGN_OR_RETURN(const TensorView in, tensors.View(request.mutable_scores(), "scores"));
     ASSIGN_OR_RETURN(const Placement placed, PlaceInPlace(tensors, request.scores(), in,
@@ -277,16 +253,16 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
                                           v1::GraphResponse& response,
                                           const CancelCheck& cancelled) const {
   response.set_request_id(request.request_id());
+  const SchemeDescriptor* scheme = SchemeOf(request);
+  if (scheme == nullptr || scheme->graph == nullptr) return UnknownScheme(request);
   std::optional<ConstTensorView> input;
   if (request.has_input()) {
     ASSIGN_OR_RETURN(input, ViewOfTensor(request.mutable_input(), "input"));
   }
   GraphResult result;
   {
-    KernelTimer timer(state_.metrics, SchemeLabel::kGraphLaplacian);
-    ASSIGN_OR_RETURN(result,
-                     ApplyGraph(GraphFromProto(request), input, state_.limits,
-                                state_.graph_limits, cancelled));
+    KernelTimer timer(state_.metrics, scheme->label);
+    ASSIGN_OR_RETURN(result, scheme->graph(state_.Env(), request, input, cancelled));
   }
   for (double e : result.eigenvalues) response.add_eigenvalues(e);
   MoveIntoTensor(&result.data, result.shape, result.dtype, response.mutable_output());
@@ -294,10 +270,7 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
 }
 
 void RequestHandlers::ListSchemes(v1::ListSchemesResponse& response) const {
-  for (const char* name : {"sinusoidal", "learned", "rope", "hierarchical", "continuous",
-                           "alibi", "t5", "graph_laplacian"}) {
-    response.add_schemes(name);
-  }
+  for (const SchemeDescriptor& s : Schemes()) response.add_schemes(s.name);
   for (v1::DType t : {v1::FLOAT32, v1::FLOAT16, v1::BFLOAT16}) response.add_dtypes(t);
   for (const auto& [name, named] : state_.tables->all()) {
     v1::NamedTable* t = response.add_tables();
@@ -310,13 +283,10 @@ void RequestHandlers::ListSchemes(v1::ListSchemesResponse& response) const {
 }
 
 absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& request,
-                                                   SchemeLabel* scheme) const {
-  *scheme = request.has_sinusoidal() ? SchemeLabel::kSinusoidal
-            : request.has_rope()     ? SchemeLabel::kRope
-                                     : SchemeLabel::kNone;
-  if (*scheme == SchemeLabel::kNone) {
-    return absl::InvalidArgumentError("scheme is not set; set sinusoidal or rope");
-  }
+                                                   SchemeLabel* label) const {
+  const SchemeDescriptor* scheme = SchemeOf(request);
+  *label = scheme ? scheme->label : kNoScheme;
+  if (scheme == nullptr || scheme->check_table == nullptr) return UnknownScheme(request);
   if (request.length() < 1 || request.length() > kMaxTableLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("length is ", request.length(), "; it must be in [1, 2^40]"));
@@ -333,19 +303,7 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
           "dtype is ", DTypeName(dtype), "; tables are FLOAT32, FLOAT16 or BFLOAT16"));
     }
   }
-  if (*scheme == SchemeLabel::kRope) {
-    if (request.dim() % 2 != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dim is ", request.dim(), "; the rotary dimension must be even"));
-    }
-    // Checks the spec (and computes the first row) before any chunk goes out.
-    ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
-    RETURN_IF_ERROR(RopeTableRows(rope, request.dim(), 0, 1, request.length()).status());
-  } else {
-    ASSIGN_OR_RETURN(SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
-    spec.dim = request.dim();
-    RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
-  }
+  RETURN_IF_ERROR(scheme->check_table(request));
   const int64_t row_bytes = request.dim() * static_cast<int64_t>(DTypeSize(dtype));
   // Leave room for the chunk's framing inside the message limit.
   const int64_t budget = static_cast<int64_t>(state_.limits.max_output_bytes) - 4096;
@@ -372,29 +330,17 @@ absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_
   if (request.dtype() != v1::DTYPE_UNSPECIFIED) {
     ASSIGN_OR_RETURN(dtype, DTypeFromProto(request.dtype(), "dtype"));
   }
-  Table rows;
+  const SchemeDescriptor* scheme = SchemeOf(request);
+  if (scheme == nullptr || scheme->table_rows == nullptr) return UnknownScheme(request);
+  ASSIGN_OR_RETURN(const TableRows rows, scheme->table_rows(request, first, n));
   v1::Tensor* t = chunk.mutable_rows();
-  t->clear_shape();
-  if (request.has_rope()) {
-    // [n, dim] holding cos then sin per row is the same memory as [n, 2, dim/2].
-    ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(request.rope()));
-    ASSIGN_OR_RETURN(rows, RopeTableRows(rope, request.dim(), first, n, request.length()));
-    t->add_shape(n);
-    t->add_shape(2);
-    t->add_shape(request.dim() / 2);
-  } else {
-    ASSIGN_OR_RETURN(SinusoidalSpec spec, SinusoidalFromProto(request.sinusoidal()));
-    spec.dim = request.dim();
-    rows = ComputeSinusoidalTable(spec, first, n);
-    t->add_shape(n);
-    t->add_shape(request.dim());
-  }
+  t->mutable_shape()->Assign(rows.shape.begin(), rows.shape.end());
   chunk.set_first_position(first);
   t->set_dtype(DTypeToProto(dtype));
   std::string* data = t->mutable_data();
-  data->resize(rows.data.size() * DTypeSize(dtype));
-  return ConvertFromFloat32(rows.data.data(), dtype, data->data(),
-                            static_cast<int64_t>(rows.data.size()));
+  data->resize(rows.rows.data.size() * DTypeSize(dtype));
+  return ConvertFromFloat32(rows.rows.data.data(), dtype, data->data(),
+                            static_cast<int64_t>(rows.rows.data.size()));
 }
 
 }  // namespace posenc

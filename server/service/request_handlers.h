@@ -1,6 +1,7 @@
 // The protocol-level work of each RPC: a request message in, a response message (or an
-// error status) out. Converts proto <-> specs (proto_convert), places tensors (inline or
-// shared memory), counts bytes and kernel time; each scheme's plan is in schemes/. Shared
+// error status) out. Finds the request's scheme in the registry (schemes/scheme_registry.h),
+// places tensors (inline or shared memory) the way the scheme's family needs, runs the
+// scheme's apply step and counts bytes and kernel time; no scheme is named here. Shared
 // by the unary and streaming handlers of both fronts. Thread-safe: the state it touches
 // (table cache, named tables, metrics, the shared-memory registry) is itself thread-safe or
 // read-only.
@@ -18,7 +19,7 @@
 #include "server/metrics/metrics.h"
 #include "server/service/request_tensors.h"
 #include "server/shm/shared_memory_registry.h"
-#include "server/schemes/absolute_scheme.h"
+#include "server/schemes/scheme_registry.h"
 #include "server/tables/named_tables.h"
 #include "server/tables/table_cache.h"
 
@@ -34,6 +35,9 @@ struct ServiceState {
   // GraphEncode's bounds; max_output_elements is always taken from limits.max_output_bytes.
   GraphLimits graph_limits;
   std::string version;
+
+  // What the schemes' apply steps use.
+  SchemeEnv Env() const { return SchemeEnv{cache, tables, limits, graph_limits}; }
 };
 
 class RequestHandlers {
@@ -65,6 +69,8 @@ class RequestHandlers {
   ServiceState state_;
 };
 
-SchemeLabel LabelOf(const v1::EncodeRequest& request);
+// Every registered scheme's metrics label and the methods that serve it (for
+// ServiceMetrics::Create).
+std::vector<MetricsScheme> MetricsSchemes();
 
 }  // namespace posenc

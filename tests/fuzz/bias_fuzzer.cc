@@ -9,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!request.ParseFromArray(data, static_cast<int>(size))) return -1;
   const std::string id = request.request_id();
   posenc::v1::BiasResponse response;
-  posenc::SchemeLabel scheme = posenc::SchemeLabel::kNone;
+  posenc::SchemeLabel scheme = posenc::kNoScheme;
   const auto ticket = posenc::fuzz::Admit(posenc::CostOf(request));
   if (!ticket) return 0;
   const absl::Status status = posenc::fuzz::Handlers().AttentionBias(request, response, &scheme);

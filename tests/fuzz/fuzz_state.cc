@@ -102,7 +102,7 @@ void RunEncode(v1::EncodeRequest& request) {
   const bool has_key = request.has_key();
   const bool rope = request.has_rope();
   v1::EncodeResponse response;
-  SchemeLabel scheme = SchemeLabel::kNone;
+  SchemeLabel scheme = kNoScheme;
   const absl::Status status = Handlers().Encode(request, response, &scheme);
   CheckStatus(status, "Encode");
   if (response.request_id() != id) Fail("Encode", "request_id is not echoed");

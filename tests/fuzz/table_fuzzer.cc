@@ -27,7 +27,7 @@ POSENC_FUZZ_PROTO_MUTATOR(posenc::v1::TableRequest)
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   posenc::v1::TableRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return -1;
-  posenc::SchemeLabel scheme = posenc::SchemeLabel::kNone;
+  posenc::SchemeLabel scheme = posenc::kNoScheme;
   const absl::StatusOr<int64_t> rows = posenc::fuzz::Handlers().PlanTable(request, &scheme);
   posenc::fuzz::CheckStatus(rows.status(), "PlanTable");
   if (!rows.ok()) return 0;

@@ -1,0 +1,189 @@
+#include "server/schemes/scheme_proto.h"
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "server/common/status_macros.h"
+
+namespace posenc {
+
+namespace {
+
+// INVALID_ARGUMENT when `value` is not a number `type` names: "rope.style is 99; it must be
+// one of NEOX, GPTJ".
+absl::Status CheckKnown(int value, const google::protobuf::EnumDescriptor* type,
+                        absl::string_view field) {
+  if (type->FindValueByNumber(value) != nullptr) return absl::OkStatus();
+  std::string names;
+  for (int i = 0; i < type->value_count(); ++i) {
+    absl::StrAppend(&names, i > 0 ? ", " : "", type->value(i)->name());
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " is ", value, "; it must be one of ", names));
+}
+
+absl::StatusOr<SinusoidalLayout> LayoutFromProto(v1::SinusoidalLayout layout,
+                                                 absl::string_view field) {
+  RETURN_IF_ERROR(CheckKnown(layout, v1::SinusoidalLayout_descriptor(), field));
+  return layout == v1::CONCATENATED ? SinusoidalLayout::kConcatenated
+                                    : SinusoidalLayout::kInterleaved;
+}
+
+absl::StatusOr<Timescale> TimescaleFromProto(v1::Timescale timescale, absl::string_view field) {
+  RETURN_IF_ERROR(CheckKnown(timescale, v1::Timescale_descriptor(), field));
+  return timescale == v1::HALF_MINUS_ONE ? Timescale::kHalfMinusOne : Timescale::kPerDim;
+}
+
+absl::StatusOr<Fusion> FusionFromProto(v1::Fusion fusion, absl::string_view field) {
+  RETURN_IF_ERROR(CheckKnown(fusion, v1::Fusion_descriptor(), field));
+  if (fusion == v1::MULTIPLY) {
+    return absl::UnimplementedError(absl::StrCat(field, " is MULTIPLY, not served yet"));
+  }
+  return fusion == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
+}
+
+absl::StatusOr<RopeSpec::Layout> RopeLayoutFromProto(v1::RopeLayout layout) {
+  RETURN_IF_ERROR(CheckKnown(layout, v1::RopeLayout_descriptor(), "rope.layout"));
+  switch (layout) {
+    case v1::BHSD: return RopeSpec::Layout::kBhsd;
+    case v1::THD: return RopeSpec::Layout::kThd;
+    default: return RopeSpec::Layout::kBshd;
+  }
+}
+
+absl::StatusOr<RopeScalingSpec::Type> ScalingTypeFromProto(v1::RopeScalingType type) {
+  RETURN_IF_ERROR(CheckKnown(type, v1::RopeScalingType_descriptor(), "rope.scaling.type"));
+  using Type = RopeScalingSpec::Type;
+  switch (type) {
+    case v1::LINEAR: return Type::kLinear;
+    case v1::DYNAMIC: return Type::kDynamic;
+    case v1::YARN: return Type::kYarn;
+    case v1::LLAMA3: return Type::kLlama3;
+    case v1::LONGROPE: return Type::kLongRope;
+    case v1::PROPORTIONAL: return Type::kProportional;
+    default: return Type::kNone;
+  }
+}
+
+RopeScalingSpec ScalingParametersFromProto(const v1::RopeScaling& in) {
+  RopeScalingSpec out;
+  if (in.has_factor()) out.factor = in.factor();
+  if (in.has_original_max_position_embeddings()) {
+    out.original_max_position_embeddings = in.original_max_position_embeddings();
+  }
+  if (in.has_max_position_embeddings()) out.max_position_embeddings = in.max_position_embeddings();
+  if (in.has_beta_fast()) out.beta_fast = in.beta_fast();
+  if (in.has_beta_slow()) out.beta_slow = in.beta_slow();
+  if (in.has_mscale()) out.mscale = in.mscale();
+  if (in.has_mscale_all_dim()) out.mscale_all_dim = in.mscale_all_dim();
+  if (in.has_attention_factor()) out.attention_factor = in.attention_factor();
+  if (in.has_low_freq_factor()) out.low_freq_factor = in.low_freq_factor();
+  if (in.has_high_freq_factor()) out.high_freq_factor = in.high_freq_factor();
+  out.short_factor.assign(in.short_factor().begin(), in.short_factor().end());
+  out.long_factor.assign(in.long_factor().begin(), in.long_factor().end());
+  if (in.has_truncate()) out.truncate = in.truncate();
+  if (in.has_rope_proportion()) out.rope_proportion = in.rope_proportion();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SinusoidalSpec> SinusoidalFromProto(const v1::Sinusoidal& s) {
+  SinusoidalSpec spec;
+  if (s.has_base()) spec.base = s.base();
+  ASSIGN_OR_RETURN(spec.layout, LayoutFromProto(s.layout(), "sinusoidal.layout"));
+  ASSIGN_OR_RETURN(spec.timescale, TimescaleFromProto(s.timescale(), "sinusoidal.timescale"));
+  return spec;
+}
+
+absl::StatusOr<CombineSpec> CombineFromSinusoidal(const v1::Sinusoidal& s) {
+  CombineSpec c;
+  if (s.has_input_scale()) c.input_scale = s.input_scale();
+  if (s.has_pe_scale()) c.pe_scale = s.pe_scale();
+  ASSIGN_OR_RETURN(c.fusion, FusionFromProto(s.fusion(), "sinusoidal.fusion"));
+  if (s.has_pe_dim()) c.pe_dim = s.pe_dim();
+  return c;
+}
+
+absl::StatusOr<CombineSpec> CombineFromLearned(const v1::Learned& l) {
+  CombineSpec c;
+  if (l.has_input_scale()) c.input_scale = l.input_scale();
+  if (l.has_pe_scale()) c.pe_scale = l.pe_scale();
+  ASSIGN_OR_RETURN(c.fusion, FusionFromProto(l.fusion(), "learned.fusion"));
+  return c;
+}
+
+absl::StatusOr<Overflow> OverflowFromProto(v1::Overflow o) {
+  RETURN_IF_ERROR(CheckKnown(o, v1::Overflow_descriptor(), "learned.overflow"));
+  switch (o) {
+    case v1::CLAMP: return Overflow::kClamp;
+    case v1::INTERPOLATE: return Overflow::kInterpolate;
+    default: return Overflow::kError;
+  }
+}
+
+absl::StatusOr<ContinuousSpec> ContinuousFromProto(const v1::Continuous& c) {
+  ContinuousSpec spec;
+  if (c.has_base()) spec.base = c.base();
+  if (c.has_value_scale()) spec.value_scale = c.value_scale();
+  ASSIGN_OR_RETURN(spec.layout, LayoutFromProto(c.layout(), "continuous.layout"));
+  ASSIGN_OR_RETURN(spec.timescale, TimescaleFromProto(c.timescale(), "continuous.timescale"));
+  return spec;
+}
+
+absl::StatusOr<RopeSpec> RopeFromProto(const v1::Rope& r) {
+  RopeSpec spec;
+  if (r.has_base()) spec.base = r.base();
+  if (r.has_rotary_dim()) spec.rotary_dim = r.rotary_dim();
+  RETURN_IF_ERROR(CheckKnown(r.style(), v1::RopeStyle_descriptor(), "rope.style"));
+  spec.style = r.style() == v1::GPTJ ? RopeSpec::Style::kGptj : RopeSpec::Style::kNeox;
+  ASSIGN_OR_RETURN(spec.layout, RopeLayoutFromProto(r.layout()));
+  spec.scaling = ScalingParametersFromProto(r.scaling());
+  ASSIGN_OR_RETURN(spec.scaling.type, ScalingTypeFromProto(r.scaling().type()));
+  spec.mrope_section.assign(r.mrope_section().begin(), r.mrope_section().end());
+  spec.mrope_interleaved = r.mrope_interleaved();
+  spec.axial_axes = r.axial_axes();
+  if (r.has_xpos_scale_base()) spec.xpos_scale_base = r.xpos_scale_base();
+  if (r.has_xpos_center()) spec.xpos_center = r.xpos_center();
+  return spec;
+}
+
+absl::StatusOr<AlibiSpec> AlibiFromProto(const v1::Alibi& a) {
+  AlibiSpec spec;
+  spec.num_heads = a.num_heads();
+  RETURN_IF_ERROR(CheckKnown(a.mode(), v1::AlibiMode_descriptor(), "alibi.mode"));
+  spec.causal = a.mode() == v1::CAUSAL;
+  if (a.has_max_bias()) spec.max_bias = a.max_bias();
+  return spec;
+}
+
+T5Spec T5FromProto(const v1::T5Bias& t) {
+  T5Spec spec;
+  if (t.has_num_buckets()) spec.num_buckets = t.num_buckets();
+  if (t.has_max_distance()) spec.max_distance = t.max_distance();
+  spec.bidirectional = t.bidirectional();
+  return spec;
+}
+
+std::vector<HierarchicalLevel> HierarchicalFromProto(const v1::Hierarchical& h) {
+  std::vector<HierarchicalLevel> levels;
+  levels.reserve(h.levels_size());
+  for (const v1::Level& level : h.levels()) {
+    HierarchicalLevel l;
+    l.ids = absl::MakeConstSpan(level.ids().data(), level.ids_size());
+    if (level.has_base()) l.base = level.base();
+    if (level.has_scale()) l.scale = level.scale();
+    levels.push_back(l);
+  }
+  return levels;
+}
+
+GraphSpec GraphFromProto(const v1::GraphRequest& request) {
+  GraphSpec spec;
+  spec.num_nodes = request.num_nodes();
+  spec.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
+  spec.k = request.k();
+  spec.normalized = request.normalized();
+  return spec;
+}
+
+}  // namespace posenc

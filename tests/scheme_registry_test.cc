@@ -1,0 +1,149 @@
+// The scheme registry is consistent: names and selectors unique, every family's steps
+// present, every oneof member of the wire requests registered, lookups that find what the
+// list holds and refuse what it does not.
+#include "server/schemes/scheme_registry.h"
+
+#include <set>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
+#include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
+
+namespace posenc {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::posenc::testing::StatusIs;
+
+TEST(SchemeRegistryTest, NamesAndLabelsAreUnique) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < Schemes().size(); ++i) {
+    const SchemeDescriptor& s = Schemes()[i];
+    EXPECT_THAT(s.name, Not(IsEmpty()));
+    EXPECT_TRUE(names.insert(s.name).second) << "two schemes are called " << s.name;
+    EXPECT_EQ(s.label, static_cast<SchemeLabel>(i + 1)) << s.name;
+    EXPECT_EQ(SchemeOfLabel(s.label), &s);
+    EXPECT_EQ(FindScheme(s.name), &s);
+    EXPECT_STREQ(LabelName(s.label), s.name.c_str());
+  }
+  EXPECT_EQ(SchemeOfLabel(kNoScheme), nullptr);
+  EXPECT_EQ(SchemeOfLabel(static_cast<SchemeLabel>(Schemes().size() + 1)), nullptr);
+  EXPECT_STREQ(LabelName(kNoScheme), "none");
+  EXPECT_EQ(FindScheme("no_such_scheme"), nullptr);
+}
+
+TEST(SchemeRegistryTest, EveryFamilyHasItsSteps) {
+  for (const SchemeDescriptor& s : Schemes()) {
+    SCOPED_TRACE(s.name);
+    switch (s.family) {
+      case SchemeFamily::kAdditive:
+      case SchemeFamily::kTable:
+        EXPECT_NE(s.encode_case, 0);
+        EXPECT_NE(s.add, nullptr);
+        EXPECT_EQ(s.rotate, nullptr);
+        EXPECT_NE(s.mutable_encode, nullptr);
+        EXPECT_NE(s.encode_cost, nullptr);
+        break;
+      case SchemeFamily::kRotary:
+        EXPECT_NE(s.encode_case, 0);
+        EXPECT_NE(s.rotate, nullptr);
+        EXPECT_EQ(s.add, nullptr);
+        EXPECT_NE(s.mutable_encode, nullptr);
+        EXPECT_NE(s.encode_cost, nullptr);
+        break;
+      case SchemeFamily::kBias:
+        EXPECT_NE(s.bias_case, 0);
+        EXPECT_NE(s.mutable_bias, nullptr);
+        EXPECT_NE(s.bias_spec, nullptr);
+        EXPECT_NE(s.bias_heads, nullptr);
+        break;
+      case SchemeFamily::kGraph:
+        EXPECT_GE(s.graph_encoding, 0);
+        EXPECT_NE(s.graph, nullptr);
+        EXPECT_NE(s.graph_cost, nullptr);
+        break;
+    }
+    EXPECT_EQ(s.table_case != 0, s.check_table != nullptr);
+    EXPECT_EQ(s.table_case != 0, s.table_rows != nullptr);
+    EXPECT_THAT(s.model.inputs, Not(IsEmpty()));
+    EXPECT_THAT(s.model.outputs, Not(IsEmpty()));
+    for (const ModelTensor& t : s.model.inputs) EXPECT_THAT(t.datatypes, Not(IsEmpty()));
+    for (const ModelTensor& t : s.model.outputs) EXPECT_THAT(t.datatypes, Not(IsEmpty()));
+  }
+}
+
+// Each member of a request's `oneof scheme` selects exactly one registered scheme, whose
+// mutable_* sets that member.
+template <typename Request>
+void ExpectOneofRegistered(int SchemeDescriptor::*selector) {
+  const google::protobuf::OneofDescriptor* oneof =
+      Request::descriptor()->FindOneofByName("scheme");
+  ASSERT_NE(oneof, nullptr);
+  for (int i = 0; i < oneof->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = oneof->field(i);
+    SCOPED_TRACE(field->name());
+    int matches = 0;
+    for (const SchemeDescriptor& s : Schemes()) matches += s.*selector == field->number();
+    EXPECT_EQ(matches, 1) << Request::descriptor()->name() << "." << field->name()
+                          << " must be registered by exactly one scheme";
+    Request request;
+    request.GetReflection()->MutableMessage(&request, field);
+    const SchemeDescriptor* s = SchemeOf(request);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->*selector, field->number());
+  }
+}
+
+TEST(SchemeRegistryTest, EveryOneofMemberIsRegistered) {
+  ExpectOneofRegistered<v1::EncodeRequest>(&SchemeDescriptor::encode_case);
+  ExpectOneofRegistered<v1::BiasRequest>(&SchemeDescriptor::bias_case);
+  ExpectOneofRegistered<v1::TableRequest>(&SchemeDescriptor::table_case);
+}
+
+TEST(SchemeRegistryTest, MutableMessageSelectsItsScheme) {
+  for (const SchemeDescriptor& s : Schemes()) {
+    SCOPED_TRACE(s.name);
+    if (s.mutable_encode != nullptr) {
+      v1::EncodeRequest r;
+      ASSERT_NE(s.mutable_encode(r), nullptr);
+      EXPECT_EQ(SchemeOf(r), &s);
+    }
+    if (s.mutable_bias != nullptr) {
+      v1::BiasRequest r;
+      ASSERT_NE(s.mutable_bias(r), nullptr);
+      EXPECT_EQ(SchemeOf(r), &s);
+    }
+    if (s.family == SchemeFamily::kGraph) {
+      v1::GraphRequest r;
+      SetGraphEncoding(s.graph_encoding, r);
+      EXPECT_EQ(SchemeOf(r), &s);
+    }
+  }
+}
+
+TEST(SchemeRegistryTest, UnsetSchemeIsRefusedListingTheRegisteredNames) {
+  EXPECT_EQ(SchemeOf(v1::EncodeRequest()), nullptr);
+  EXPECT_EQ(SchemeOf(v1::BiasRequest()), nullptr);
+  EXPECT_EQ(SchemeOf(v1::TableRequest()), nullptr);
+  const std::string encode_names =
+      SchemeNames([](const SchemeDescriptor& s) { return s.encode_case != 0; });
+  EXPECT_THAT(UnknownScheme(v1::EncodeRequest()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("scheme is not set; set one of " + encode_names)));
+  for (const SchemeDescriptor& s : Schemes()) {
+    if (s.encode_case != 0) {
+      EXPECT_THAT(encode_names, HasSubstr(s.name));
+    }
+  }
+  EXPECT_THAT(UnknownScheme(v1::BiasRequest()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheme is not set")));
+  EXPECT_THAT(UnknownScheme(v1::TableRequest()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheme is not set")));
+}
+
+}  // namespace
+}  // namespace posenc

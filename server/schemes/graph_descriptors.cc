@@ -10,7 +10,7 @@ SchemeDescriptor GraphLaplacianScheme() {
   SchemeDescriptor s;
   s.name = "graph_laplacian";
   s.family = SchemeFamily::kGraph;
-  s.graph_encoding = 0;  // GraphRequest's default encoding
+  s.graph_encoding = v1::LAPLACIAN;
   s.graph = [](const SchemeEnv& env, const v1::GraphRequest& r,
                const std::optional<ConstTensorView>& input, const CancelCheck& cancelled) {
     return ApplyGraph(GraphFromProto(r), input, env.limits, env.graph_limits, cancelled);

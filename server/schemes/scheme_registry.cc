@@ -109,10 +109,10 @@ const char* LabelName(SchemeLabel label) {
   return s ? s->name.c_str() : "none";
 }
 
-// GraphRequest has one encoding today (the proto's default, 0); a GraphRequest field that
-// selects among graph encodings is read and written here, and only here.
-int GraphEncodingOf(const v1::GraphRequest&) { return 0; }
-void SetGraphEncoding(int, v1::GraphRequest&) {}
+int GraphEncodingOf(const v1::GraphRequest& r) { return r.encoding(); }
+void SetGraphEncoding(int encoding, v1::GraphRequest& r) {
+  r.set_encoding(static_cast<v1::GraphEncoding>(encoding));
+}
 
 absl::Status UnknownScheme(const v1::EncodeRequest& r) {
   return Unknown(r, r.scheme_case(),
@@ -125,10 +125,19 @@ absl::Status UnknownScheme(const v1::BiasRequest& r) {
 }
 
 absl::Status UnknownScheme(const v1::GraphRequest& r) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "encoding is ", GraphEncodingOf(r), ", which is not a graph encoding this server serves; "
-      "the graph encodings are ",
-      SchemeNames([](const SchemeDescriptor& s) { return s.family == SchemeFamily::kGraph; })));
+  const int encoding = GraphEncodingOf(r);
+  const google::protobuf::EnumValueDescriptor* value =
+      v1::GraphEncoding_descriptor()->FindValueByNumber(encoding);
+  std::string served;
+  for (const SchemeDescriptor& s : Schemes()) {
+    if (s.family != SchemeFamily::kGraph) continue;
+    const google::protobuf::EnumValueDescriptor* v =
+        v1::GraphEncoding_descriptor()->FindValueByNumber(s.graph_encoding);
+    absl::StrAppend(&served, served.empty() ? "" : ", ", v ? v->name() : "?", " (", s.name, ")");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("encoding is ", value ? value->name() : std::to_string(encoding),
+                   ", which this server does not serve; set one of ", served));
 }
 
 absl::Status UnknownScheme(const v1::TableRequest& r) {

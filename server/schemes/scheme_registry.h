@@ -102,7 +102,7 @@ struct SchemeDescriptor {
   int encode_case = 0;      // v1::EncodeRequest::SchemeCase
   int bias_case = 0;        // v1::BiasRequest::SchemeCase
   int table_case = 0;       // v1::TableRequest::SchemeCase (served by GetTable)
-  int graph_encoding = -1;  // GraphRequest's encoding (GraphEncodingOf)
+  int graph_encoding = -1;  // v1::GraphEncoding (GraphRequest.encoding)
 
   // --- EncodeRequest (kAdditive, kTable, kRotary) ---------------------------------------
   // The request's scheme message, set (mutable_<field>()): the OIP front parses its
@@ -174,7 +174,7 @@ SchemeLabel LabelOf(const Request& request) {
 // "none" for kNoScheme, else the scheme's name.
 const char* LabelName(SchemeLabel label);
 
-// GraphRequest's encoding value, and setting it (the OIP front, from the model).
+// GraphRequest.encoding, read and set (the OIP front sets it from the model).
 int GraphEncodingOf(const v1::GraphRequest& request);
 void SetGraphEncoding(int encoding, v1::GraphRequest& request);
 

@@ -30,8 +30,8 @@ TEST(ProtoConvert, UnknownSinusoidalAndContinuousEnumsNameTheField) {
   s.set_timescale(static_cast<v1::Timescale>(-1));
   ExpectUnknownEnum(SinusoidalFromProto(s).status(), "sinusoidal.timescale is -1");
   s.set_timescale(v1::HALF_MINUS_ONE);
-  s.set_fusion(static_cast<v1::Fusion>(2));
-  ExpectUnknownEnum(CombineFromSinusoidal(s).status(), "sinusoidal.fusion is 2");
+  s.set_fusion(static_cast<v1::Fusion>(9));
+  ExpectUnknownEnum(CombineFromSinusoidal(s).status(), "sinusoidal.fusion is 9");
 
   v1::Continuous c;
   c.set_layout(static_cast<v1::SinusoidalLayout>(7));

@@ -403,6 +403,18 @@ class RopeModelsTest(unittest.TestCase):
             inv = proportional_inv_freq(1e6, head_dim, proportion, factor or 1.0)
             self.close(got, rope_apply(t(q), positions, inv), "proportion %s" % proportion)
 
+    def test_tables_axial_and_xpos(self):
+        # An axial table row repeats each axis's frequencies; xPos has no single table.
+        rows = self.client.table(posenc.Rope(axial_axes=2), length=5, dim=16)
+        inv = inv_freq_default(10000.0, 8).numpy()
+        angles = np.arange(5)[:, None] * np.concatenate([inv, inv])[None]
+        np.testing.assert_allclose(rows[:, 0], np.cos(angles), atol=1e-7)
+        np.testing.assert_allclose(rows[:, 1], np.sin(angles), atol=1e-7)
+        with self.assertRaises(posenc.PosencError) as err:
+            self.client.table(posenc.Rope(xpos_scale_base=512), length=5, dim=16)
+        self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("rope.xpos_scale_base", err.exception.details)
+
     # -- text-only M-RoPE is plain RoPE, bit for bit -----------------------------------------
     def test_text_only_mrope_equals_plain_rope_bit_for_bit(self):
         for layout, shape in (("bshd", (2, 9, 3, 64)), ("bhsd", (2, 3, 9, 64)), ("thd", (9, 3, 64))):

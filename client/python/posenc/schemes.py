@@ -120,7 +120,7 @@ class Rope(_Message):
         # Filled by from_hf_config; 0 or "" when unknown.
         self.head_dim = self.num_attention_heads = self.num_key_value_heads = 0
         self.max_position_embeddings = 0
-        self.model_type = ""
+        self.model_type = self.layer_type = ""
 
     @classmethod
     def from_hf_config(cls, config, source=None, layer_type=None):

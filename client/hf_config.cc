@@ -392,6 +392,30 @@ std::string FamilyOf(const std::string& model_type) {
   return model_type;
 }
 
+// Gemma3TextConfig's and Gemma4TextConfig's defaults for the keys RoPE reads: the
+// published Gemma configs leave most of them out.
+json FamilyDefaults(const std::string& family) {
+  if (family == "gemma3") {
+    return json{{"head_dim", 256},         {"num_attention_heads", 8},
+                {"num_key_value_heads", 4}, {"rope_theta", 1000000.0},
+                {"rope_local_base_freq", 10000.0}, {"max_position_embeddings", 131072}};
+  }
+  if (family == "gemma4") {
+    return json{{"head_dim", 256},
+                {"global_head_dim", 512},
+                {"num_attention_heads", 8},
+                {"num_key_value_heads", 4},
+                {"max_position_embeddings", 131072},
+                {"rope_parameters",
+                 {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+                  {"full_attention",
+                   {{"rope_type", "proportional"},
+                    {"partial_rotary_factor", 0.25},
+                    {"rope_theta", 1000000.0}}}}}};
+  }
+  return json::object();
+}
+
 bool HasLayerTypes(const std::string& family) { return family == "gemma3" || family == "gemma4"; }
 
 // The layer type asked for, checked: "" for families without layer types.
@@ -431,6 +455,13 @@ absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& original, absl::string
   if (auto it = original.find("text_config"); it != original.end() && it->is_object()) {
     for (const auto& [key, value] : it->items()) {
       if (key != "model_type" || family.empty()) config[key] = value;
+    }
+  }
+  // What the family's transformers config class assumes where config.json is silent.
+  if (auto it = config.find("model_type"); it != config.end() && it->is_string()) {
+    const json defaults = FamilyDefaults(FamilyOf(it->get<std::string>()));
+    for (const auto& [key, value] : defaults.items()) {
+      if (auto have = config.find(key); have == config.end() || have->is_null()) config[key] = value;
     }
   }
   const JsonReader top(config, source, "");

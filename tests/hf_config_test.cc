@@ -111,6 +111,22 @@ TEST(HfConfigTest, GemmaLayerTypes) {
               HasSubstr("has no per-layer RoPE"));
 }
 
+TEST(HfConfigTest, GemmaDefaultsFillWhatTheConfigLeavesOut) {
+  // gemma-3-4b-it's text_config names only a few keys; the rest are Gemma3TextConfig's.
+  const absl::StatusOr<HfRopeConfig> c = Parse(
+      R"({"model_type": "gemma3", "text_config": {"hidden_size": 2560, "model_type": "gemma3_text",
+          "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}})");
+  ASSERT_THAT(c, IsOk());
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->num_attention_heads, 8);
+  EXPECT_DOUBLE_EQ(c->rope.base(), 1e6);
+  EXPECT_EQ(c->rope.scaling().type(), v1::LINEAR);
+  const absl::StatusOr<HfRopeConfig> g4 = Parse(R"({"model_type": "gemma4_text"})");
+  ASSERT_THAT(g4, IsOk());
+  EXPECT_EQ(g4->head_dim, 512);
+  EXPECT_EQ(g4->rope.scaling().type(), v1::PROPORTIONAL);
+}
+
 TEST(HfConfigTest, Llama4AndGlmRotateInterleavedPairs) {
   const HfRopeConfig l4 = LoadFixture("llama-4-scout-17b-16e.json");
   EXPECT_EQ(l4.rope.style(), v1::GPTJ);

@@ -628,6 +628,17 @@ class RopeModelsTest(unittest.TestCase):
                         np.testing.assert_array_equal(np.load(os.path.join(tmp, "y.npy")), want,
                                                       err_msg=path + " axis ids")
 
+    def test_gemma_defaults_fill_what_the_config_leaves_out(self):
+        rope = posenc.Rope.from_hf_config({"model_type": "gemma3", "text_config": {
+            "hidden_size": 2560, "model_type": "gemma3_text",
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}})
+        self.assertEqual((rope.head_dim, rope.num_attention_heads, rope.proto().base),
+                         (256, 8, 1e6))
+        sliding = posenc.Rope.from_hf_config({"model_type": "gemma3"}, layer_type="sliding_attention")
+        self.assertEqual((sliding.proto().base, sliding.proto().HasField("scaling")), (1e4, False))
+        g4 = posenc.Rope.from_hf_config({"model_type": "gemma4_text"})
+        self.assertEqual((g4.head_dim, g4.proto().scaling.type), (512, posenc.pb.PROPORTIONAL))
+
     def test_hf_config_family_errors(self):
         with open(os.path.join(FIXTURES, "qwen2.5-vl-7b-instruct.json")) as f:
             base = json.load(f)

@@ -222,6 +222,21 @@ def _first(top, *keys, kind="int"):
     return None
 
 
+# Gemma3TextConfig's and Gemma4TextConfig's defaults for the keys RoPE reads: the published
+# Gemma configs leave most of them out.
+_FAMILY_DEFAULTS = {
+    "gemma3": {"head_dim": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+               "max_position_embeddings": 131072},
+    "gemma4": {"head_dim": 256, "global_head_dim": 512, "num_attention_heads": 8,
+               "num_key_value_heads": 4, "max_position_embeddings": 131072,
+               "rope_parameters": {
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                      "rope_theta": 1000000.0}}},
+}
+
+
 def _family(model_type):
     """model_type without a "_text" suffix (gemma3_text is gemma3's language tower)."""
     if model_type.endswith("_text") and len(model_type) > len("_text"):
@@ -252,6 +267,11 @@ def rope_from_config(original, source="config.json", layer_type=None):
     if isinstance(text, dict):
         for key, value in text.items():
             if key != "model_type" or not isinstance(original.get("model_type"), str):
+                config[key] = value
+    # What the family's transformers config class assumes where config.json is silent.
+    if isinstance(config.get("model_type"), str):
+        for key, value in _FAMILY_DEFAULTS.get(_family(config["model_type"]), {}).items():
+            if config.get(key) is None:
                 config[key] = value
     top = _Reader(config, source)
     model_type = top.string("model_type") or ""

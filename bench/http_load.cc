@@ -69,16 +69,14 @@ class Connection {
     const int status = std::atoi(head.c_str() + 9);
     const size_t at = head.find("Content-Length: ");
     const size_t length = at == std::string::npos ? 0 : std::strtoull(head.c_str() + at + 16, nullptr, 10);
-    body.clear();
-    body.reserve(length);
-    body.append(buffer_, 0, std::min(length, buffer_.size()));
-    buffer_.erase(0, std::min(length, buffer_.size()));
-    while (body.size() < length) {
-      const size_t before = body.size();
-      body.resize(length);
-      const ssize_t n = recv(fd_, body.data() + before, length - before, 0);
+    body.resize(length);  // the same size every call: no zero-fill after the first
+    size_t have = std::min(length, buffer_.size());
+    std::memcpy(body.data(), buffer_.data(), have);
+    buffer_.erase(0, have);
+    while (have < length) {
+      const ssize_t n = recv(fd_, body.data() + have, length - have, 0);
       if (n <= 0) return -1;
-      body.resize(before + static_cast<size_t>(n));
+      have += static_cast<size_t>(n);
     }
     return status;
   }

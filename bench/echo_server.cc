@@ -68,7 +68,8 @@ class EchoService final : public posenc::v1::PositionalEncoding::CallbackService
     // differ only by the kernel.
     return new posenc::OrderedStreamReactor<posenc::v1::EncodeRequest, posenc::v1::EncodeResponse>(
         posenc::PositionalEncodingService::kStreamWindow,
-        [](posenc::v1::EncodeRequest& request, posenc::v1::EncodeResponse& response) {
+        [](posenc::v1::EncodeRequest& request, posenc::v1::EncodeResponse& response,
+           posenc::Admission::Ticket&) {
           Echo(request, response);
           return grpc::Status::OK;
         });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "server/common/flags.h"
 #include "server/common/log.h"
@@ -22,50 +23,97 @@
 
 namespace {
 
-constexpr char kUsage[] = R"(posenc-server: transformer positional encodings over gRPC
+// Every flag of posenc-server, declared once: --help prints these lines, the parser knows
+// these names, and each can also come from the environment as POSENC_ + NAME.
+struct FlagSpec {
+  const char* name;
+  const char* value;  // the value's form in --help ("" for a boolean)
+  const char* help;   // what it does, and its default
+  bool boolean = false;
+};
 
-flags (--name=value or --name value):
-  --listen ADDR            gRPC address, host:port or unix:/path (default 0.0.0.0:50051;
-                           port 0 picks a free port and prints it; a busy port is an error)
-  --listen_socket_mode M   permission bits of a unix: socket (default 0660: the group may
-                           connect)
-  --metrics_listen ADDR    Prometheus /metrics address (default 0.0.0.0:9464; empty = off)
-  --http_listen ADDR       the Open Inference Protocol's HTTP/REST binding, host:port
-                           (default 0.0.0.0:8000; empty = off; port 0 picks one); TLS with
-                           the --tls_* flags
-  --http_read_timeout DUR  an HTTP request's headers, and then its body, must arrive within
-                           this; an idle keep-alive connection closes after it (default 30s)
-  --http_threads N         HTTP worker threads, each serving one connection at a time
-                           (default: 8 per core, at least 32)
-  --table NAME=PATH.npy | NAME=PATH.safetensors:TENSOR   a named table (repeatable)
-  --cache_bytes N          budget of the precomputed-table cache (default 268435456)
-  --max_message_bytes N    largest request or response message (default 67108864; at most
-                           2147418112)
-  --threads N              kernel threads, and workers per lane of the work pool (default:
-                           the number of cores)
-  --max_inflight_bytes N   admission budget: summed cost (output + scratch bytes) of the
-                           calls in progress (default: a quarter of the memory limit)
-  --max_concurrent_calls N calls in progress at once (default: 16 per core, at least 32)
-  --stall_threshold DUR    health turns NOT_SERVING while a cheap call waits this long for
-                           a worker (default 2s)
-  --tls_cert PEM --tls_key PEM [--tls_client_ca PEM]   TLS; with a client CA, mutual TLS
-  --shutdown_grace DUR     on SIGTERM/SIGINT: health NOT_SERVING, refuse new calls, finish
-                           accepted ones within this, then exit 0 (default 8s)
-  --shm[=true|false]       serve tensors by shared-memory reference (default off)
-  --shm_key_prefix P       shm_open keys must start with this (default posenc_)
-  --shm_max_bytes N        bytes all regions may map (default 17179869184)
-  --shm_max_regions N      regions at once (default 256)
-  --log_format text|json   log lines on stderr (default text)
-  --log_requests           log every call with its duration, not only failed ones
-  --version                print the version and exit
-)";
+constexpr FlagSpec kFlagSpecs[] = {
+    {"listen", "ADDR",
+     "gRPC address, host:port or unix:/path (default 0.0.0.0:50051; port 0 picks a free "
+     "port and prints it; a busy port is an error)"},
+    {"listen_socket_mode", "MODE",
+     "permission bits of a unix: socket, in place before it accepts (default 0660: the "
+     "group may connect)"},
+    {"listen_allow_abstract", "",
+     "allow --listen=unix-abstract:NAME (default off: an abstract socket has no file mode, "
+     "so any local user may connect)",
+     true},
+    {"metrics_listen", "ADDR", "Prometheus /metrics address (default 0.0.0.0:9464; empty = off)"},
+    {"http_listen", "ADDR",
+     "the Open Inference Protocol's HTTP/REST binding, host:port (default 0.0.0.0:8000; "
+     "empty = off; port 0 picks one); TLS with the --tls_* flags"},
+    {"http_read_timeout", "DUR",
+     "an HTTP request's headers, and then its body, must arrive within this; an idle "
+     "keep-alive connection closes after it (default 30s)"},
+    {"http_threads", "N",
+     "HTTP worker threads, each serving one connection at a time (default: 8 per core, at "
+     "least 32)"},
+    {"table", "NAME=PATH.npy|NAME=PATH.safetensors:TENSOR", "a named table (repeatable)"},
+    {"cache_bytes", "N", "budget of the precomputed-table cache (default 268435456)"},
+    {"max_message_bytes", "N",
+     "largest request or response message (default 67108864; at most 2147418112)"},
+    {"accept_compressed", "",
+     "accept gzip/deflate-compressed requests (default off: gRPC would inflate them whole "
+     "before checking their size)",
+     true},
+    {"threads", "N",
+     "kernel threads, and workers per lane of the work pool (default: the number of cores)"},
+    {"max_inflight_bytes", "N",
+     "admission budget: summed cost (output + scratch bytes) of the calls in progress; also "
+     "the size of gRPC's transport memory quota (default: a quarter of the memory limit)"},
+    {"max_concurrent_calls", "N",
+     "calls and streams in progress at once (default: 16 per core, at least 32)"},
+    {"stall_threshold", "DUR",
+     "health turns NOT_SERVING while a cheap call waits this long for a worker (default 2s)"},
+    {"tls_cert", "PEM", "the server's certificate: TLS"},
+    {"tls_key", "PEM", "its private key"},
+    {"tls_client_ca", "PEM", "mutual TLS: clients must present a certificate this CA signed"},
+    {"shutdown_grace", "DUR",
+     "on SIGTERM/SIGINT: health NOT_SERVING, refuse new calls, finish accepted ones within "
+     "this, then exit 0 (default 8s)"},
+    {"shm", "", "serve tensors by shared-memory reference (default off)", true},
+    {"shm_key_prefix", "P", "shm_open keys must start with this (default posenc_)"},
+    {"shm_max_bytes", "N", "bytes all regions may map (default 17179869184)"},
+    {"shm_max_regions", "N", "regions at once (default 256)"},
+    {"log_format", "text|json", "log lines on stderr (default text)"},
+    {"log_requests", "", "log every call with its duration, not only failed ones", true},
+};
+
+// "  --name VALUE" on one line, the help wrapped under it.
+std::string Usage() {
+  std::string out =
+      "posenc-server: transformer positional encodings over gRPC\n\n"
+      "Flags: --name=value or --name value (a boolean: --name or --name=false), or the\n"
+      "environment variable POSENC_ + NAME in upper case (POSENC_CACHE_BYTES=1073741824);\n"
+      "the command line wins.\n";
+  auto add = [&out](const std::string& head, const std::string& help) {
+    absl::StrAppend(&out, "  ", head, "\n");
+    std::string line = "     ";
+    for (absl::string_view word : absl::StrSplit(help, ' ', absl::SkipEmpty())) {
+      if (line.size() + 1 + word.size() > 90) {
+        absl::StrAppend(&out, line, "\n");
+        line = "     ";
+      }
+      absl::StrAppend(&line, " ", word);
+    }
+    absl::StrAppend(&out, line, "\n");
+  };
+  for (const FlagSpec& spec : kFlagSpecs) {
+    add(absl::StrCat("--", spec.name, spec.boolean ? "[=true|false]" : " ", spec.value),
+        spec.help);
+  }
+  add("--version", "print the version and exit");
+  return out;
+}
 
 struct Flags {
-  posenc::ServerOptions server;
-  std::string metrics_listen = "0.0.0.0:9464";
-  posenc::HttpOptions http;
-  int threads = 0;
-  absl::Duration shutdown_grace = absl::Seconds(8);
+  posenc::ServerOptions server;  // threads 0 there: as many as cores
+  posenc::HttpOptions http;      // its TLS files and body limit are the server's
   posenc::LogFormat log_format = posenc::LogFormat::kText;
 };
 
@@ -82,13 +130,14 @@ T OrExit(absl::StatusOr<T> value) {
 }
 
 const posenc::CommandFlags::Options& FlagOptions() {
-  static const auto* options = new posenc::CommandFlags::Options{
-      {"listen", "metrics_listen", "table", "cache_bytes", "max_message_bytes", "threads",
-       "max_inflight_bytes", "max_concurrent_calls", "stall_threshold", "tls_cert", "tls_key",
-       "tls_client_ca", "shutdown_grace", "shm", "shm_key_prefix", "shm_max_bytes",
-       "shm_max_regions", "log_format", "log_requests", "listen_socket_mode",
-       "http_listen", "http_read_timeout", "http_threads"},
-      {"shm", "log_requests"}};
+  static const auto* options = [] {
+    auto* o = new posenc::CommandFlags::Options();
+    for (const FlagSpec& spec : kFlagSpecs) {
+      o->known.insert(spec.name);
+      if (spec.boolean) o->booleans.insert(spec.name);
+    }
+    return o;
+  }();
   return *options;
 }
 
@@ -97,7 +146,7 @@ void AnswerHelpOrVersion(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
+      std::cout << Usage();
       std::exit(0);
     }
     if (arg == "--version") {
@@ -110,20 +159,23 @@ void AnswerHelpOrVersion(int argc, char** argv) {
 Flags ParseFlags(int argc, char** argv) {
   AnswerHelpOrVersion(argc, argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
-  const posenc::CommandFlags f = OrExit(posenc::CommandFlags::Parse(args, FlagOptions()));
+  const posenc::CommandFlags f =
+      OrExit(posenc::CommandFlags::Parse(args, FlagOptions(), /*env_prefix=*/"POSENC_"));
   Flags flags;
   posenc::ServerOptions& s = flags.server;
   s.listen = f.Str("listen", s.listen);
-  flags.metrics_listen = f.Str("metrics_listen", flags.metrics_listen);
+  s.listen_allow_abstract = OrExit(f.Bool("listen_allow_abstract"));
+  s.metrics_listen = f.Str("metrics_listen", s.metrics_listen);
   s.tables = f.All("table");
   s.cache_bytes = OrExit(f.Count("cache_bytes", s.cache_bytes));
   s.max_message_bytes = OrExit(f.Count("max_message_bytes", s.max_message_bytes));
+  s.accept_compressed = OrExit(f.Bool("accept_compressed"));
   s.admission.max_inflight_bytes =
       OrExit(f.Count("max_inflight_bytes", posenc::DefaultMaxInflightBytes()));
   s.admission.max_concurrent_calls = std::min<int64_t>(
       OrExit(f.Count("max_concurrent_calls", posenc::DefaultMaxConcurrentCalls())),
       int64_t{1} << 30);
-  flags.threads = static_cast<int>(OrExit(f.IntIn("threads", 0, 1024, 0)));
+  s.threads = static_cast<int>(OrExit(f.IntIn("threads", 0, 1024, 0)));
   s.stall_threshold = absl::ToChronoMilliseconds(OrExit(
       f.Duration("stall_threshold", absl::FromChrono(s.stall_threshold))));
   s.tls_cert = f.Str("tls_cert");
@@ -147,7 +199,8 @@ Flags ParseFlags(int argc, char** argv) {
     }
     s.listen_socket_mode = static_cast<uint32_t>(bits);
   }
-  flags.shutdown_grace = OrExit(f.Duration("shutdown_grace", flags.shutdown_grace));
+  s.shutdown_grace = absl::ToChronoMilliseconds(
+      OrExit(f.Duration("shutdown_grace", absl::FromChrono(s.shutdown_grace))));
   posenc::HttpOptions& h = flags.http;
   h.listen = f.Str("http_listen", h.listen);
   h.read_timeout = absl::ToChronoMilliseconds(
@@ -164,7 +217,7 @@ Flags ParseFlags(int argc, char** argv) {
 
 // One log line with the configuration a reader needs to explain the server's behaviour.
 void LogStart(const posenc::ServerOptions& o, const posenc::PosencServer& server,
-              const std::string& metrics_address, absl::Duration shutdown_grace) {
+              const std::string& metrics_address) {
   posenc::Log(posenc::LogLevel::kInfo, "start",
               {{"version", posenc::kVersion},
                {"grpc", server.address()},
@@ -176,7 +229,7 @@ void LogStart(const posenc::ServerOptions& o, const posenc::PosencServer& server
                {"max_concurrent_calls", std::to_string(o.admission.max_concurrent_calls)},
                {"shm", o.shm.enabled ? "on" : "off"},
                {"tls", o.tls_cert.empty() ? "off" : o.tls_client_ca.empty() ? "on" : "mutual"},
-               {"shutdown_grace", absl::FormatDuration(shutdown_grace)}});
+               {"shutdown_grace", absl::FormatDuration(absl::FromChrono(o.shutdown_grace))}});
 }
 
 // Starts /metrics if asked; returns the bound address for the logs ("off" if not asked).
@@ -203,11 +256,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  posenc::SetKernelThreads(flags.threads);
   posenc::ServerOptions options = flags.server;
+  posenc::SetKernelThreads(options.threads);
   options.threads = posenc::KernelThreads();
   auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion, posenc::MetricsSchemes());
-  const std::string metrics_address = StartMetrics(*metrics, flags.metrics_listen);
+  const std::string metrics_address = StartMetrics(*metrics, options.metrics_listen);
   auto server = posenc::PosencServer::Start(options, metrics.get());
   if (!server.ok()) {
     std::cerr << "posenc-server: " << server.status().message() << "\n";
@@ -228,15 +281,15 @@ int main(int argc, char** argv) {
               posenc::kVersion, (*server)->address().c_str(), metrics_address.c_str(),
               http_address.c_str(), posenc::KernelThreads());
   std::fflush(stdout);
-  LogStart(options, **server, metrics_address, flags.shutdown_grace);
+  LogStart(options, **server, metrics_address);
 
   std::thread signal_watcher([&] {
     int signal = 0;
     sigwait(&signals, &signal);
     posenc::Log(posenc::LogLevel::kInfo, "drain",
                 {{"signal", std::to_string(signal)},
-                 {"grace", absl::FormatDuration(flags.shutdown_grace)}});
-    (*server)->Shutdown(absl::ToChronoMilliseconds(flags.shutdown_grace));
+                 {"grace", absl::FormatDuration(absl::FromChrono(options.shutdown_grace))}});
+    (*server)->Shutdown(options.shutdown_grace);
   });
   (*server)->Wait();
   signal_watcher.join();

@@ -2,6 +2,8 @@
 #include "server/common/flags.h"
 #include "tests/support/status_matchers.h"
 
+#include <cstdlib>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -70,6 +72,33 @@ TEST(FlagsTest, SeparatorFoldsDashesAndUnderscores) {
                           /*lo_exclusive=*/true),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "--timeout '0' is not a duration in (0, 24h]"));
+}
+
+TEST(FlagsTest, EnvironmentFillsWhatTheCommandLineLeavesOut) {
+  ASSERT_EQ(setenv("POSENC_TEST_THREADS", "x", 1), 0);
+  ASSERT_EQ(setenv("POSENC_TEST_LISTEN", "env:1", 1), 0);
+  ASSERT_EQ(setenv("POSENC_TEST_SHM", "true", 1), 0);
+  ASSERT_EQ(setenv("POSENC_TEST_TABLE", "", 1), 0);
+  auto f = CommandFlags::Parse({"--listen=cli:2"}, ServerLike(), "POSENC_TEST_");
+  ASSERT_THAT(f, IsOk());
+  EXPECT_EQ(f->Str("listen"), "cli:2");  // the command line wins
+  EXPECT_EQ(f->Bool("shm").value_or(false), true);
+  EXPECT_TRUE(f->Has("table"));  // set, empty
+  EXPECT_EQ(f->Str("table", "fallback"), "");
+  EXPECT_FALSE(f->Has("shutdown_grace"));
+  EXPECT_THAT(f->IntIn("threads", 0, 1024, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "POSENC_TEST_THREADS (--threads) 'x' is not an integer in [0, 1024]"));
+  // Without a prefix the environment is not read.
+  auto plain = CommandFlags::Parse({}, ServerLike());
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_FALSE(plain->Has("threads"));
+  EXPECT_EQ(CommandFlags::EnvName("POSENC_", "max_inflight_bytes"), "POSENC_MAX_INFLIGHT_BYTES");
+  EXPECT_EQ(CommandFlags::EnvName("POSENC_", "tls-ca"), "POSENC_TLS_CA");
+  for (const char* name :
+       {"POSENC_TEST_THREADS", "POSENC_TEST_LISTEN", "POSENC_TEST_SHM", "POSENC_TEST_TABLE"}) {
+    unsetenv(name);
+  }
 }
 
 TEST(FlagsTest, DurationText) {

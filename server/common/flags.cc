@@ -1,6 +1,7 @@
 #include "server/common/flags.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -18,7 +19,8 @@ std::optional<absl::Duration> ParseDurationText(absl::string_view text) {
 }
 
 absl::StatusOr<CommandFlags> CommandFlags::Parse(absl::Span<const std::string> args,
-                                                 const Options& options) {
+                                                 const Options& options,
+                                                 const std::string& env_prefix) {
   CommandFlags flags;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -50,7 +52,23 @@ absl::StatusOr<CommandFlags> CommandFlags::Parse(absl::Span<const std::string> a
     }
     flags.values_[name].push_back(*std::move(value));
   }
+  if (!env_prefix.empty()) {
+    for (const std::string& name : options.known) {
+      if (flags.Has(name)) continue;
+      const std::string variable = EnvName(env_prefix, name);
+      const char* value = std::getenv(variable.c_str());
+      if (value == nullptr) continue;
+      flags.values_[name].push_back(value);
+      flags.from_env_[name] = variable;
+    }
+  }
   return flags;
+}
+
+std::string CommandFlags::EnvName(const std::string& prefix, const std::string& name) {
+  std::string variable = absl::StrCat(prefix, absl::AsciiStrToUpper(name));
+  std::replace(variable.begin(), variable.end(), '-', '_');
+  return variable;
 }
 
 std::string CommandFlags::Str(const std::string& name, const std::string& fallback) const {
@@ -64,8 +82,12 @@ std::vector<std::string> CommandFlags::All(const std::string& name) const {
 }
 
 absl::Status CommandFlags::Bad(const std::string& name, absl::string_view expected) const {
+  auto env = from_env_.find(name);
+  const std::string source =
+      env == from_env_.end() ? absl::StrCat("--", name)
+                             : absl::StrCat(env->second, " (--", name, ")");
   return absl::InvalidArgumentError(
-      absl::StrCat("--", name, " '", Str(name), "' is not ", expected));
+      absl::StrCat(source, " '", Str(name), "' is not ", expected));
 }
 
 absl::StatusOr<std::optional<int64_t>> CommandFlags::OptInt(const std::string& name) const {

@@ -1,7 +1,10 @@
 // Command-line flags, one parser for posenc-server, posenc-client (each command) and
 // posenc-bench: --name=value, --name value, or a bare --name for a boolean. A flag given
 // twice keeps every value (All, for repeatable flags such as --table or --param); the
-// other getters read the last. Errors are INVALID_ARGUMENT naming the flag, e.g.
+// other getters read the last. With an environment prefix, a flag absent from the command
+// line is read from the environment variable prefix + its name in upper case
+// (POSENC_CACHE_BYTES for --cache_bytes); the command line wins. Errors are INVALID_ARGUMENT
+// naming the flag (and the variable, for a value that came from it), e.g.
 // "--threads 'x' is not an integer in [0, 1024]"; the caller prints them and exits 2.
 // Depends only on absl. Plain values; thread-compatible.
 #pragma once
@@ -32,10 +35,17 @@ class CommandFlags {
     char separator = 0;
   };
 
+  // The environment variable that can carry --name: "POSENC_CACHE_BYTES" for "cache_bytes".
+  static std::string EnvName(const std::string& prefix, const std::string& name);
+
   // Every argument must be a flag in `options.known`: INVALID_ARGUMENT for "unexpected
-  // argument 'x'", "unknown flag --x" and "--x needs a value".
+  // argument 'x'", "unknown flag --x" and "--x needs a value". With a non-empty
+  // `env_prefix`, every known flag the arguments leave out is looked up in the environment
+  // as EnvName(env_prefix, name); an empty variable is the value "", and a repeatable flag
+  // takes one value from there.
   static absl::StatusOr<CommandFlags> Parse(absl::Span<const std::string> args,
-                                            const Options& options);
+                                            const Options& options,
+                                            const std::string& env_prefix = "");
 
   bool Has(const std::string& name) const { return values_.count(name) != 0; }
   std::string Str(const std::string& name, const std::string& fallback = "") const;
@@ -66,6 +76,7 @@ class CommandFlags {
 
  private:
   std::map<std::string, std::vector<std::string>> values_;
+  std::map<std::string, std::string> from_env_;  // flag name -> variable that set it
 };
 
 }  // namespace posenc

@@ -289,9 +289,19 @@ void ServiceMetrics::OnBytes(size_t total_bytes) {
   impl_->cache_bytes->Set(static_cast<double>(total_bytes));
 }
 
+namespace {
+constexpr int kMetricsThreads = 16;
+constexpr int kMetricsRequestTimeoutMs = 2000;
+}  // namespace
+
 absl::StatusOr<int> ServiceMetrics::StartExposer(const std::string& address) {
   try {  // civetweb reports a port it cannot bind by throwing
-    impl_->exposer = std::make_unique<prometheus::Exposer>(address, 2);
+    // A connection holds one of civetweb's worker threads until its request is read; a
+    // slow or idle client (slowloris) is dropped after request_timeout_ms, and takes one
+    // thread of kMetricsThreads, so a few of them cannot block a scrape.
+    impl_->exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", std::to_string(kMetricsThreads),
+        "request_timeout_ms", std::to_string(kMetricsRequestTimeoutMs)});
     impl_->exposer->RegisterCollectable(impl_->registry);
     impl_->exposer->RegisterCollectable(impl_->process);
     const auto ports = impl_->exposer->GetListeningPorts();

@@ -16,8 +16,10 @@ Admission::Ticket& Admission::Ticket::operator=(Ticket&& other) noexcept {
     Release();
     owner_ = other.owner_;
     bytes_ = other.bytes_;
+    slot_ = other.slot_;
     other.owner_ = nullptr;
     other.bytes_ = 0;
+    other.slot_ = false;
   }
   return *this;
 }
@@ -25,18 +27,27 @@ Admission::Ticket& Admission::Ticket::operator=(Ticket&& other) noexcept {
 void Admission::Ticket::Release() {
   if (owner_ == nullptr) return;
   owner_->bytes_.fetch_sub(bytes_, std::memory_order_relaxed);
-  owner_->calls_.fetch_sub(1, std::memory_order_relaxed);
+  if (slot_) owner_->calls_.fetch_sub(1, std::memory_order_relaxed);
   owner_ = nullptr;
   bytes_ = 0;
+  slot_ = false;
 }
 
 absl::StatusOr<Admission::Ticket> Admission::Admit(uint64_t bytes) {
+  return AdmitImpl(bytes, /*slot=*/true);
+}
+
+absl::StatusOr<Admission::Ticket> Admission::AdmitBytes(uint64_t bytes) {
+  return AdmitImpl(bytes, /*slot=*/false);
+}
+
+absl::StatusOr<Admission::Ticket> Admission::AdmitImpl(uint64_t bytes, bool slot) {
   if (bytes > limits_.max_inflight_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "this call needs ", bytes, " bytes of working memory, more than --max_inflight_bytes (",
         limits_.max_inflight_bytes, "); send it in smaller parts"));
   }
-  if (calls_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_concurrent_calls) {
+  if (slot && calls_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_concurrent_calls) {
     calls_.fetch_sub(1, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(absl::StrCat(
         "server busy: ", limits_.max_concurrent_calls,
@@ -45,13 +56,13 @@ absl::StatusOr<Admission::Ticket> Admission::Admit(uint64_t bytes) {
   uint64_t used = bytes_.load(std::memory_order_relaxed);
   do {
     if (used + bytes > limits_.max_inflight_bytes) {
-      calls_.fetch_sub(1, std::memory_order_relaxed);
+      if (slot) calls_.fetch_sub(1, std::memory_order_relaxed);
       return absl::ResourceExhaustedError(absl::StrCat(
           "server busy: this call needs ", bytes, " bytes and ", limits_.max_inflight_bytes - used,
           " of --max_inflight_bytes are free; retry after 100 ms or on another replica"));
     }
   } while (!bytes_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-  return Ticket(this, bytes);
+  return Ticket(this, bytes, slot);
 }
 
 namespace {

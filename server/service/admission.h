@@ -37,22 +37,29 @@ class Admission {
 
    private:
     friend class Admission;
-    Ticket(Admission* owner, uint64_t bytes) : owner_(owner), bytes_(bytes) {}
+    Ticket(Admission* owner, uint64_t bytes, bool slot)
+        : owner_(owner), bytes_(bytes), slot_(slot) {}
     void Release();
     Admission* owner_ = nullptr;
     uint64_t bytes_ = 0;
+    bool slot_ = false;  // holds a --max_concurrent_calls slot
   };
 
   // RESOURCE_EXHAUSTED (naming the limit's flag and with a retry hint) when `bytes` does not
   // fit what is left of --max_inflight_bytes or every --max_concurrent_calls slot is taken.
   // A cost larger than the whole budget can never run and says so.
   absl::StatusOr<Ticket> Admit(uint64_t bytes);
+  // The bytes alone, for one message of a stream that already holds its call slot (a stream
+  // takes a slot for its whole life with Admit(0), and each message's cost with this).
+  absl::StatusOr<Ticket> AdmitBytes(uint64_t bytes);
 
   uint64_t inflight_bytes() const { return bytes_.load(std::memory_order_relaxed); }
   int64_t inflight_calls() const { return calls_.load(std::memory_order_relaxed); }
   const AdmissionLimits& limits() const { return limits_; }
 
  private:
+  absl::StatusOr<Ticket> AdmitImpl(uint64_t bytes, bool slot);
+
   const AdmissionLimits limits_;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<int64_t> calls_{0};

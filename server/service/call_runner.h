@@ -19,6 +19,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 #include "server/common/cancel.h"
+#include "server/common/client_text.h"
 #include "server/service/admission.h"
 #include "server/service/call_tracker.h"
 #include "server/service/proto_convert.h"
@@ -77,6 +78,17 @@ inline std::shared_ptr<TrackedCall> CallOf(const ServiceRuntime& runtime,
   return call;
 }
 
+// A stream holds one --max_concurrent_calls slot for its whole life (in its TrackedCall),
+// and each message then only its bytes (Admission::AdmitBytes). The status a new stream is
+// refused with: UNAVAILABLE while draining, RESOURCE_EXHAUSTED when no slot is free.
+inline grpc::Status OpenStream(const ServiceRuntime& runtime, TrackedCall& call) {
+  if (call.late) return kShuttingDown;
+  absl::StatusOr<Admission::Ticket> slot = runtime.admission->Admit(0);
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
+  call.ticket = std::move(*slot);
+  return grpc::Status::OK;
+}
+
 class CallRunner {
  public:
   // REQUIRES: every runtime member is non-null.
@@ -109,7 +121,7 @@ grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* co
                                                  Response* response, Handle handle) const {
   auto* reactor = context->DefaultReactor();
   std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, scheme);
-  call->request_id = request_id;
+  call->request_id = Elide(request_id);
   if (call->late) {
     reactor->Finish(kShuttingDown);
     return reactor;

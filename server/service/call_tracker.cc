@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_context.h"
+#include "server/common/client_text.h"
 #include "server/service/channelz.h"
 
 namespace posenc {
@@ -48,22 +49,46 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
 
   ~TrackingInterceptor() override {
     if (!status_sent_) Count(grpc::StatusCode::CANCELLED);  // ended without a status
+    if (unparsed_) Count(unparsed_status_.error_code());    // no close was reported
     tracker_->End(context_);
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       grpc::Status status = methods->GetSendStatus();
-      // gRPC answers a request it cannot parse with a bare UNIMPLEMENTED before any
-      // handler runs; the client deserves to know what was wrong.
+      // gRPC answers a request without a valid message with a bare UNIMPLEMENTED before
+      // any handler runs: a message that does not parse, or none at all because the client
+      // gave up while uploading. The first deserves to know what was wrong; which of the
+      // two it was is known when the call closes (POST_RECV_CLOSE below).
       if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
           status.error_message().empty()) {
         status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                               absl::StrCat("the request is not a valid message for ",
                                            MethodName(call_->method)));
         methods->ModifySendStatus(status);
+        unparsed_ = true;
+      } else if (status.error_message().size() > kMaxStatusMessageBytes) {
+        // Messages repeat client strings; a huge grpc-message header would be refused by
+        // the client as oversized metadata, hiding the real code.
+        status = grpc::Status(status.error_code(),
+                              Elide(status.error_message(), kMaxStatusMessageBytes),
+                              status.error_details());
+        methods->ModifySendStatus(status);
       }
       status_sent_ = true;
+      if (!unparsed_) {
+        Count(status.error_code());
+        tracker_->LogEnd(*call_, status, Seconds());
+      } else {
+        unparsed_status_ = status;
+      }
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_CLOSE) &&
+        unparsed_ && !counted_) {
+      const grpc::Status status =
+          context_->IsCancelled()
+              ? grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the upload")
+              : unparsed_status_;
       Count(status.error_code());
       tracker_->LogEnd(*call_, status, Seconds());
     }
@@ -92,6 +117,8 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
   const std::shared_ptr<TrackedCall> call_;
   bool status_sent_ = false;
   bool counted_ = false;
+  bool unparsed_ = false;          // the bare UNIMPLEMENTED: counted when the call closes
+  grpc::Status unparsed_status_;   // what the client was sent for it
 };
 
 // Other services' calls (health, reflection) are not posenc's to count or wait for, but
@@ -104,6 +131,14 @@ class PeerInterceptor final : public grpc::experimental::Interceptor {
   }
   ~PeerInterceptor() override { tracker_->EndOther(context_); }
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      if (status.error_message().size() > kMaxStatusMessageBytes) {  // a region's name
+        methods->ModifySendStatus(grpc::Status(
+            status.error_code(), Elide(status.error_message(), kMaxStatusMessageBytes),
+            status.error_details()));
+      }
+    }
     methods->Proceed();
   }
 
@@ -219,9 +254,42 @@ std::shared_ptr<TrackedCall> CallTracker::Find(const grpc::ServerContextBase* co
   return it == calls_.end() ? nullptr : it->second;
 }
 
+bool CallTracker::UploadsPendingLocked() {
+  bool pending = false;
+  for (const auto& [peer, expected] : uploading_at_drain_) pending |= expected > 0;
+  return pending;
+}
+
+void CallTracker::ForgetAbandonedUploadsLocked(const std::map<std::string, int64_t>& open) {
+  // A peer's streams beyond the calls tracked for it are its uploads; fewer than expected
+  // means the client gave some up (or they were health probes that ended): stop waiting.
+  std::map<std::string, int64_t> tracked;
+  for (const auto& [context, call] : calls_) ++tracked[call->peer];
+  for (const auto& [context, peer] : others_) ++tracked[peer];
+  for (auto& [peer, expected] : uploading_at_drain_) {
+    if (expected <= 0) continue;
+    auto it = open.find(peer);
+    const int64_t uploading = (it == open.end() ? 0 : it->second) - tracked[peer];
+    expected = std::min(expected, std::max<int64_t>(uploading, 0));
+  }
+}
+
 bool CallTracker::WaitIdle(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  return idle_.wait_until(lock, deadline, [&] { return calls_.empty(); });
+  for (;;) {
+    // Idle means no call in progress and none of the uploads accepted at StartDrain still
+    // to land: shutting the transport down earlier would cancel them as they arrive.
+    if (calls_.empty() && !UploadsPendingLocked()) return true;
+    if (Clock::now() >= deadline) return false;
+    // Uploads are invisible until they land (no notification); look again every 20 ms.
+    idle_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+    if (calls_.empty() && UploadsPendingLocked()) {
+      lock.unlock();
+      const std::map<std::string, int64_t> open = OpenStreamsByPeer();
+      lock.lock();
+      ForgetAbandonedUploadsLocked(open);
+    }
+  }
 }
 
 size_t CallTracker::inflight() const {

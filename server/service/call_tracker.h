@@ -64,7 +64,8 @@ class CallTracker {
   void StartDrain();
   bool draining() const { return draining_.load(); }
 
-  // Blocks until no tracked call is in progress, or until `deadline`. True when idle.
+  // Blocks until no tracked call is in progress and every upload StartDrain accepted has
+  // landed (or its stream is gone), or until `deadline`. True when idle.
   bool WaitIdle(Clock::time_point deadline);
   size_t inflight() const;
 
@@ -82,6 +83,9 @@ class CallTracker {
   void LogEnd(const TrackedCall& call, const grpc::Status& status, double seconds);
 
  private:
+  bool UploadsPendingLocked();
+  void ForgetAbandonedUploadsLocked(const std::map<std::string, int64_t>& open);
+
   ServiceMetrics* const metrics_;
   const bool log_requests_;
   LogRateLimiter failed_calls_log_{20};

@@ -104,12 +104,13 @@ grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
   std::shared_ptr<TrackedCall> call = CallOf(runtime(), context, kNoScheme);
-  auto handle = [this, metrics](v1::EncodeRequest& request, v1::EncodeResponse& response) {
+  auto handle = [this, metrics](v1::EncodeRequest& request, v1::EncodeResponse& response,
+                                Admission::Ticket& held) {
     const auto start = std::chrono::steady_clock::now();
     SchemeLabel scheme = LabelOf(request);
     absl::StatusOr<CallCost> cost = CostOf(request);
     absl::StatusOr<Admission::Ticket> ticket =
-        cost.ok() ? runtime().admission->Admit(cost->bytes) : cost.status();
+        cost.ok() ? runtime().admission->AdmitBytes(cost->bytes) : cost.status();
     grpc::Status status =
         ticket.ok() ? ToGrpcStatus(handlers_.Encode(request, response, &scheme),
                                    request.request_id())
@@ -122,6 +123,7 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
           Method::kEncodeStream, scheme, static_cast<int>(status.error_code()),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    if (ticket.ok()) held = std::move(*ticket);  // until the response is written
     return status;
   };
   // A small message (or one refused by its cost) is answered on the reactor's thread.
@@ -137,7 +139,7 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
     if (status.ok() || from_handler) call->counted.store(true);
   };
   return new OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>(
-      kStreamWindow, handle, schedule, on_finish, call->late ? kShuttingDown : grpc::Status::OK);
+      kStreamWindow, handle, schedule, on_finish, OpenStream(runtime(), *call));
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(

@@ -8,9 +8,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 
 namespace posenc {
+
+absl::StatusOr<std::optional<int64_t>> IntParam(
+    const google::protobuf::Map<std::string, oip::InferParameter>& params,
+    const std::string& name) {
+  auto it = params.find(name);
+  if (it == params.end()) return std::optional<int64_t>();
+  const oip::InferParameter& p = it->second;
+  if (p.has_int64_param()) return std::optional<int64_t>(p.int64_param());
+  if (p.has_uint64_param() &&
+      p.uint64_param() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return std::optional<int64_t>(static_cast<int64_t>(p.uint64_param()));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameter '", name, "' must be an int64 (int64_param)"));
+}
+
 namespace {
 
 using InferInput = oip::ModelInferRequest::InferInputTensor;
@@ -43,19 +60,6 @@ absl::StatusOr<v1::DType> NativeDType(absl::string_view datatype) {
 // ---------------------------------------------------------------------------------------
 // Parameters.
 
-absl::StatusOr<std::optional<int64_t>> IntParam(const Parameters& params, const std::string& name) {
-  auto it = params.find(name);
-  if (it == params.end()) return std::optional<int64_t>();
-  const oip::InferParameter& p = it->second;
-  if (p.has_int64_param()) return std::optional<int64_t>(p.int64_param());
-  if (p.has_uint64_param() &&
-      p.uint64_param() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return std::optional<int64_t>(static_cast<int64_t>(p.uint64_param()));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("parameter '", name, "' must be an int64 (int64_param)"));
-}
-
 absl::StatusOr<std::optional<std::string>> StringParam(const Parameters& params,
                                                        const std::string& name) {
   auto it = params.find(name);
@@ -65,6 +69,18 @@ absl::StatusOr<std::optional<std::string>> StringParam(const Parameters& params,
         absl::StrCat("parameter '", name, "' must be a string (string_param)"));
   }
   return std::optional<std::string>(it->second.string_param());
+}
+
+// JSON parameters are parsed before admission (their cost is not known until then), so
+// their size is bounded first. Larger positions go as a position_ids input tensor.
+constexpr size_t kMaxConfigJsonBytes = size_t{64} << 10;
+constexpr size_t kMaxPositionsJsonBytes = size_t{1} << 20;
+
+absl::Status CheckJsonSize(const std::string& json, absl::string_view name, size_t max) {
+  if (json.size() <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "parameter '", name, "' is ", json.size(), " bytes of JSON, over ", max,
+      name == "positions" ? "; send positions as a position_ids input tensor" : ""));
 }
 
 absl::Status CheckParameters(const ModelInfo& model, const Parameters& params) {
@@ -85,6 +101,7 @@ absl::Status ParseConfig(const Parameters& params, const std::string& model,
                          google::protobuf::Message* message) {
   ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "config"));
   if (!json) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckJsonSize(*json, "config", kMaxConfigJsonBytes));
   google::protobuf::util::JsonParseOptions options;  // unknown fields are errors
   const auto status = google::protobuf::util::JsonStringToMessage(*json, message, options);
   if (status.ok()) return absl::OkStatus();
@@ -321,6 +338,7 @@ absl::Status SchemeMessageOf(const ModelInfo& model, const Parameters& params,
 absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
                          v1::Positions& positions) {
   ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "positions"));
+  if (json) RETURN_IF_ERROR(CheckJsonSize(*json, "positions", kMaxPositionsJsonBytes));
   if (json) {
     const auto status = google::protobuf::util::JsonStringToMessage(*json, &positions);
     if (!status.ok()) {
@@ -434,10 +452,18 @@ absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, Nativ
 // The outputs to return, in order: those requested, else all the model has.
 absl::Status ChooseOutputs(const oip::ModelInferRequest& request, const std::vector<Input>& inputs,
                            NativeRequest& n, const ConvertOptions& options) {
-  for (const auto& wanted : request.outputs()) {
+  for (int i = 0; i < request.outputs_size(); ++i) {
+    const auto& wanted = request.outputs(i);
     if (FindTensor(n.model->model.outputs, wanted.name()) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected inference output '", wanted.name(), "' for model '", n.model->name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("unexpected inference output '",
+                                                     Elide(wanted.name()), "' for model '",
+                                                     n.model->name, "'"));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (request.outputs(j).name() == wanted.name()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output '", wanted.name(), "' is requested more than once"));
+      }
     }
     if (wanted.name() == "key_output" && Named(inputs, "key") == nullptr) {
       return absl::InvalidArgumentError("output 'key_output' needs input 'key'");

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,13 @@ struct ConvertOptions {
 };
 
 // Converts `request`, taking its raw_input_contents' bytes (so it is left without them).
+// An integer parameter, carried as int64_param or as uint64_param (up to INT64_MAX);
+// nullopt when absent, INVALID_ARGUMENT naming it when of another type. Every reader of an
+// integer parameter (the conversion, and the lane a streamed request is put in) uses it.
+absl::StatusOr<std::optional<int64_t>> IntParam(
+    const google::protobuf::Map<std::string, oip::InferParameter>& params,
+    const std::string& name);
+
 absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRequest& request,
                                                                const ConvertOptions& options);
 

@@ -40,10 +40,9 @@ absl::Status WithId(const absl::Status& status, const std::string& id) {
 Lane LaneOf(const ModelInferRequest& request) {
   if (request.ByteSizeLong() > kCheapCallBytes) return Lane::kBulk;
   if (!IsGraphModel(request.model_name())) return Lane::kCheap;
-  auto it = request.parameters().find("num_nodes");
-  return it != request.parameters().end() && it->second.int64_param() > kCheapGraphNodes
-             ? Lane::kBulk
-             : Lane::kCheap;
+  // A parameter that does not parse fails in the conversion; its lane does not matter.
+  absl::StatusOr<std::optional<int64_t>> nodes = IntParam(request.parameters(), "num_nodes");
+  return nodes.ok() && nodes->value_or(0) > kCheapGraphNodes ? Lane::kBulk : Lane::kCheap;
 }
 
 // Whether a streamed request is small enough to run on the reactor's thread, judged before
@@ -173,12 +172,13 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
   std::shared_ptr<TrackedCall> call = CallOf(runner_.runtime(), context, kNoScheme);
   auto handle = [this, context, metrics](ModelInferRequest& request,
-                                         ModelStreamInferResponse& response) {
+                                         ModelStreamInferResponse& response,
+                                         Admission::Ticket& held) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
     absl::StatusOr<CallCost> cost = native.ok() ? CostOfNative(**native) : native.status();
     absl::StatusOr<Admission::Ticket> ticket =
-        cost.ok() ? runner_.runtime().admission->Admit(cost->bytes) : cost.status();
+        cost.ok() ? runner_.runtime().admission->AdmitBytes(cost->bytes) : cost.status();
     grpc::Status status = ticket.ok() ? Run(**native, CancelCheckOf(context),
                                             *response.mutable_infer_response())
                                       : ToGrpcStatus(ticket.status(), request.id());
@@ -195,6 +195,7 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
           static_cast<int>(status.error_code()),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    if (ticket.ok()) held = std::move(*ticket);  // until the response is written
     return grpc::Status::OK;
   };
   auto schedule = [this](const ModelInferRequest& request, WorkPool::Job job) {
@@ -208,7 +209,7 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
     if (status.ok() || from_handler) call->counted.store(true);
   };
   return new OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse>(
-      kStreamWindow, handle, schedule, on_finish, call->late ? kShuttingDown : grpc::Status::OK);
+      kStreamWindow, handle, schedule, on_finish, OpenStream(runner_.runtime(), *call));
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,

@@ -8,7 +8,8 @@
 // without a scheduler, inline. One request of a stream is handled at a time, so order is
 // kept.
 //
-//   return new OrderedStreamReactor<Req, Resp>(2, [](Req& in, Resp& out) { ...; return OK; });
+//   return new OrderedStreamReactor<Req, Resp>(
+//       2, [](Req& in, Resp& out, Admission::Ticket& ticket) { ...; return OK; });
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,7 @@
 #include "absl/functional/any_invocable.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
+#include "server/service/admission.h"
 
 namespace posenc {
 
@@ -29,7 +31,10 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
  public:
   // Answers one request. It may take the request's bytes (the request is cleared before the
   // next read). A non-OK status ends the stream with it once the earlier answers are out.
-  using Handler = std::function<grpc::Status(Request&, Response&)>;
+  // The admission the answer was computed under goes into the Ticket: the stream holds it
+  // until that answer has been written (or dropped), so a client that does not read keeps
+  // its buffered answers charged to the budget.
+  using Handler = std::function<grpc::Status(Request&, Response&, Admission::Ticket&)>;
   // Runs once, just before Finish, with the final status and whether a Handler returned it.
   using OnFinish = std::function<void(const grpc::Status&, bool from_handler)>;
   // Runs `job` (which calls the Handler on the request) now or on another thread.
@@ -54,14 +59,14 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      Handled(ok, nullptr, grpc::Status::OK);
+      Handled(ok, Pending(), grpc::Status::OK);
       return;
     }
     // Handled outside the lock: nothing touches request_ until the job calls Handled.
     auto job = [this] {
-      auto response = std::make_unique<Response>();
-      grpc::Status status = handler_(request_, *response);
-      Handled(true, std::move(response), status);
+      Pending pending{std::make_unique<Response>(), Admission::Ticket()};
+      grpc::Status status = handler_(request_, *pending.response, pending.ticket);
+      Handled(true, std::move(pending), status);
     };
     if (schedule_) {
       schedule_(request_, std::move(job));
@@ -82,7 +87,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       from_handler_ = false;
     } else if (!queue_.empty()) {
       writing_ = true;
-      this->StartWrite(queue_.front().get());
+      this->StartWrite(queue_.front().response.get());
     }
     MaybeReadLocked();
     MaybeFinishLocked();
@@ -91,8 +96,14 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   void OnDone() override { delete this; }
 
  private:
+  // An answer waiting to be written, with the admission it holds until then.
+  struct Pending {
+    std::unique_ptr<Response> response;
+    Admission::Ticket ticket;
+  };
+
   // A read has completed (ok) and been handled, or the reads are over (!ok).
-  void Handled(bool ok, std::unique_ptr<Response> response, const grpc::Status& status) {
+  void Handled(bool ok, Pending pending, const grpc::Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     reading_ = false;
     if (!ok || broken_) {  // a broken stream drops the answer
@@ -102,10 +113,10 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       from_handler_ = true;
       reads_done_ = true;
     } else {
-      queue_.push_back(std::move(response));
+      queue_.push_back(std::move(pending));
       if (!writing_) {
         writing_ = true;
-        this->StartWrite(queue_.front().get());
+        this->StartWrite(queue_.front().response.get());
       }
       MaybeReadLocked();
     }
@@ -135,7 +146,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   const OnFinish on_finish_;
   Request request_;
   std::mutex mu_;
-  std::deque<std::unique_ptr<Response>> queue_;  // front is being written
+  std::deque<Pending> queue_;  // front is being written
   bool reading_ = false;
   bool writing_ = false;
   bool reads_done_ = false;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
+#include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 
 namespace posenc {
@@ -54,7 +55,7 @@ PositionsSpec PositionsFromProto(const v1::Positions& positions) {
 grpc::Status ToGrpcStatus(const absl::Status& status, const std::string& request_id) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
-  if (!request_id.empty()) message = absl::StrCat("request ", request_id, ": ", message);
+  if (!request_id.empty()) message = absl::StrCat("request ", Elide(request_id), ": ", message);
   // absl and gRPC share code numbers.
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
 }

@@ -91,7 +91,8 @@ ServerReflectionResponse ReflectionV1Service::Answer(const ServerReflectionReque
 grpc::ServerBidiReactor<ServerReflectionRequest, ServerReflectionResponse>*
 ReflectionV1Service::ServerReflectionInfo(grpc::CallbackServerContext*) {
   return new OrderedStreamReactor<ServerReflectionRequest, ServerReflectionResponse>(
-      /*window=*/2, [this](ServerReflectionRequest& in, ServerReflectionResponse& out) {
+      /*window=*/2, [this](ServerReflectionRequest& in, ServerReflectionResponse& out,
+                            Admission::Ticket&) {
         out = Answer(in);
         return grpc::Status::OK;
       });

@@ -9,12 +9,15 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/common/status_macros.h"
@@ -100,6 +103,11 @@ absl::Status LoadTables(const std::vector<std::string>& specs, NamedTables& tabl
 }
 
 absl::Status CheckOptions(const ServerOptions& options) {
+  if (absl::StartsWith(options.listen, "unix-abstract:") && !options.listen_allow_abstract) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen=", options.listen, ": an abstract unix socket has no file mode, so any "
+        "local user can connect; use unix:/path or add --listen_allow_abstract"));
+  }
   if (options.max_message_bytes > kMaxMessageBytesLimit) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_message_bytes=", options.max_message_bytes, " is over ", kMaxMessageBytesLimit,
@@ -112,8 +120,66 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
-// Room left for a response's own fields (shape, dtype, request id) beside its tensor.
-constexpr size_t kFramingBytes = 4096;
+// Per connection: HTTP/2 streams open at once, and bytes of one header list.
+constexpr int64_t kMaxStreamsPerConnection = 128;
+constexpr int kMaxMetadataBytes = 16 << 10;
+
+// Transport limits, from the options: what gRPC's core may hold before any handler runs.
+void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder& builder) {
+  const int max_message = static_cast<int>(options.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  // gRPC 1.51 inflates a compressed message whole and only then checks its size: a few MB
+  // of gzip on the wire became gigabytes. Unless asked for, a compressed request is refused
+  // (UNIMPLEMENTED naming the algorithm) when its headers arrive, before any byte is
+  // inflated. Responses are never compressed.
+  if (!options.accept_compressed) {
+    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  }
+  // The transport's buffers (uploads in progress, frames, metadata) draw on one quota as big
+  // as the admission budget; under its pressure gRPC shrinks flow-control windows and then
+  // closes the connections that hold the most.
+  grpc::ResourceQuota quota("posenc-transport");
+  quota.Resize(static_cast<size_t>(std::min<uint64_t>(
+      options.admission.max_inflight_bytes, std::numeric_limits<int32_t>::max())));
+  builder.SetResourceQuota(quota);
+  // Per connection: streams at once (one client cannot open thousands), header list size.
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONCURRENT_STREAMS,
+      static_cast<int>(std::clamp<int64_t>(options.admission.max_concurrent_calls, 1,
+                                           kMaxStreamsPerConnection)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  // A dead peer is found within keepalive time + timeout; idle connections close after
+  // kMaxConnectionIdle; no connection lives past kMaxConnectionAge (+ its grace for the
+  // calls it carries), so a client cannot pin transport memory forever.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 5 * 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 60 * 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 5 * 60 * 1000);
+  // A second server on a busy port must fail, not silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
+// Binds a unix:/path socket with `mode` from its first moment: the umask is set for the
+// bind (gRPC creates the socket file in BuildAndStart), so no other uid can connect in the
+// window before a chmod. The umask is process-wide; Start runs before any other thread
+// creates files.
+class SocketUmask {
+ public:
+  SocketUmask(bool active, uint32_t mode)
+      : active_(active), saved_(active ? umask(static_cast<mode_t>(~mode & 0777)) : 0) {}
+  ~SocketUmask() {
+    if (active_) umask(saved_);
+  }
+
+ private:
+  const bool active_;
+  const mode_t saved_;
+};
 
 }  // namespace
 
@@ -145,7 +211,7 @@ void PosencServer::CreateServices(const ServerOptions& options) {
   state.tables = &tables_;
   state.metrics = metrics_;
   state.shm = shm_.get();
-  state.limits.max_output_bytes = options.max_message_bytes - kFramingBytes;
+  state.limits.max_output_bytes = options.max_message_bytes - kResponseFramingBytes;
   state.max_message_bytes = options.max_message_bytes;
   state.version = kVersion;
   const ServiceRuntime runtime{pool_.get(), admission_.get(), tracker_.get(), shm_.get()};
@@ -164,11 +230,7 @@ absl::Status PosencServer::Listen(const ServerOptions& options,
                                   const std::shared_ptr<grpc::ServerCredentials>& credentials) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const int max_message = static_cast<int>(options.max_message_bytes);
-  builder.SetMaxReceiveMessageSize(max_message);
-  builder.SetMaxSendMessageSize(max_message);
-  // A second server on a busy port must fail, not silently share it.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  ConfigureTransport(options, builder);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(tracker_->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(creators));
@@ -178,9 +240,13 @@ absl::Status PosencServer::Listen(const ServerOptions& options,
            service_.get(), inference_.get(), health_.get(), reflection_v1_.get()}) {
     builder.RegisterService(service);
   }
-  server_ = builder.BuildAndStart();
   const bool unix_socket = absl::StartsWith(options.listen, "unix:");
-  if (!server_ || (!unix_socket && bound_port == 0)) {
+  {
+    SocketUmask umask_for_bind(unix_socket, options.listen_socket_mode);
+    server_ = builder.BuildAndStart();
+  }
+  const bool abstract_socket = absl::StartsWith(options.listen, "unix-abstract:");
+  if (!server_ || (!unix_socket && !abstract_socket && bound_port == 0)) {
     server_.reset();
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on --listen=", options.listen,
@@ -188,11 +254,16 @@ absl::Status PosencServer::Listen(const ServerOptions& options,
   }
   port_ = bound_port;
   if (!unix_socket) {
+    if (abstract_socket) {
+      address_ = options.listen;
+      return absl::OkStatus();
+    }
     const size_t colon = options.listen.rfind(':');
     address_ = absl::StrCat(options.listen.substr(0, colon), ":", bound_port);
     return absl::OkStatus();
   }
   address_ = options.listen;
+  // The umask can only take bits away; chmod sets exactly the asked mode (e.g. 0666).
   const std::string path = options.listen.substr(5);
   if (chmod(path.c_str(), static_cast<mode_t>(options.listen_socket_mode)) != 0) {
     const int err = errno;
@@ -252,8 +323,14 @@ void PosencServer::Shutdown(std::chrono::milliseconds grace) {
     health_->Shutdown();
     tracker_->WaitIdle(deadline);
     for (ServerFront* front : fronts) front->WaitIdle(deadline);
-    // Cancels whatever is still running; long work polls for it and stops.
     for (ServerFront* front : fronts) front->Stop();
+    // What is left are calls refused with UNAVAILABLE, and their successors still
+    // uploading (or work past the grace). Closing every connection first fails those
+    // uploads as a transport error (UNAVAILABLE, retryable elsewhere): gRPC's Shutdown
+    // would instead cancel each call whose message lands after it began (CANCELLED, which
+    // a client cannot tell from an accepted call that was lost).
+    grpc_server_cancel_all_calls(server_->c_server());
+    // Stops listening; cancels whatever is still running (long work polls for it and stops).
     server_->Shutdown(std::chrono::system_clock::now());
     {
       std::lock_guard<std::mutex> lock(monitor_mu_);

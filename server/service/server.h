@@ -35,6 +35,8 @@ namespace posenc {
 // The largest --max_message_bytes: protobuf refuses messages of 2 GiB, and a response's
 // framing needs room beside its tensor bytes.
 inline constexpr size_t kMaxMessageBytesLimit = (size_t{2} << 30) - (size_t{64} << 10);
+// Room a response keeps for its own fields (shape, dtype, request id) beside its tensor.
+inline constexpr size_t kResponseFramingBytes = 4096;
 
 // A front served beside gRPC on a port of its own (the HTTP/REST binding, server/http),
 // on the same services: drained and stopped with the server. Implementations are
@@ -50,21 +52,41 @@ class ServerFront {
   virtual void Stop() = 0;
 };
 
+// Everything posenc-server is configured with, each limit in one place: main.cc fills it
+// from the flags (named beside each field), and the defaults here are the flags' defaults.
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";  // host:port or unix:/path; port 0 picks one
-  std::vector<std::string> tables;       // name=path.npy | name=path.safetensors:tensor
-  size_t cache_bytes = size_t{256} << 20;
-  size_t max_message_bytes = size_t{64} << 20;
-  std::string tls_cert, tls_key, tls_client_ca;  // PEM file paths
-  int threads = 1;                        // workers per lane of the work pool
-  AdmissionLimits admission;
-  // Health turns NOT_SERVING while a cheap call has waited this long for a worker.
-  std::chrono::milliseconds stall_threshold{2000};
-  SharedMemoryRegistry::Options shm;     // --shm, --shm_key_prefix, --shm_max_bytes, ...
-  bool log_requests = false;             // log every call, not only failed ones
-  // Permission bits of a unix:/path socket: group-accessible by default, so a client
-  // container running under another uid but the same group (a sidecar's app) can connect.
+  // --listen: host:port (port 0 picks one) or unix:/path. unix-abstract:NAME only with
+  // --listen_allow_abstract (an abstract socket has no file mode: any local user connects).
+  std::string listen = "0.0.0.0:50051";
+  // --listen_socket_mode: permission bits of a unix:/path socket, in place before it accepts.
+  // Group-accessible by default, so a client container running under another uid but the
+  // same group (a sidecar's app) can connect.
   uint32_t listen_socket_mode = 0660;
+  bool listen_allow_abstract = false;  // --listen_allow_abstract
+  // --metrics_listen: the Prometheus /metrics address; empty = off. Started by main.
+  std::string metrics_listen = "0.0.0.0:9464";
+  std::vector<std::string> tables;       // --table: name=path.npy | name=path.safetensors:tensor
+  size_t cache_bytes = size_t{256} << 20;  // --cache_bytes: the table cache's budget
+  // --max_message_bytes: the largest request or response message, framing included
+  // (a response's tensor gets this less kResponseFramingBytes). At most
+  // kMaxMessageBytesLimit.
+  size_t max_message_bytes = size_t{64} << 20;
+  // --accept_compressed: accept gzip/deflate requests. Off by default: gRPC 1.51 inflates a
+  // compressed message whole before it checks the size, so a small request could cost
+  // gigabytes before admission sees it.
+  bool accept_compressed = false;
+  std::string tls_cert, tls_key, tls_client_ca;  // --tls_cert, --tls_key, --tls_client_ca
+  int threads = 1;                        // --threads: workers per lane of the work pool
+  // --max_inflight_bytes, --max_concurrent_calls: what admission lets run at once. The byte
+  // budget also sizes gRPC's resource quota (transport buffers).
+  AdmissionLimits admission;
+  // --stall_threshold: health turns NOT_SERVING while a cheap call has waited this long for
+  // a worker.
+  std::chrono::milliseconds stall_threshold{2000};
+  // --shutdown_grace: how long the drain lets accepted calls finish. Used by main.
+  std::chrono::milliseconds shutdown_grace{8000};
+  SharedMemoryRegistry::Options shm;     // --shm, --shm_key_prefix, --shm_max_bytes, ...
+  bool log_requests = false;             // --log_requests: log every call, not only failed
 };
 
 class PosencServer {

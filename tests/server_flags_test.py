@@ -1,0 +1,77 @@
+#!/usr/bin/python3
+"""posenc-server's flags: every flag --help lists is in the README's flags table and the
+other way round, and each can come from the environment as POSENC_<NAME> with the command
+line winning. Usage: server_flags_test.py BUILD_DIR SOURCE_DIR"""
+import os
+import re
+import signal
+import subprocess
+import sys
+
+build, source = sys.argv[1], sys.argv[2]
+server = os.path.join(build, "server", "posenc-server")
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def run(args, env_extra, timeout=10):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POSENC_")}
+    env.update(env_extra)
+    return subprocess.run([server] + args, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# --help lists each flag at the start of a line: "  --name".
+help_text = run(["--help"], {}).stdout
+help_flags = set(re.findall(r"^  --([a-z_]+)", help_text, re.M))
+check(len(help_flags) >= 20, f"--help lists {len(help_flags)} flags")
+
+readme = open(os.path.join(source, "README.md"), encoding="utf-8").read()
+section = readme.split("## Flags of posenc-server", 1)[1].split("\n## ", 1)[0]
+readme_flags = set()
+for line in section.splitlines():
+    if line.startswith("| `--"):
+        readme_flags.update(re.findall(r"`--([a-z_]+)`", line.split("|")[1]))
+check(help_flags - readme_flags == set(),
+      f"every --help flag is in the README table (missing: {sorted(help_flags - readme_flags)})")
+check(readme_flags - help_flags == set(),
+      f"every README flag is in --help (missing: {sorted(readme_flags - help_flags)})")
+
+# A bad value from the environment names the variable and exits 2.
+bad = run([], {"POSENC_THREADS": "x"})
+check(bad.returncode == 2 and "POSENC_THREADS (--threads) 'x'" in bad.stderr,
+      f"POSENC_THREADS=x: exit {bad.returncode}, {bad.stderr.strip()!r}")
+bad = run(["--listen=127.0.0.1:0", "--http_listen="], {"POSENC_MAX_MESSAGE_BYTES": "100"})
+check(bad.returncode != 0 and "--max_message_bytes=100 is under 4096" in bad.stderr,
+      f"POSENC_MAX_MESSAGE_BYTES=100 is refused: {bad.stderr.strip()!r}")
+bad = run([], {"POSENC_LISTEN": "unix-abstract:posenc-test", "POSENC_METRICS_LISTEN": "",
+                "POSENC_HTTP_LISTEN": ""})
+check(bad.returncode != 0 and "--listen_allow_abstract" in bad.stderr,
+      f"unix-abstract refused without --listen_allow_abstract: {bad.stderr.strip()!r}")
+
+# The command line wins over the environment; the environment fills the rest.
+env = {k: v for k, v in os.environ.items() if not k.startswith("POSENC_")}
+env.update({"POSENC_THREADS": "x", "POSENC_METRICS_LISTEN": "", "POSENC_HTTP_LISTEN": "",
+            "POSENC_LOG_REQUESTS": "true", "POSENC_LISTEN": "127.0.0.1:0"})
+proc = subprocess.Popen([server, "--threads=1"], env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+try:
+    line = proc.stdout.readline()
+    check("grpc=127.0.0.1:" in line and "metrics=off" in line and "http=off" in line
+          and "threads=1" in line,
+          f"started from the environment and the command line: {line.strip()!r}")
+finally:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+check(proc.returncode == 0, f"exit status {proc.returncode} after SIGTERM")
+
+sys.exit(1 if failures else 0)

@@ -253,9 +253,10 @@ TEST(Reliability, DrainUnderLoadCancelsNoCall) {
             other_messages.push_back(absl::StrCat(s.error_code(), " ", s.error_message(), " ",
                                                   ctx.debug_error_string()));
           }
-          // A refused connection answers in microseconds; do not spin on it.
+          // A refused client waits a moment before it tries again, as a client would before
+          // it retries elsewhere; a refused connection does not make it spin.
           if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
           }
         }
       });

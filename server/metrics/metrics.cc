@@ -290,7 +290,7 @@ void ServiceMetrics::OnBytes(size_t total_bytes) {
 }
 
 namespace {
-constexpr int kMetricsThreads = 16;
+constexpr int kMetricsThreads = 32;
 constexpr int kMetricsRequestTimeoutMs = 2000;
 }  // namespace
 

@@ -261,8 +261,10 @@ bool CallTracker::UploadsPendingLocked() {
 }
 
 void CallTracker::ForgetAbandonedUploadsLocked(const std::map<std::string, int64_t>& open) {
-  // A peer's streams beyond the calls tracked for it are its uploads; fewer than expected
-  // means the client gave some up (or they were health probes that ended): stop waiting.
+  // A peer's streams beyond the calls tracked for it are its uploads; when it has none left
+  // the client gave them up (or they were probes that ended): stop waiting for that peer.
+  // (Fewer than expected is no proof: channelz's counters and the tracker are read at
+  // different moments.)
   std::map<std::string, int64_t> tracked;
   for (const auto& [context, call] : calls_) ++tracked[call->peer];
   for (const auto& [context, peer] : others_) ++tracked[peer];
@@ -270,7 +272,7 @@ void CallTracker::ForgetAbandonedUploadsLocked(const std::map<std::string, int64
     if (expected <= 0) continue;
     auto it = open.find(peer);
     const int64_t uploading = (it == open.end() ? 0 : it->second) - tracked[peer];
-    expected = std::min(expected, std::max<int64_t>(uploading, 0));
+    if (uploading <= 0) expected = 0;
   }
 }
 

@@ -121,8 +121,11 @@ absl::Status CheckOptions(const ServerOptions& options) {
 }
 
 // Per connection: HTTP/2 streams open at once, and bytes of one header list.
-constexpr int64_t kMaxStreamsPerConnection = 128;
+constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kMaxMetadataBytes = 16 << 10;
+// gRPC's transport memory quota is --max_inflight_bytes / this. Buffered uploads cost about
+// twice their bytes in resident memory (read buffers, then the assembled message).
+constexpr uint64_t kTransportQuotaDivisor = 4;
 
 // Transport limits, from the options: what gRPC's core may hold before any handler runs.
 void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder& builder) {
@@ -137,18 +140,18 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder& build
     builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
     builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   }
-  // The transport's buffers (uploads in progress, frames, metadata) draw on one quota as big
-  // as the admission budget; under its pressure gRPC shrinks flow-control windows and then
-  // closes the connections that hold the most.
+  // The transport's buffers (uploads in progress, frames, metadata) draw on one quota, a
+  // fraction of the admission budget; under its pressure gRPC shrinks flow-control windows
+  // and then closes the connections that hold the most.
   grpc::ResourceQuota quota("posenc-transport");
   quota.Resize(static_cast<size_t>(std::min<uint64_t>(
-      options.admission.max_inflight_bytes, std::numeric_limits<int32_t>::max())));
+      options.admission.max_inflight_bytes / kTransportQuotaDivisor,
+      std::numeric_limits<int32_t>::max())));
   builder.SetResourceQuota(quota);
   // Per connection: streams at once (one client cannot open thousands), header list size.
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONCURRENT_STREAMS,
-      static_cast<int>(std::clamp<int64_t>(options.admission.max_concurrent_calls, 1,
-                                           kMaxStreamsPerConnection)));
+  // Not tied to --max_concurrent_calls: a call over that limit must be refused at once
+  // (RESOURCE_EXHAUSTED), not held back by the transport.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   // A dead peer is found within keepalive time + timeout; idle connections close after
   // kMaxConnectionIdle; no connection lives past kMaxConnectionAge (+ its grace for the

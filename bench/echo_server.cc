@@ -91,7 +91,8 @@ class InferenceEchoService final : public inference::GRPCInferenceService::Callb
     return new posenc::OrderedStreamReactor<inference::ModelInferRequest,
                                             inference::ModelStreamInferResponse>(
         posenc::InferenceService::kStreamWindow,
-        [](inference::ModelInferRequest& request, inference::ModelStreamInferResponse& response) {
+        [](inference::ModelInferRequest& request, inference::ModelStreamInferResponse& response,
+           posenc::Admission::Ticket&) {
           Echo(request, *response.mutable_infer_response());
           return grpc::Status::OK;
         });

@@ -46,7 +46,7 @@ class Server:
     def __init__(self, *flags):
         self.proc = subprocess.Popen(
             [os.path.join(build, "server", "posenc-server"), "--listen=127.0.0.1:0",
-             "--metrics_listen=127.0.0.1:0", "--threads=2",
+             "--metrics_listen=127.0.0.1:0", "--http_listen=", "--threads=2",
              f"--max_inflight_bytes={BUDGET}", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()

@@ -268,8 +268,10 @@ def positions_proto(positions):
                     seg = seg if isinstance(seg, MropeSegment) else MropeSegment(**seg)
                     out.mrope_segments.add().CopyFrom(seg.proto())
                 continue
-            items = np.asarray(value).reshape(-1).tolist()
-            getattr(out, name).extend(items)
+            array = np.asarray(value)
+            if name != "values" and array.size and not np.issubdtype(array.dtype, np.integer):
+                raise invalid("positions.%s must hold integers, not %s" % (name, array.dtype))
+            getattr(out, name).extend(array.reshape(-1).tolist())
         return out
     raise invalid("positions must be an int offset, a dict of offsets/ids/values or a "
                   "posenc.pb.Positions, not %s" % type(positions).__name__)

@@ -15,7 +15,10 @@ class HealthService::WatchReactor final : public grpc::ServerWriteReactor<Health
       : owner_(owner), service_(std::move(service)) {}
 
   // REQUIRES: owner_->mu_ held.
+  // Nothing once finished: the reactor may still be registered until OnDone, and a write
+  // after Finish is not allowed.
   void NotifyLocked(ServingStatus status, bool last) {
+    if (finished_) return;
     pending_ = status;
     has_pending_ = true;
     last_ = last_ || last;

@@ -486,6 +486,30 @@ class RopeModelsTest(unittest.TestCase):
                                                   cos, sin, [2, 3, 3])
         self.close(got, want.transpose(1, 2), "far positions", atol=1e-4)
 
+    def test_mrope_through_shared_memory_and_streams(self):
+        # The server of this test runs with --shm: queries and keys travel by reference and
+        # are rotated in place; EncodeStream answers each request as Encode does.
+        section = [16, 24, 24]
+        ids = self.rng.integers(0, 700, size=(3, 1, 8))
+        q, k = self.randn(1, 8, 4, 128), self.randn(1, 8, 2, 128)
+        rope = posenc.Rope(base=1e6, mrope_section=section)
+        want_q, want_k = self.client.encode(q, rope, positions={"axis_ids": ids}, key=k)
+        with posenc.SharedMemoryRegion(1 << 16) as region:
+            self.client.register_shared_memory("mrope-r0", region)
+            qs = region.write(q)
+            ks = region.write(k, offset=q.nbytes)
+            got_q, got_k = self.client.encode(qs, rope, positions={"axis_ids": ids}, key=ks)
+            np.testing.assert_array_equal(got_q, want_q)
+            np.testing.assert_array_equal(got_k, want_k)
+            del got_q, got_k, qs, ks
+            self.client.unregister_shared_memory("mrope-r0")
+        segments = [{"text_length": 2}, {"grid_t": 1, "grid_h": 2, "grid_w": 2}, {"text_length": 2}]
+        results = list(self.client.encode_stream(
+            [(q, rope, {"axis_ids": ids}), (q, rope, {"mrope_segments": segments})]))
+        np.testing.assert_array_equal(results[0], want_q)
+        np.testing.assert_array_equal(results[1], self.client.encode(
+            q, rope, positions={"mrope_segments": segments}))
+
     # -- bad input ----------------------------------------------------------------------------
     def expect_invalid(self, what, call, field):
         with self.assertRaises(posenc.PosencError, msg=what) as err:

@@ -15,13 +15,15 @@ constexpr char kUsage[] = R"(usage: posenc-client plot --scheme=SCHEME --output=
 
 Draws what the server computes as a PNG heatmap (blue < 0 < red, black = -inf).
   --target ADDR        server (default 127.0.0.1:50051)
-  --scheme S           sinusoidal | rope | alibi | t5 | graph
+  --scheme S           sinusoidal | rope | alibi | t5 | graph | sinusoidal_2d
   --output FILE.png    where to write the picture
   --length L --dim D   sinusoidal rows [L, D]; rope cos|sin of L positions, rotary dim D
                        (defaults 128, 64)
   --heads H --query-length Q --key-length K --mode causal|symmetric
                        alibi / t5 bias [H, Q, K], one panel per head (defaults 4, 32, 32)
   --side N --k K       graph: the first K eigenvectors of an N x N grid (defaults 16, 6)
+  --side N --dim D     sinusoidal_2d: each of the D features over an N x N patch grid, one
+                       panel per feature (defaults 14, 16)
   --cell PX            pixels per value (default 3)
 )";
 
@@ -106,8 +108,22 @@ absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::s
     Heatmap all = FromTensor(g->output(), side * side, k, cell);
     return Panels(all.values, k, side, side, cell, /*transpose_columns=*/true);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--scheme=", scheme, " is not sinusoidal, rope, alibi, t5 or graph"));
+  if (scheme == "sinusoidal_2d") {
+    const int64_t side = Int(f, "side", 14), dim = Int(f, "dim", 16);
+    v1::EncodeRequest req;
+    req.mutable_sinusoidal_2d()->set_grid_height(side);
+    req.mutable_sinusoidal_2d()->set_grid_width(side);
+    v1::Tensor* x = req.mutable_input();
+    for (int64_t d : {int64_t{1}, side * side, dim}) x->add_shape(d);
+    x->set_dtype(v1::FLOAT32);
+    x->mutable_data()->assign(static_cast<size_t>(side * side * dim) * sizeof(float), '\0');
+    absl::StatusOr<v1::EncodeResponse> r = client.Encode(req);  // zeros + pe = pe
+    if (!r.ok()) return r.status();
+    Heatmap all = FromTensor(r->output(), side * side, dim, cell);
+    return Panels(all.values, dim, side, side, cell, /*transpose_columns=*/true);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--scheme=", scheme, " is not sinusoidal, rope, alibi, t5, graph or sinusoidal_2d"));
 }
 
 }  // namespace

@@ -18,3 +18,4 @@ plot --scheme=rope --length=128 --dim=64 --cell=3 --output="$out/rope_cos_sin.pn
 plot --scheme=alibi --heads=4 --query-length=48 --key-length=48 --cell=3 --output="$out/alibi.png"
 plot --scheme=t5 --query-length=64 --key-length=64 --cell=3 --output="$out/t5_buckets.png"
 plot --scheme=graph --side=16 --k=6 --cell=6 --output="$out/grid_eigenvectors.png"
+plot --scheme=sinusoidal_2d --side=14 --dim=16 --cell=4 --output="$out/sinusoidal_2d.png"

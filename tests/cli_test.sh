@@ -55,6 +55,37 @@ cli encode --scheme=hierarchical --shape=1,3,4 --fill=zeros --levels="0,1,0;0,0,
   --level-scales=1,0.5 | grep -q "first: 0 1.5 0 1.5" || fail "hierarchical"
 cli encode --scheme=continuous --shape=1,3,4 --fill=zeros --values=0,0.5,2 --value-scale=10 \
   | grep -q "first: 0 1 0 1 -0.958924" || fail "continuous"
+cli encode --scheme=sinusoidal_2d --grid-height=2 --grid-width=3 --cls-token --shape=1,7,8 \
+  --fill=zeros --output="$work/g.npy" >/dev/null || fail "sinusoidal_2d"
+cli encode --scheme=fourier --frequencies=0.25,0.5,-1 --num-axes=1 --input="$work/x.npy" \
+  --fusion=multiply --pe-scale=2 --values=0,0.5,1.5,4 --output="$work/f.npy" >/dev/null || fail "fourier"
+cli table --scheme=sinusoidal --layout=concatenated --length=6 --dim=4 --first-position=4 \
+  --position-step=-1 --clamp-position=2 --rows-per-chunk=4 --output="$work/xl.npy" >/dev/null \
+  || fail "table in relative order"
+/usr/bin/python3 - "$work" <<'PY'
+import sys, numpy as np
+w = sys.argv[1]
+# MAE's get_2d_sincos_pos_embed(8, (2, 3), cls_token=True): [E(column), E(row)].
+def e(p, dim):
+    omega = 1.0 / 10000 ** (np.arange(dim // 2) / (dim / 2))
+    return np.concatenate([np.sin(p * omega), np.cos(p * omega)])
+want = np.zeros((7, 8))
+for i in range(2):
+    for j in range(3):
+        want[1 + i * 3 + j] = np.concatenate([e(j, 4), e(i, 4)])
+g = np.load(w + "/g.npy")[0]
+assert np.abs(g - want).max() < 2e-7, np.abs(g - want).max()
+x, f = np.load(w + "/x.npy"), np.load(w + "/f.npy")
+b = np.array([0.25, 0.5, -1.0])
+v = np.array([0, 0.5, 1.5, 4])[:, None]
+pe = np.concatenate([np.cos(2 * np.pi * v * b), np.sin(2 * np.pi * v * b)], axis=1)
+assert np.abs(f - x * (pe * 2)).max() < 1e-5, np.abs(f - x * pe * 2).max()
+t = np.load(w + "/xl.npy")
+pos = np.clip(np.arange(4, -2, -1.0), -2, 2)[:, None]
+inv = 1 / 10000 ** (np.arange(0, 4, 2) / 4)
+assert np.abs(t - np.concatenate([np.sin(pos * inv), np.cos(pos * inv)], 1)).max() < 2e-7
+print("cli sinusoidal_2d, fourier multiply and the relative-order table match numpy")
+PY
 
 set +e
 cli encode --scheme=learned --table=missing --shape=1,2,4 >/dev/null 2>"$work/err"

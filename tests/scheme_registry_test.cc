@@ -82,8 +82,7 @@ TEST(SchemeRegistryTest, EveryFamilyHasItsSteps) {
 // that is registered.
 const std::set<std::string>& AwaitingRegistration() {
   static const std::set<std::string>* const names = new std::set<std::string>{
-      "EncodeRequest.sinusoidal_2d", "EncodeRequest.fourier", "BiasRequest.shaw",
-      "BiasRequest.deberta", "GraphEncoding.RANDOM_WALK", "GraphEncoding.SHORTEST_PATH",
+      "BiasRequest.shaw", "BiasRequest.deberta", "GraphEncoding.RANDOM_WALK", "GraphEncoding.SHORTEST_PATH",
       "GraphEncoding.TREE"};
   return *names;
 }

@@ -50,14 +50,17 @@ absl::StatusOr<AbsoluteResult> AddSinusoidal(const SchemeEnv& env, const v1::Enc
 absl::Status CheckSinusoidalTable(const v1::TableRequest& r) {
   ASSIGN_OR_RETURN(SinusoidalSpec spec, SinusoidalFromProto(r.sinusoidal()));
   spec.dim = r.dim();
-  return ValidateSinusoidal(spec, "sinusoidal");
+  RETURN_IF_ERROR(ValidateSinusoidal(spec, "sinusoidal"));
+  // Negative positions are fine for sinusoidal tables: sin is odd, cos even.
+  return ValidateTablePositions(TablePositionsFromProto(r), r.length(), /*allow_negative=*/true);
 }
 
 absl::StatusOr<TableRows> SinusoidalTableRows(const v1::TableRequest& r, int64_t first,
                                               int64_t n) {
   ASSIGN_OR_RETURN(SinusoidalSpec spec, SinusoidalFromProto(r.sinusoidal()));
   spec.dim = r.dim();
-  return TableRows{ComputeSinusoidalTable(spec, first, n), {n, r.dim()}};
+  return TableRows{ComputeSinusoidalTable(spec, TablePositionsFromProto(r), first, n),
+                   {n, r.dim()}};
 }
 
 }  // namespace
@@ -167,6 +170,104 @@ SchemeDescriptor ContinuousScheme() {
   };
   s.model = AbsoluteModel();
   s.model.inputs.push_back({"position_values", {"FP64", "FP32"}, {-1, -1}, true});
+  return s;
+}
+
+// --- sinusoidal_2d -----------------------------------------------------------------------
+
+SchemeDescriptor Sinusoidal2DScheme() {
+  SchemeDescriptor s;
+  s.name = "sinusoidal_2d";
+  s.family = SchemeFamily::kAdditive;
+  s.encode_case = v1::EncodeRequest::kSinusoidal2D;
+  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
+    return r.mutable_sinusoidal_2d();
+  };
+  s.in_place = [](const v1::EncodeRequest& r) { return r.sinusoidal_2d().fusion() != v1::CONCAT; };
+  s.add = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView input,
+             const PositionsSpec& positions) -> absl::StatusOr<AbsoluteResult> {
+    ASSIGN_OR_RETURN(const Sinusoidal2DSpec spec, Sinusoidal2DFromProto(r.sinusoidal_2d()));
+    ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromSinusoidal2D(r.sinusoidal_2d()));
+    return ApplySinusoidal2D(spec, combine, input, positions, *env.cache, env.limits);
+  };
+  // The table is [seq, d] (the input's own width, also for CONCAT): as one row per token.
+  s.encode_cost = [](const v1::EncodeRequest& r) {
+    return AbsoluteCost(r, 1, r.sinusoidal_2d().fusion() == v1::CONCAT, std::nullopt);
+  };
+  // The grid gives the positions: no position inputs or parameters.
+  s.model = OipModel{{{"input", kFloats, {-1, -1, -1}, false}},
+                     {{"output", {"FP32"}, {-1, -1, -1}, false}},
+                     {"config"}};
+  return s;
+}
+
+// --- fourier -------------------------------------------------------------------------------
+
+namespace {
+
+absl::StatusOr<AbsoluteResult> AddFourier(const SchemeEnv& env, const v1::EncodeRequest& r,
+                                          TensorView input, const PositionsSpec& positions) {
+  const v1::Fourier& f = r.fourier();
+  ASSIGN_OR_RETURN(const CombineSpec combine, CombineFromFourier(f));
+  const bool inline_b = f.frequencies_size() > 0, named_b = !f.frequencies_table().empty();
+  if (inline_b == named_b) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fourier.frequencies and fourier.frequencies_table are ",
+        inline_b ? "both set" : "both empty", "; give exactly one (B, [F, num_axes])"));
+  }
+  FourierSpec spec;
+  spec.num_axes = f.has_num_axes() ? f.num_axes() : 1;
+  if (inline_b) {
+    spec.frequencies = absl::MakeConstSpan(f.frequencies().data(), f.frequencies_size());
+    return ApplyFourier(spec, combine, input, positions, *env.cache, env.limits);
+  }
+  const NamedTable* named = env.tables->Find(f.frequencies_table());
+  if (!named) {
+    return absl::NotFoundError(absl::StrCat("fourier.frequencies_table '", f.frequencies_table(),
+                                            "' is not loaded (see ListSchemes)"));
+  }
+  const Table& b = *named->table;
+  if (b.cols != spec.num_axes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fourier.frequencies_table '", f.frequencies_table(), "' is [", b.rows, ", ", b.cols,
+        "]; with fourier.num_axes ", spec.num_axes, " it must be [F, ", spec.num_axes, "]"));
+  }
+  if (b.rows > kMaxFourierFeatures) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "fourier.frequencies_table '", f.frequencies_table(), "' has ", b.rows,
+        " frequencies (F); at most ", kMaxFourierFeatures, " are served"));
+  }
+  // float32 in memory (named_tables.h): exact as float64.
+  const std::vector<double> frequencies(b.data.begin(), b.data.end());
+  spec.frequencies = frequencies;
+  spec.field = absl::StrCat("fourier.frequencies_table '", f.frequencies_table(), "'");
+  return ApplyFourier(spec, combine, input, positions, *env.cache, env.limits);
+}
+
+}  // namespace
+
+SchemeDescriptor FourierScheme() {
+  SchemeDescriptor s;
+  s.name = "fourier";
+  s.family = SchemeFamily::kAdditive;
+  s.encode_case = v1::EncodeRequest::kFourier;
+  s.takes_position_values = true;
+  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
+    return r.mutable_fourier();
+  };
+  s.in_place = [](const v1::EncodeRequest& r) { return r.fourier().fusion() != v1::CONCAT; };
+  s.add = AddFourier;
+  // CONCAT appends 2F: from inline frequencies F = size / num_axes; a named table's F is
+  // counted as d_model, as for a learned table.
+  s.encode_cost = [](const v1::EncodeRequest& r) {
+    const v1::Fourier& f = r.fourier();
+    const int64_t axes = f.has_num_axes() && f.num_axes() > 0 ? f.num_axes() : 1;
+    std::optional<int64_t> width;
+    if (f.frequencies_size() > 0) width = 2 * (f.frequencies_size() / axes);
+    return AbsoluteCost(r, 1, f.fusion() == v1::CONCAT, width);
+  };
+  s.model = AbsoluteModel();
+  s.model.inputs.push_back({"position_values", {"FP64", "FP32"}, {-1, -1, -1}, true});
   return s;
 }
 

@@ -16,13 +16,16 @@ absl::Status CheckRopeTable(const v1::TableRequest& r) {
   }
   // Checks the spec (and computes the first row) before any chunk goes out.
   ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(r.rope()));
-  return RopeTableRows(rope, r.dim(), 0, 1, r.length()).status();
+  const TablePositions positions = TablePositionsFromProto(r);
+  RETURN_IF_ERROR(ValidateTablePositions(positions, r.length(), /*allow_negative=*/false));
+  return RopeTableRows(rope, r.dim(), 0, 1, r.length(), positions).status();
 }
 
 // [n, dim] holding cos then sin per row is the same memory as [n, 2, dim/2].
 absl::StatusOr<TableRows> RopeRows(const v1::TableRequest& r, int64_t first, int64_t n) {
   ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(r.rope()));
-  ASSIGN_OR_RETURN(Table rows, RopeTableRows(rope, r.dim(), first, n, r.length()));
+  ASSIGN_OR_RETURN(Table rows, RopeTableRows(rope, r.dim(), first, n, r.length(),
+                                             TablePositionsFromProto(r)));
   return TableRows{std::move(rows), {n, 2, r.dim() / 2}};
 }
 

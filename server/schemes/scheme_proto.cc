@@ -35,10 +35,11 @@ absl::StatusOr<Timescale> TimescaleFromProto(v1::Timescale timescale, absl::stri
 
 absl::StatusOr<Fusion> FusionFromProto(v1::Fusion fusion, absl::string_view field) {
   RETURN_IF_ERROR(CheckKnown(fusion, v1::Fusion_descriptor(), field));
-  if (fusion == v1::MULTIPLY) {
-    return absl::UnimplementedError(absl::StrCat(field, " is MULTIPLY, not served yet"));
+  switch (fusion) {
+    case v1::CONCAT: return Fusion::kConcat;
+    case v1::MULTIPLY: return Fusion::kMultiply;
+    default: return Fusion::kAdd;
   }
-  return fusion == v1::CONCAT ? Fusion::kConcat : Fusion::kAdd;
 }
 
 absl::StatusOr<RopeSpec::Layout> RopeLayoutFromProto(v1::RopeLayout layout) {
@@ -184,6 +185,39 @@ GraphSpec GraphFromProto(const v1::GraphRequest& request) {
   spec.k = request.k();
   spec.normalized = request.normalized();
   return spec;
+}
+
+absl::StatusOr<Sinusoidal2DSpec> Sinusoidal2DFromProto(const v1::Sinusoidal2D& s) {
+  Sinusoidal2DSpec spec;
+  spec.grid_height = s.grid_height();
+  spec.grid_width = s.grid_width();
+  spec.cls_token = s.cls_token();
+  if (s.has_base()) spec.base = s.base();
+  return spec;
+}
+
+absl::StatusOr<CombineSpec> CombineFromSinusoidal2D(const v1::Sinusoidal2D& s) {
+  CombineSpec c;
+  if (s.has_input_scale()) c.input_scale = s.input_scale();
+  if (s.has_pe_scale()) c.pe_scale = s.pe_scale();
+  ASSIGN_OR_RETURN(c.fusion, FusionFromProto(s.fusion(), "sinusoidal_2d.fusion"));
+  return c;
+}
+
+absl::StatusOr<CombineSpec> CombineFromFourier(const v1::Fourier& f) {
+  CombineSpec c;
+  if (f.has_input_scale()) c.input_scale = f.input_scale();
+  if (f.has_pe_scale()) c.pe_scale = f.pe_scale();
+  ASSIGN_OR_RETURN(c.fusion, FusionFromProto(f.fusion(), "fourier.fusion"));
+  return c;
+}
+
+TablePositions TablePositionsFromProto(const v1::TableRequest& r) {
+  TablePositions p;
+  p.first = r.first_position();
+  if (r.has_position_step()) p.step = r.position_step();
+  if (r.has_clamp_position()) p.clamp = r.clamp_position();
+  return p;
 }
 
 }  // namespace posenc

@@ -17,6 +17,7 @@
 #include "server/schemes/bias_scheme.h"
 #include "server/tables/rope_frequencies.h"
 #include "server/tables/sinusoidal_table.h"
+#include "server/tables/table_positions.h"
 
 namespace posenc {
 
@@ -28,6 +29,12 @@ absl::StatusOr<ContinuousSpec> ContinuousFromProto(const v1::Continuous& c);
 absl::StatusOr<RopeSpec> RopeFromProto(const v1::Rope& r);
 absl::StatusOr<AlibiSpec> AlibiFromProto(const v1::Alibi& a);
 T5Spec T5FromProto(const v1::T5Bias& t);
+absl::StatusOr<Sinusoidal2DSpec> Sinusoidal2DFromProto(const v1::Sinusoidal2D& s);
+absl::StatusOr<CombineSpec> CombineFromSinusoidal2D(const v1::Sinusoidal2D& s);
+absl::StatusOr<CombineSpec> CombineFromFourier(const v1::Fourier& f);
+// Which position each row of a GetTable stream has (first_position, position_step,
+// clamp_position); unchecked: ValidateTablePositions checks it.
+TablePositions TablePositionsFromProto(const v1::TableRequest& r);
 // Spans point into `h`.
 std::vector<HierarchicalLevel> HierarchicalFromProto(const v1::Hierarchical& h);
 // Spans point into `request`.

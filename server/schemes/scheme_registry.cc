@@ -11,6 +11,8 @@ SchemeDescriptor LearnedScheme();
 SchemeDescriptor RopeScheme();
 SchemeDescriptor HierarchicalScheme();
 SchemeDescriptor ContinuousScheme();
+SchemeDescriptor Sinusoidal2DScheme();
+SchemeDescriptor FourierScheme();
 SchemeDescriptor AlibiScheme();
 SchemeDescriptor T5Scheme();
 SchemeDescriptor GraphLaplacianScheme();
@@ -25,6 +27,8 @@ std::vector<SchemeDescriptor> Register() {
       RopeScheme(),
       HierarchicalScheme(),
       ContinuousScheme(),
+      Sinusoidal2DScheme(),
+      FourierScheme(),
       AlibiScheme(),
       T5Scheme(),
       GraphLaplacianScheme(),

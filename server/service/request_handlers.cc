@@ -10,6 +10,7 @@
 #include "server/kernels/convert_kernel.h"
 #include "server/service/proto_convert.h"
 #include "server/service/request_tensors.h"
+#include "server/schemes/scheme_proto.h"
 
 namespace posenc {
 namespace {
@@ -335,7 +336,8 @@ absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_
   ASSIGN_OR_RETURN(const TableRows rows, scheme->table_rows(request, first, n));
   v1::Tensor* t = chunk.mutable_rows();
   t->mutable_shape()->Assign(rows.shape.begin(), rows.shape.end());
-  chunk.set_first_position(first);
+  // The position of the chunk's first row (row `first` of the table).
+  chunk.set_first_position(TablePositionsFromProto(request).At(first));
   t->set_dtype(DTypeToProto(dtype));
   std::string* data = t->mutable_data();
   data->resize(rows.rows.data.size() * DTypeSize(dtype));

@@ -24,7 +24,8 @@ std::shared_ptr<const Table> MakeTable(int64_t rows, int64_t cols) {
 NamedTables* MakeTables() {
   auto* tables = new NamedTables;
   if (!tables->Add({"pos", MakeTable(64, 16), DType::kFloat32}).ok() ||
-      !tables->Add({"t5", MakeTable(32, 4), DType::kFloat32}).ok()) {
+      !tables->Add({"t5", MakeTable(32, 4), DType::kFloat32}).ok() ||
+      !tables->Add({"fourier_b", MakeTable(6, 2), DType::kFloat32}).ok()) {
     std::abort();
   }
   return tables;

@@ -29,7 +29,7 @@ TEST(ListSchemes, NamesEverySchemeAndLoadedTables) {
   ASSERT_THAT(ListSchemes(*stub, &resp), IsOk());
   std::set<std::string> names(resp.schemes().begin(), resp.schemes().end());
   for (const char* s : {"sinusoidal", "learned", "rope", "hierarchical", "continuous", "alibi",
-                        "t5", "graph_laplacian"}) {
+                        "t5", "graph_laplacian", "sinusoidal_2d", "fourier"}) {
     EXPECT_TRUE(names.count(s)) << s;
   }
   ASSERT_EQ(resp.tables_size(), 1);

@@ -188,10 +188,10 @@ absl::Status FillEncodeScheme(const Flags& f, const std::string& scheme, v1::Enc
   for (const EncodeScheme& s : kEncodeSchemes) {
     if (scheme == s.name) return s.fill(f, request, hf);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--scheme '", scheme,
-      "' is not one of sinusoidal, learned, rope, hierarchical, continuous, sinusoidal_2d, "
-      "fourier"));
+  std::string names;
+  for (const EncodeScheme& s : kEncodeSchemes) absl::StrAppend(&names, names.empty() ? "" : ", ", s.name);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--scheme '", scheme, "' is not one of ", names));
 }
 
 // With --hf-config and no --shape: 8 tokens of the model's query heads, in the chosen layout.

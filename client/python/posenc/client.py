@@ -15,10 +15,15 @@ from posenc.v1 import posenc_pb2_grpc as pb_grpc
 # The server's default --max_message_bytes; gRPC's own default (4 MiB) is far smaller.
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
-_ENCODE_SCHEMES = ("sinusoidal", "learned", "rope", "hierarchical", "continuous",
-                   "sinusoidal_2d", "fourier")
-_BIAS_SCHEMES = ("alibi", "t5")
-_TABLE_SCHEMES = ("sinusoidal", "rope")
+
+def _oneof_scheme(message):
+    """The members of a request's `oneof scheme`, from the generated proto: one list."""
+    return tuple(f.name for f in message.DESCRIPTOR.oneofs_by_name["scheme"].fields)
+
+
+_ENCODE_SCHEMES = _oneof_scheme(pb.EncodeRequest)
+_BIAS_SCHEMES = _oneof_scheme(pb.BiasRequest)
+_TABLE_SCHEMES = _oneof_scheme(pb.TableRequest)
 
 SchemeList = collections.namedtuple("SchemeList", "schemes dtypes tables version")
 GraphResult = collections.namedtuple("GraphResult", "vectors eigenvalues")

@@ -7,7 +7,7 @@
 - The metadata endpoints, and the Http* method labels in /metrics.
 - Bad input: malformed JSON, a header length past the body, binary sizes that do not add
   up, an unknown model, data that does not match its shape, a body over the limit (413
-  before the body is sent), slow-loris headers and a stalled body; each the right status
+  before the body is sent), slow-loris headers, a stalled and a trickled body; each the right status
   and a message naming the field, and the server still answering afterwards.
 - Drain: an infer still uploading at SIGTERM finishes (200); new calls get 503; exit 0.
 
@@ -559,6 +559,25 @@ def test_limits():
         check(head.startswith(b"HTTP/1.1 408") and b"read timeout" in body and
               time.monotonic() - start < 4, "a stalled body: %r %r after %.1fs"
               % (head[:40], body[:200], time.monotonic() - start))
+        s.close()
+        # A body trickled a byte at a time, each within the read timeout: cut off (408) at
+        # the body's deadline all the same.
+        s = socket.create_connection(("127.0.0.1", server.http))
+        start = time.monotonic()
+        s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 1000\r\n\r\n")
+        head = b""
+        s.settimeout(0.3)
+        while time.monotonic() - start < 6 and not head:
+            try:
+                s.sendall(b" ")
+                head = s.recv(4096)
+            except socket.timeout:
+                pass
+            except OSError:
+                break
+        check(head.startswith(b"HTTP/1.1 408") and time.monotonic() - start < 4,
+              "a trickled body: %r after %.1fs" % (head[:60], time.monotonic() - start))
         s.close()
         status, _, data = request(server, "GET", "/v2/health/ready")
         check(status == 200, "ready after the slow clients")

@@ -1,10 +1,16 @@
 #include "server/http/http_server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -215,7 +221,86 @@ int LogMessage(const mg_connection*, const char* message) {
   return 1;
 }
 
+// The descriptor of the connection `ri` describes: the socket of this process whose peer is
+// (remote_addr, remote_port) and whose local port is server_port; -1 if none is found.
+// civetweb does not expose it, and the body-read watchdog needs it.
+int FindSocket(const mg_request_info* ri) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_in peer{}, local{};
+    socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        peer.sin_family != AF_INET || ntohs(peer.sin_port) != ri->remote_port ||
+        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        ntohs(local.sin_port) != ri->server_port) {
+      continue;
+    }
+    char addr[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &peer.sin_addr, addr, sizeof(addr));
+    if (std::strcmp(addr, ri->remote_addr) == 0) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
 }  // namespace
+
+// Ends body reads that pass their deadline: civetweb waits up to the read timeout for each
+// piece of a body but not for the whole of it, so a client trickling bytes could hold a
+// worker for as long as it likes. At the deadline the watchdog shuts the socket's reading
+// side, the read returns short and the handler answers 408. Thread-safe.
+class HttpServer::ReadWatchdog {
+ public:
+  ReadWatchdog() : thread_([this] { Run(); }) {}
+  ~ReadWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // While armed (until Disarm), the handler owns `fd`: civetweb cannot close it, so the
+  // watchdog never shuts a descriptor that was reused.
+  void Arm(int fd, Clock::time_point deadline) {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_[fd] = deadline;
+  }
+  void Disarm(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_.erase(fd);
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_; })) {
+      const Clock::time_point now = Clock::now();
+      for (auto it = armed_.begin(); it != armed_.end();) {
+        if (it->second > now) {
+          ++it;
+          continue;
+        }
+        shutdown(it->first, SHUT_RD);
+        it = armed_.erase(it);
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;                            // guarded by mu_
+  std::map<int, Clock::time_point> armed_;       // guarded by mu_
+  std::thread thread_;
+};
 
 // A tracked HTTP call: counted in flight while it runs, then in posenc_requests_total and
 // the failed-calls log under its Http* method. Refused (accepted() false) once the drain
@@ -306,6 +391,7 @@ std::optional<Failure> ReadBody(mg_connection* conn, const mg_request_info* ri, 
     }
     const size_t want = std::min(kReadPiece, body.size() - have);
     const int n = mg_read(conn, body.data() + have, want);
+    if (n <= 0 && Clock::now() > deadline) continue;  // the watchdog ended it: 408 above
     if (n <= 0) {
       if (declared < 0) break;  // the end of a chunked body
       Failure f = Invalid(absl::StrCat("the request body ended after ", have, " of the ",
@@ -327,6 +413,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
                                                               CallTracker& tracker,
                                                               ServiceMetrics* metrics) {
   std::unique_ptr<HttpServer> server(new HttpServer(options, inference, tracker, metrics));
+  server->watchdog_ = std::make_unique<ReadWatchdog>();
   const bool tls = !options.tls_cert.empty();
   if (tls && !(mg_check_feature(MG_FEATURES_SSL) & MG_FEATURES_SSL)) {
     return absl::FailedPreconditionError("--tls_cert: this civetweb has no TLS");
@@ -391,6 +478,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
       absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", server->port_);
   return server;
 }
+
+HttpServer::HttpServer(const HttpOptions& options, const InferenceService& inference,
+                       CallTracker& tracker, ServiceMetrics* metrics)
+    : options_(options), inference_(inference), tracker_(tracker), metrics_(metrics) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -591,10 +682,18 @@ int HttpServer::Serve(mg_connection* conn) {
   }
   Admission::Ticket upload;
   std::string body;
-  if (std::optional<Failure> f = ReadBody(conn, ri, options_.max_body_bytes, deadline,
-                                          *inference_.runtime().admission, upload, body)) {
-    return fail(*f);
+  // The socket is looked up once per connection (civetweb keeps it for its lifetime).
+  intptr_t socket_plus_one = reinterpret_cast<intptr_t>(mg_get_user_connection_data(conn));
+  if (socket_plus_one == 0 && ri->content_length != 0) {
+    socket_plus_one = FindSocket(ri) + 1;
+    mg_set_user_connection_data(conn, reinterpret_cast<void*>(socket_plus_one));
   }
+  const int socket_fd = static_cast<int>(socket_plus_one) - 1;
+  if (socket_fd >= 0) watchdog_->Arm(socket_fd, deadline);
+  std::optional<Failure> read_failed = ReadBody(conn, ri, options_.max_body_bytes, deadline,
+                                                *inference_.runtime().admission, upload, body);
+  if (socket_fd >= 0) watchdog_->Disarm(socket_fd);
+  if (read_failed) return fail(*read_failed);
 
   if (route.endpoint == Endpoint::kShmRegister) {
     json request = json::parse(body, nullptr, /*allow_exceptions=*/false);

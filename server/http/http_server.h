@@ -7,7 +7,8 @@
 //
 // Limits: a body over --max_message_bytes is refused (413) from its Content-Length before
 // it is read; its bytes are admitted (--max_inflight_bytes) before they are read; headers
-// must arrive within the read timeout, and the body too. Drain (ServerFront): once it
+// must arrive within the read timeout, and the body too (a watchdog cuts a trickling body
+// off at its deadline). Drain (ServerFront): once it
 // starts, new calls get 503 and accepted ones run to completion.
 // Thread-safe; civetweb's worker threads call the handlers.
 #pragma once
@@ -61,9 +62,9 @@ class HttpServer final : public ServerFront {
 
  private:
   class Call;
+  class ReadWatchdog;
   HttpServer(const HttpOptions& options, const InferenceService& inference,
-             CallTracker& tracker, ServiceMetrics* metrics)
-      : options_(options), inference_(inference), tracker_(tracker), metrics_(metrics) {}
+             CallTracker& tracker, ServiceMetrics* metrics);
   int Serve(mg_connection* conn);
   // Admits a tracked call: false (and the caller answers 503) once the drain began.
   bool Enter();
@@ -73,6 +74,7 @@ class HttpServer final : public ServerFront {
   const InferenceService& inference_;
   CallTracker& tracker_;
   ServiceMetrics* const metrics_;
+  std::unique_ptr<ReadWatchdog> watchdog_;  // outlives ctx_ (stopped first)
   mg_context* ctx_ = nullptr;
   bool library_initialized_ = false;
   std::string address_;

@@ -18,7 +18,7 @@ rng = np.random.default_rng(5)
 np.save(sys.argv[1] + "/learned.npy", rng.uniform(-1, 1, size=(64, 16)).astype(np.float32))
 np.save(sys.argv[1] + "/fourier_b.npy", rng.normal(0, 3, size=(6, 2)).astype(np.float32))
 PY
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 --shm=true \
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen= --threads=1 --shm=true \
   --table="pos=$work/learned.npy" --table="fourier_b=$work/fourier_b.npy" >"$work/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q " listening " "$work/out" && break; sleep 0.1; done
@@ -26,4 +26,19 @@ line=$(grep " listening " "$work/out") || { cat "$work/out" >&2; exit 1; }
 export POSENC_TARGET="127.0.0.1:$(sed -E 's/.* grpc=[^ ]*:([0-9]+) .*/\1/' <<<"$line")"
 export POSENC_SOURCE_DIR="$src" POSENC_LEARNED="$work/learned.npy" POSENC_FOURIER_B="$work/fourier_b.npy"
 PYTHONPATH="$build/client/python" /usr/bin/python3 "$src/tests/python/test_absolute_references.py" -v
+# The calls above are counted under their schemes' labels, failures under their codes.
+metrics=$(sed -E 's/.* metrics=([^ ]+).*/\1/' <<<"$line")
+/usr/bin/python3 - "http://$metrics/metrics" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+def count(labels):
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+               if l.startswith("posenc_requests_total{") and all(x in l for x in labels))
+for scheme in ("sinusoidal_2d", "fourier"):
+    for method in ("Encode", "EncodeStream", "ModelInfer"):
+        assert count(['scheme="%s"' % scheme, 'method="%s"' % method, 'code="OK"']) >= 1, (scheme, method)
+    assert count(['scheme="%s"' % scheme, 'code="INVALID_ARGUMENT"']) >= 1, scheme
+    assert ('posenc_kernel_duration_seconds_count{scheme="%s"}' % scheme) in text, scheme
+print("metrics count sinusoidal_2d and fourier calls under their labels")
+PY
 echo "PASS: sinusoidal_2d, fourier, multiply and relative-order tables against numpy"

@@ -162,7 +162,7 @@ absl::StatusOr<AxisPositionGrid> ResolveRopeAxisPositions(const RopeSpec& spec,
     return absl::InvalidArgumentError(
         "positions.values is for the continuous scheme; rope takes positions.axis_ids");
   }
-  if (spec.num_axes() == 1) {
+  if (spec.mrope_section.empty() && spec.axial_axes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
         " is set; it needs rope.mrope_section or rope.axial_axes"));
@@ -289,7 +289,7 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
     int axis;
   };
   std::vector<Run> runs;
-  for (int64_t f = 0; f < half && positions.axes != nullptr; ++f) {
+  for (int64_t f = 0; f < half && !freqs.slot_axis.empty(); ++f) {
     const int axis = freqs.slot_axis[f];
     if (runs.empty() || runs.back().axis != axis) runs.push_back({f, 0, axis});
     ++runs.back().count;

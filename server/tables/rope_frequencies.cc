@@ -536,7 +536,9 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
     out = RuleOf(spec.scaling.type)->compute(spec.scaling, base, rotary_dim, seq_len);
   }
   out.num_axes = spec.num_axes();
-  if (out.num_axes > 1) out.slot_axis = SlotAxes(spec, rotary_dim);
+  if (!spec.mrope_section.empty() || spec.axial_axes > 0) {
+    out.slot_axis = SlotAxes(spec, rotary_dim);
+  }
   if (spec.xpos_scale_base) {
     // FlashAttention centres at seqlen // 2, seqlen the length the cache covers.
     out.xpos = XposParams{*spec.xpos_scale_base, spec.xpos_center.value_or(seq_len / 2)};

@@ -102,7 +102,8 @@ struct XposParams {
 struct RopeFrequencies {
   std::vector<double> inv_freq;  // rotary_dim / 2 entries
   double attention_factor = 1.0;
-  // The axis whose position each slot takes (rotary_dim / 2 entries), or empty for one axis.
+  // The axis whose position each slot takes (rotary_dim / 2 entries) for multi-axis specs
+  // (mrope_section or axial_axes set, even with one axis); empty otherwise.
   std::vector<uint8_t> slot_axis;
   int num_axes = 1;
   std::optional<XposParams> xpos;

@@ -373,6 +373,15 @@ class RopeModelsTest(unittest.TestCase):
         rope = posenc.Rope(axial_axes=2, layout="thd")
         got = self.client.encode(q, rope, positions={"axis_ids": pos.T.numpy()})
         self.close(got, vision_rotate(t(q), pos, head_dim), "vision q")
+        # One axis is plain RoPE, and takes axis_ids of one row.
+        ids = np.arange(tokens)[None] * 3
+        one = self.client.encode(q, posenc.Rope(axial_axes=1, layout="thd"), positions={"axis_ids": ids})
+        np.testing.assert_array_equal(one, self.client.encode(
+            q, posenc.Rope(layout="thd"), positions={"ids": ids[0]}))
+        one = self.client.encode(q, posenc.Rope(mrope_section=[head_dim // 2], layout="thd"),
+                                 positions={"axis_ids": ids})
+        np.testing.assert_array_equal(one, self.client.encode(
+            q, posenc.Rope(layout="thd"), positions={"ids": ids[0]}))
 
     def test_xpos_queries_and_keys(self):
         bs, seq, heads, d, rotary = 1, 40, 2, 32, 24

@@ -137,8 +137,7 @@ void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, fl
 // kRows rows of x (the same position in kRows batch rows) plus one [dim] encoding row:
 // x = x*a + pe*b, the same float32 operations (two products, one sum, no FMA) as AddLoop,
 // so results are bit-identical to it. Each pe vector is loaded (and scaled) once for all
-// kRows rows: with two rows the 16-bit loop ran 71-75 -> 93-106 GB/s on [8,2048,4096]
-// (AMD EPYC, 2 threads, standalone), as the encoding rows come from L2 half as often.
+// kRows rows, so the encoding rows come from L2 half as often with two rows.
 // 16-bit rows are widened, computed and rounded once to nearest even, NaN kept as the
 // canonical quiet NaN as in FloatToHalf and FloatToBFloat16.
 // ahead[g]: the bytes row g's stream will touch kPrefetchBytes later (the next rows in the
@@ -148,8 +147,8 @@ using AddRowsFn = void (*)(void* const* x, const char* const* ahead, const float
                            int64_t dim, float a, float b);
 
 // How far ahead of the loads the rows prefetch x. The blocked order jumps between batch
-// rows every few KiB, and the hardware prefetcher meets each jump cold: fetching 8 KiB
-// ahead took 16-bit rows on [8,2048,4096] from 49 to 78 GB/s (AMD EPYC, 2 threads).
+// rows every few KiB, and the hardware prefetcher meets each jump cold; fetching 8 KiB
+// ahead hides it (docs/performance.md, "Kernel choices").
 constexpr size_t kPrefetchBytes = 8 << 10;
 
 inline void PrefetchLine(const char* p) { __builtin_prefetch(p, 1, 3); }
@@ -224,9 +223,8 @@ __attribute__((target("avx2"))) inline void ScaledPeEvenOdd(const float* pe, __m
 // bfloat16: low 16 bits zero), the default NaN, or a NaN of a, b or pe. Only the last
 // kind can carry low bits that the rounding add would push into the bfloat16, so the
 // per-lane NaN fix-up runs only for pe vectors (or an a) that hold a NaN: one test per
-// pe vector, shared by both rows. In-order widening and narrowing (VPMOVZXWD, VPACKUSDW,
-// VPERMQ) and a NaN test per row vector ran [8,2048,4096] in 9.3-9.8 ms on one thread, as
-// slow as the float32 add with twice the bytes (AMD EPYC, AVX2 forced).
+// pe vector, shared by both rows (in-order widening and narrowing with a NaN test per row
+// vector made the 16-bit add as slow as the float32 one with twice the bytes).
 // 16 results of a row split by parity, rounded and stored (exact: no NaN fix-up; see below).
 __attribute__((target("avx2"))) inline void StoreBf16Parity(uint16_t* p, __m256 even, __m256 odd,
                                                             bool exact) {
@@ -288,9 +286,8 @@ __attribute__((target("avx2"))) inline void PeEvenOdd(const float* pe, __m256 vb
 
 // kByParity: pe split by parity (see PeEvenOdd), finite, and a, b not NaN (the caller's
 // contract), so no NaN fix-up runs: a NaN result is then x's quieted or the default NaN,
-// both with zero low bits. 64 rows of 768 on one thread in a standalone loop (AMD EPYC,
-// AVX2): 2.8 us against 4.7 us with the shuffles and NaN tests, as fast as float32 (2.8
-// us); the whole [1,128,768] call 6.4 against 8.2 us (float32 6.5 us).
+// both with zero low bits; without the shuffles and NaN tests the bfloat16 rows run as fast
+// as float32 (docs/performance.md, "Kernel choices").
 template <bool kUnit, bool kByParity, int kRows>
 __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char* const* ahead,
                                                      const float* pe, int64_t dim, float a,
@@ -449,15 +446,12 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
   }
 }
 
-// Which implementation AddEncodingInPlace uses by default on `isa`, from posenc-bench and
-// an interleaved micro-benchmark on this project's AMD EPYC (README, "Performance"): the
-// hand-written rows everywhere, AVX-512 rows for 16-bit dtypes where the CPU has them. oneDNN's
-// binary_add is kept as an implementation to compare (kOneDnn, POSENC_ADD_IMPL=onednn) but
-// won no case by more than the noise: [1,128,768] bfloat16 3.6-3.7 us with the AVX-512 rows
-// against 3.9-4.2 us, float32 4.8-4.9 us with the AVX2 rows against 4.5-4.6 us on two
-// threads and 6.8 against 7.1 us on one; [8,2048,4096] the rows by 1.2-2.5x (oneDNN's
-// broadcast re-reads the encoding for every batch row, and at AVX2 it has no bfloat16 JIT
-// kernel). Scalar: the plain loop.
+// Which implementation AddEncodingInPlace uses by default on `isa`: the hand-written rows
+// everywhere, AVX-512 rows for 16-bit dtypes where the CPU has them. oneDNN's binary_add is
+// kept as an implementation to compare (kOneDnn, POSENC_ADD_IMPL=onednn) but wins no case
+// beyond the noise (its broadcast re-reads the encoding for every batch row, and at AVX2
+// it has no bfloat16 JIT kernel; docs/performance.md, "Kernel choices"). Scalar: the plain
+// loop.
 enum class AddImpl { kAvx2, kOneDnn, kLoop, kAvx512 };
 
 AddImpl DefaultAddImpl(Isa isa, DType dtype) {

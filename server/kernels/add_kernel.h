@@ -29,8 +29,8 @@ enum class AddImplementation { kAuto, kOneDnn, kScalar, kVectorAvx2, kVectorAvx5
 // on KernelThreads() threads. A vector width on a CPU without AVX2/F16C, or kOneDnn for a dtype
 // oneDNN has no JIT kernel for, falls back to the scalar loop.
 // pe_by_parity: optionally the same rows laid out by SplitRowsByParity, which the AVX2
-// bfloat16 rows read without shuffles or NaN tests ([1,128,768] on one thread: 6.4 against
-// 8.2 us); used where they run (AddReadsRowsByParity) and the scales are not NaN.
+// bfloat16 rows read without shuffles or NaN tests; used where they run
+// (AddReadsRowsByParity) and the scales are not NaN.
 // REQUIRES: those rows finite (a NaN there may carry into the rounding; every table posenc
 // builds or loads is checked).
 // Returns INTERNAL only if oneDNN fails unexpectedly.

@@ -171,9 +171,8 @@ POSENC_AVX512_16 void InterleavedToken16Avx512(uint16_t* x, int64_t heads, int64
 // Per token the tables are, for interleaved pairs, c[k] = cos_k (each 32-lane vector is 16
 // pairs); for rotate-half, each block of 32 features split by parity:
 // c[32b + j] = cos_{32b + 2j}, c[32b + 16 + j] = cos_{32b + 2j + 1} (j < 16).
-// 32 bfloat16 as two 256-bit loads: on this project's AMD EPYC a 512-bit load of data not
-// yet in cache ran the whole kernel at half speed (a standalone loop: 24 against 53 GB/s,
-// one thread).
+// 32 bfloat16 as two 256-bit loads: on AMD a 512-bit load of data not yet in cache halves
+// the whole kernel's speed (docs/performance.md, "Kernel choices").
 POSENC_AVX512_16 inline __m512i LoadBf16x32(const uint16_t* p) {
   return _mm512_inserti64x4(
       _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
@@ -289,8 +288,8 @@ RotateFns Avx512Fns() { return {RotateHalfAvx512, InterleavedAvx512}; }
 void SplitByParity32(const float* src, float* dst, int64_t n) { SplitByParityImpl(src, dst, n); }
 
 // bfloat16 with AVX512_BF16 takes the parity-split kernels where whole vectors cover the
-// rotated features: on an AMD EPYC, 2 threads, [4,2048,32,128] 1.58 -> 1.29 ms (NeoX) and
-// 1.77 -> 1.50 ms (GPT-J), [1,2048,32,128] 0.36 -> 0.27 and 0.41 -> 0.33 ms.
+// rotated features: they skip the lane shuffles, and are faster for both styles
+// (docs/performance.md, "Kernel choices").
 Token16Kernel Avx512Token16(DType dtype, RopePairing pairing, int64_t half) {
   if (!HasAvx512ForSixteenBit()) return {};
   const bool half_pairs = pairing == RopePairing::kRotateHalf;

@@ -137,9 +137,9 @@ RopeIsa RopeBestIsa() {
       if (v == "avx2" && RopeIsaSupported(RopeIsa::kAvx2)) return RopeIsa::kAvx2;
       if (v == "avx512" && RopeIsaSupported(RopeIsa::kAvx512)) return RopeIsa::kAvx512;
     }
-    // AVX-512 only on Intel: on an AMD EPYC with AVX-512 the 512-bit path measured no
-    // faster than AVX2 in cache and 1.7-2.5x slower on a 32 MiB tensor (rotate-half,
-    // [2048, 32, 128] fp32), so AMD gets AVX2.
+    // AVX-512 only on Intel: on AMD's AVX-512 the float32 512-bit path is no faster than
+    // AVX2 in cache and slower on large tensors, so AMD gets AVX2 (docs/performance.md,
+    // "Kernel choices").
     if (RopeIsaSupported(RopeIsa::kAvx512) && __builtin_cpu_is("intel")) {
       return RopeIsa::kAvx512;
     }
@@ -157,9 +157,8 @@ RopeIsa RopeBestIsa16() {
   }();
   if (pinned) return RopeBestIsa();
   // The fused 16-bit kernels are bound by the conversions, where 16 lanes per instruction
-  // pay even on AMD: on an AMD EPYC (AVX-512, AVX512_BF16) [4,2048,32,128] took 1.5 ms with
-  // AVX-512 against 3.5 ms (bf16) and 2.1 ms (fp16) with AVX2, [1,128,12,64] 0.013 ms
-  // against 0.028 / 0.020. So every CPU with AVX-512 (F, BW, VL) takes it for both dtypes.
+  // pay even on AMD (docs/performance.md, "Kernel choices"). So every CPU with AVX-512 (F,
+  // BW, VL) takes it for both dtypes.
   if (HasAvx512ForSixteenBit()) return Capped(RopeIsa::kAvx512);
   return RopeBestIsa();
 }

@@ -18,17 +18,15 @@ void SetKernelThreads(int n);
 int KernelThreads();
 
 // The threads one kernel call may use, held for the call's lifetime:
-//  - 1 below 32 KiB of work (waking the team costs more than it saves: with the team's
-//    0.07 us round trip, 2 threads ran a 24 KiB RoPE in 0.44 us against 0.51 on one, and
-//    48 KiB in 0.67 against 0.95 us, AVX2);
+//  - 1 below 32 KiB of work (below it, waking the team costs more than it saves;
+//    docs/performance.md, "Kernel choices");
 //  - else the whole kernel pool, if no other call holds it;
 //  - else 1: concurrent requests each run on their own (gRPC) thread instead of stacking
 //    thread teams on the same cores.
 // Thread-safe; not copyable.
 // work_bytes: the tensor's size as float32 (WorkBytes), not its own size: a 16-bit kernel
 // widens, computes and narrows every element, so it costs per element what a float32 one
-// does (a [1,128,768] bfloat16 add took 0.014 ms on one thread against the float32 add's
-// 0.005 ms on two, AVX2).
+// does.
 class KernelThreadLease {
  public:
   explicit KernelThreadLease(size_t work_bytes);
@@ -57,10 +55,10 @@ void RunChunks(int chunks, int64_t n, absl::FunctionRef<void(int64_t, int64_t)> 
 // the kernel team (posenc's own: KernelThreads() - 1 workers and the caller) or, where no
 // worker has claimed it yet, on the caller: a worker that is asleep or off its core does
 // not delay a call (one preempted inside a chunk still does). With one thread it runs
-// inline. Why not an OpenMP region: an empty two-thread
-// region cost 0.36 us here against 0.07 us for a spinning worker's round trip, and a small
-// RoPE call is 4 us. Workers spin about 50 us after each chunk, then sleep until the next
-// call. body may allocate its per-chunk scratch on entry.
+// inline. Why not an OpenMP region: entering one costs several times a spinning worker's
+// round trip, a large share of a small RoPE call (docs/performance.md, "Kernel choices").
+// Workers spin about 50 us after each chunk, then sleep until the next call. body may
+// allocate its per-chunk scratch on entry.
 template <typename Body>
 void ParallelFor(int threads, int64_t n, const Body& body) {
   if (n <= 0) return;

@@ -13,8 +13,8 @@
 //  - the output of the add itself: with |scales| <= kMaxScale an input below 1e32 in
 //    magnitude stays finite in float32 and bfloat16 (below 1e26 for MULTIPLY) (float16 is inf past 65504, as the
 //    model's own float16 arithmetic would be). A scan of every output would be a second
-//    pass over memory after an add that runs at memory bandwidth: measured on a 48 MiB
-//    float32 output, 1.4 ms on one core, 30% to 150% of the add's own time.
+//    pass over memory after an add that runs at memory bandwidth, comparable to the add's
+//    own time (docs/performance.md, "Kernel choices").
 // Parameters that multiply work have stated bounds (kMaxPeDim, kMaxHierarchicalLevels);
 // over one, or over SchemeLimits, is RESOURCE_EXHAUSTED.
 #pragma once

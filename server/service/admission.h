@@ -1,5 +1,5 @@
-// Admission control: the one place every front (posenc.v1, and later the Open Inference
-// Protocol) asks before it allocates for a call. A call is admitted when its cost (output
+// Admission control: the one place every front (posenc.v1, the Open Inference Protocol over
+// gRPC and HTTP) asks before it allocates for a call. A call is admitted when its cost (output
 // plus scratch bytes, computed from the request alone) fits the remaining byte budget and a
 // call slot is free; otherwise it is refused at once with RESOURCE_EXHAUSTED and nothing
 // was allocated. An admitted call holds a Ticket; the budget returns when it is destroyed.

@@ -17,8 +17,8 @@ namespace posenc {
 
 struct InferenceServiceOptions {
   // --shm: ServerMetadata lists "system_shared_memory", and tensors may name
-  // shared_memory_region. The SystemSharedMemory* rpcs answer FAILED_PRECONDITION until the
-  // region registry is wired in.
+  // shared_memory_region. The SystemSharedMemory* rpcs use posenc.v1's region registry;
+  // without --shm they answer FAILED_PRECONDITION.
   bool shm_enabled = false;
 };
 

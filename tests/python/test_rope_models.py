@@ -569,6 +569,41 @@ class RopeModelsTest(unittest.TestCase):
         y = enc(q, posenc.Rope(mrope_section=[2, 3, 3]))
         np.testing.assert_array_equal(y, enc(q, posenc.Rope()))
 
+    def test_random_multi_axis_requests_are_answered_or_refused(self):
+        # Odd combinations of sections, axial axes, xPos, proportional scaling, axis_ids and
+        # segments: each is OK or INVALID_ARGUMENT, and the server keeps answering.
+        rng = np.random.default_rng(7)
+        for _ in range(300):
+            layout = str(rng.choice(["bshd", "bhsd", "thd"]))
+            hd, b, sq = int(rng.choice([2, 4, 6, 8, 16, 18])), int(rng.integers(1, 3)), int(rng.integers(0, 6))
+            shape = (sq, 2, hd) if layout == "thd" else (b, sq, 2, hd)
+            q = rng.standard_normal(shape).astype(np.float32)
+            kw = {}
+            if rng.random() < 0.5:
+                kw["mrope_section"] = [int(x) for x in rng.integers(0, hd // 2 + 1, size=int(rng.integers(1, 4)))]
+                kw["mrope_interleaved"] = bool(rng.random() < 0.4)
+            elif rng.random() < 0.5:
+                kw["axial_axes"] = int(rng.integers(0, 5))
+            if rng.random() < 0.3:
+                kw["xpos_scale_base"] = float(rng.choice([512.0, 1.0, 1e-4]))
+            scaling = {"type": "proportional", "rope_proportion": 0.5} if rng.random() < 0.2 else None
+            pos = {}
+            if rng.random() < 0.5:
+                pos["axis_ids"] = rng.integers(0, 50, size=(int(rng.integers(1, 4)), 1, sq))
+            elif rng.random() < 0.5:
+                pos["mrope_segments"] = [{"text_length": int(rng.integers(0, 3))},
+                                         {"grid_t": 1, "grid_h": int(rng.integers(1, 3)), "grid_w": 1}]
+            if rng.random() < 0.3:
+                pos["offsets"] = [int(rng.integers(0, 1000))]
+            try:
+                self.client.encode(q, posenc.Rope(layout=layout, scaling=scaling, **kw),
+                                   positions=pos or None, key=q if rng.random() < 0.5 else None)
+            except posenc.PosencError as err:
+                self.assertEqual(err.code, grpc.StatusCode.INVALID_ARGUMENT, err.details)
+        q = self.randn(1, 4, 2, 16)
+        np.testing.assert_array_equal(self.client.encode(q, posenc.Rope(mrope_section=[2, 3, 3])),
+                                      self.client.encode(q, posenc.Rope()))
+
     # -- HF configs of today's models --------------------------------------------------------
     def test_fixture_configs_parse_and_match_the_reference(self):
         cases = {

@@ -78,6 +78,14 @@ inline std::shared_ptr<TrackedCall> CallOf(const ServiceRuntime& runtime,
   return call;
 }
 
+// Whose shared-memory regions a call may see and use: the client's connection, as gRPC
+// names its peer ("ipv4:127.0.0.1:41234"; on a unix socket every client is "unix:", and the
+// socket's file mode is the boundary). A region registered on one connection is invisible
+// to every other, and is released when its connection closes.
+inline std::string SharedMemoryOwner(const grpc::ServerContextBase* context) {
+  return context->peer();
+}
+
 // A stream holds one --max_concurrent_calls slot for its whole life (in its TrackedCall),
 // and each message then only its bytes (Admission::AdmitBytes). The status a new stream is
 // refused with: UNAVAILABLE while draining, RESOURCE_EXHAUSTED when no slot is free.

@@ -40,7 +40,7 @@ void AddServerSockets(intptr_t server_id, std::map<std::string, int64_t>& open) 
       // The socket's name is "chttp2 " and then the peer.
       std::string peer = s.value("ref", nlohmann::json::object()).value("name", "");
       if (const size_t space = peer.find(' '); space != std::string::npos) peer.erase(0, space + 1);
-      if (streams > 0) open[peer] += streams;
+      open[peer] += std::max<int64_t>(streams, 0);
     }
     if (page.value("end", true)) return;
   }
@@ -77,6 +77,20 @@ std::map<std::string, int64_t> OpenStreamsByPeer() {
     AddServerSockets(std::stoll(ref.value("serverId", "0")), open);
   });
   return open;
+}
+
+std::optional<std::set<std::string>> ConnectedPeers() {
+  bool found_server = false;
+  std::map<std::string, int64_t> sockets;
+  ForEachServer([&](const nlohmann::json& server) {
+    found_server = true;
+    const auto& ref = server.value("ref", nlohmann::json::object());
+    AddServerSockets(std::stoll(ref.value("serverId", "0")), sockets);
+  });
+  if (!found_server) return std::nullopt;
+  std::set<std::string> peers;
+  for (const auto& [peer, streams] : sockets) peers.insert(peer);
+  return peers;
 }
 
 }  // namespace posenc

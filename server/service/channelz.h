@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 
 namespace posenc {
@@ -12,7 +14,12 @@ namespace posenc {
 // grpc::ServerContext::peer() spells it ("ipv4:127.0.0.1:41234"). The drain needs it: gRPC
 // hands a unary call to the service only once its whole message has arrived, so a call
 // still uploading at SIGTERM is invisible except as an open stream.
+// Every connection appears, with 0 when it has no stream open.
 std::map<std::string, int64_t> OpenStreamsByPeer();
+
+// The peers of every client connection of this process's gRPC servers, spelled as
+// OpenStreamsByPeer spells them; nullopt when channelz cannot say (no server found).
+std::optional<std::set<std::string>> ConnectedPeers();
 
 // Calls gRPC's servers in this process have started, and streams open now. With the calls
 // the interceptors saw, they tell how many the transport ended before any handler saw them

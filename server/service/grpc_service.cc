@@ -88,11 +88,11 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
                                                             const v1::EncodeRequest* request,
                                                             v1::EncodeResponse* response) {
   return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
-                    response, [this, request, response](const CancelCheck&) {
+                    response, [this, context, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
                       return ToGrpcStatus(
                           handlers_.Encode(*const_cast<v1::EncodeRequest*>(request), *response,
-                                           &scheme),
+                                           &scheme, SharedMemoryOwner(context)),
                           request->request_id());
                     });
 }
@@ -104,15 +104,16 @@ grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   ServiceMetrics* metrics = handlers_.state().metrics;
   std::shared_ptr<TrackedCall> call = CallOf(runtime(), context, kNoScheme);
-  auto handle = [this, metrics](v1::EncodeRequest& request, v1::EncodeResponse& response,
-                                Admission::Ticket& held) {
+  auto handle = [this, metrics, owner = SharedMemoryOwner(context)](
+                    v1::EncodeRequest& request, v1::EncodeResponse& response,
+                    Admission::Ticket& held) {
     const auto start = std::chrono::steady_clock::now();
     SchemeLabel scheme = LabelOf(request);
     absl::StatusOr<CallCost> cost = CostOf(request);
     absl::StatusOr<Admission::Ticket> ticket =
         cost.ok() ? runtime().admission->AdmitBytes(cost->bytes) : cost.status();
     grpc::Status status =
-        ticket.ok() ? ToGrpcStatus(handlers_.Encode(request, response, &scheme),
+        ticket.ok() ? ToGrpcStatus(handlers_.Encode(request, response, &scheme, owner),
                                    request.request_id())
                     : ToGrpcStatus(ticket.status(), request.request_id());
     if (status.ok()) {
@@ -146,11 +147,11 @@ grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const v1::BiasRequest* request,
     v1::BiasResponse* response) {
   return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
-                    response, [this, request, response](const CancelCheck&) {
+                    response, [this, context, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
                       return ToGrpcStatus(
                           handlers_.AttentionBias(*const_cast<v1::BiasRequest*>(request),
-                                                  *response, &scheme),
+                                                  *response, &scheme, SharedMemoryOwner(context)),
                           request->request_id());
                     });
 }
@@ -202,21 +203,24 @@ grpc::ServerUnaryReactor* PositionalEncodingService::RegisterSharedMemory(
     v1::RegisterSharedMemoryResponse*) {
   return ServeInline(runtime(), context, [&] {
     return runtime().shm->Register(request->name(), request->key(), request->offset(),
-                                  request->byte_size());
+                                  request->byte_size(), SharedMemoryOwner(context));
   });
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse*) {
-  return ServeInline(runtime(), context, [&] { return runtime().shm->Unregister(request->name()); });
+  return ServeInline(runtime(), context, [&] {
+    return runtime().shm->Unregister(request->name(), SharedMemoryOwner(context));
+  });
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::SharedMemoryStatus(
     grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
     v1::SharedMemoryStatusResponse* response) {
   return ServeInline(runtime(), context, [&]() -> absl::Status {
-    absl::StatusOr<std::vector<ShmRegionStatus>> regions = runtime().shm->Status(request->name());
+    absl::StatusOr<std::vector<ShmRegionStatus>> regions =
+        runtime().shm->Status(request->name(), SharedMemoryOwner(context));
     if (!regions.ok()) return regions.status();
     for (const ShmRegionStatus& r : *regions) {
       v1::SharedMemoryRegion* out = response->add_regions();

@@ -50,6 +50,7 @@ struct NativeRequest {
   v1::BiasRequest bias;
   v1::GraphRequest graph;
   std::vector<std::string> outputs;  // the outputs to return, in order
+  std::string shm_owner;  // whose shared-memory regions it may use (set by the front)
 };
 
 struct ConvertOptions {

@@ -91,13 +91,13 @@ grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& can
   switch (KindOf(*native.model)) {
     case ModelKind::kEncode: {
       v1::EncodeResponse response;
-      status = handlers_.Encode(native.encode, response, &scheme);
+      status = handlers_.Encode(native.encode, response, &scheme, native.shm_owner);
       if (status.ok()) ToInferResponse(native, response, out);
       break;
     }
     case ModelKind::kBias: {
       v1::BiasResponse response;
-      status = handlers_.AttentionBias(native.bias, response, &scheme);
+      status = handlers_.AttentionBias(native.bias, response, &scheme, native.shm_owner);
       if (status.ok()) ToInferResponse(native, response, out);
       break;
     }
@@ -120,6 +120,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
       ToNativeRequest(*const_cast<ModelInferRequest*>(request), convert_);
   absl::StatusOr<CallCost> cost =
       native.ok() ? CostOfNative(**native) : WithId(native.status(), request->id());
+  if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
   std::shared_ptr<NativeRequest> call(native.ok() ? std::move(*native) : nullptr);
   return runner_.ServeUnary(context, LabelOfModel(request->model_name()), request->id(), cost,
                             response,
@@ -177,6 +178,7 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
     absl::StatusOr<CallCost> cost = native.ok() ? CostOfNative(**native) : native.status();
+    if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
     absl::StatusOr<Admission::Ticket> ticket =
         cost.ok() ? runner_.runtime().admission->AdmitBytes(cost->bytes) : cost.status();
     grpc::Status status = ticket.ok() ? Run(**native, CancelCheckOf(context),
@@ -337,12 +339,12 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
 }
 
 // Shared memory: the same registry as posenc.v1's RegisterSharedMemory, so a region
-// registered through either front serves both.
+// registered through either service serves both, on the connection that registered it.
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
   absl::StatusOr<std::vector<ShmRegionStatus>> regions =
-      runner_.runtime().shm->Status(request->name());
+      runner_.runtime().shm->Status(request->name(), SharedMemoryOwner(context));
   if (!regions.ok()) return Finish(context, ToGrpcStatus(regions.status()));
   for (const ShmRegionStatus& r : *regions) {
     auto& out = (*response->mutable_regions())[r.name];
@@ -359,14 +361,16 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
     inference::SystemSharedMemoryRegisterResponse*) {
   return Finish(context, ToGrpcStatus(runner_.runtime().shm->Register(
                              request->name(), request->key(), request->offset(),
-                             request->byte_size())));
+                             request->byte_size(), SharedMemoryOwner(context))));
 }
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
     grpc::CallbackServerContext* context,
     const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse*) {
-  return Finish(context, ToGrpcStatus(runner_.runtime().shm->Unregister(request->name())));
+  return Finish(context, ToGrpcStatus(
+                             runner_.runtime().shm->Unregister(request->name(),
+                                                               SharedMemoryOwner(context))));
 }
 
 }  // namespace posenc

@@ -154,14 +154,14 @@ std::vector<MetricsScheme> MetricsSchemes() {
 }
 
 absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeResponse& response,
-                                     SchemeLabel* label) const {
+                                     SchemeLabel* label, const std::string& shm_owner) const {
   const SchemeDescriptor* scheme = SchemeOf(request);
   *label = scheme ? scheme->label : kNoScheme;
   response.set_request_id(request.request_id());
   if (scheme == nullptr) return UnknownScheme(request);
   if (!request.has_input()) return absl::InvalidArgumentError("input is not set");
   const uint64_t in_bytes = request.input().data().size() + request.key().data().size();
-  RequestTensors tensors(state_.shm);
+  RequestTensors tensors(state_.shm, shm_owner);
   ASSIGN_OR_RETURN(TensorView input, tensors.View(request.mutable_input(), "input"));
   if (request.has_key() && !scheme->takes_key) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -208,7 +208,8 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
 }
 
 absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
-                                            SchemeLabel* label) const {
+                                            SchemeLabel* label,
+                                            const std::string& shm_owner) const {
   const SchemeDescriptor* scheme = SchemeOf(request);
   *label = scheme ? scheme->label : kNoScheme;
   response.set_request_id(request.request_id());
@@ -220,7 +221,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
   RETURN_IF_ERROR(scheme->bias_spec(request, spec));
   ASSIGN_OR_RETURN(const BiasPlan plan, PlanBias(spec, *state_.tables));
   const uint64_t in_bytes = request.scores().data().size();
-  RequestTensors tensors(state_.shm);
+  RequestTensors tensors(state_.shm, shm_owner);
   KernelTimer timer(state_.metrics, scheme->label);
   if (spec.add_to_scores) {
     ASSIGN_OR_RETURN(const TensorView in, tensors.View(request.mutable_scores(), "scores"));

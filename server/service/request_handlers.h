@@ -45,10 +45,12 @@ class RequestHandlers {
   explicit RequestHandlers(const ServiceState& state) : state_(state) {}
 
   // Applies the request's scheme. `scheme` receives the metrics label even on error.
+  // `shm_owner`: whose shared-memory regions the request may use (the client's connection,
+  // SharedMemoryOwner in call_runner.h).
   absl::Status Encode(v1::EncodeRequest& request, v1::EncodeResponse& response,
-                      SchemeLabel* scheme) const;
+                      SchemeLabel* scheme, const std::string& shm_owner = "") const;
   absl::Status AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
-                             SchemeLabel* scheme) const;
+                             SchemeLabel* scheme, const std::string& shm_owner = "") const;
   // Stops with CANCELLED when `cancelled` says so (polled inside the eigen-solve).
   absl::Status GraphEncode(v1::GraphRequest& request, v1::GraphResponse& response,
                            const CancelCheck& cancelled = {}) const;

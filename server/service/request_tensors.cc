@@ -28,7 +28,7 @@ absl::StatusOr<ShmLease> RequestTensors::Lease(const v1::SharedMemoryRef& ref, u
         field, ".byte_size is ", ref.byte_size(), "; the tensor needs exactly ", need,
         " bytes"));
   }
-  return shm_->Lookup(ShmRef{ref.region(), ref.offset(), ref.byte_size()}, field);
+  return shm_->Lookup(ShmRef{ref.region(), ref.offset(), ref.byte_size()}, field, shm_owner_);
 }
 
 absl::Status RequestTensors::CheckNoOverlap(const char* begin, uint64_t size,

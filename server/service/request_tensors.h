@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,7 +20,9 @@ namespace posenc {
 class RequestTensors {
  public:
   // `shm` may be null (no shared memory: a tensor by reference is FAILED_PRECONDITION).
-  explicit RequestTensors(const SharedMemoryRegistry* shm) : shm_(shm) {}
+  // Regions are those `shm_owner` registered (the client's connection).
+  explicit RequestTensors(const SharedMemoryRegistry* shm, std::string shm_owner = "")
+      : shm_(shm), shm_owner_(std::move(shm_owner)) {}
 
   // A writable view of `tensor`'s bytes: `data` or `shm`, never both. Errors name `field`.
   absl::StatusOr<TensorView> View(v1::Tensor* tensor, absl::string_view field);
@@ -52,6 +55,7 @@ class RequestTensors {
                               absl::string_view field) const;
 
   const SharedMemoryRegistry* const shm_;
+  const std::string shm_owner_;
   std::vector<ShmLease> leases_;
   std::vector<Slice> slices_;
   uint64_t shm_in_bytes_ = 0;

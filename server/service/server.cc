@@ -284,12 +284,20 @@ PosencServer::~PosencServer() {
 
 void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
   bool busy_since_trim = false;
+  int64_t ticks = 0;
   std::unique_lock<std::mutex> lock(monitor_mu_);
   while (!monitor_wake_.wait_for(lock, std::chrono::milliseconds(100),
                                  [&] { return monitor_stop_; })) {
     const bool progressing = pool_->OldestWait(Lane::kCheap) < stall_threshold;
     health_->Set("", progressing);
     health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
+    // Regions of clients whose connection is gone are released (once a second).
+    if (shm_->enabled() && ++ticks % 10 == 0 && shm_->regions() > 0) {
+      const auto seen_at = std::chrono::steady_clock::now();
+      if (std::optional<std::set<std::string>> peers = ConnectedPeers()) {
+        shm_->ReleaseOwnersExcept(*peers, seen_at);
+      }
+    }
     if (metrics_) {
       metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
       // Calls gRPC started that no interceptor saw, less those still uploading: the

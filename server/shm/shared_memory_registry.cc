@@ -220,10 +220,28 @@ absl::Status SharedMemoryRegistry::CheckKey(absl::string_view key) const {
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryRegistry::CheckRoom(uint64_t byte_size) const {
+absl::Status SharedMemoryRegistry::CheckRoom(uint64_t byte_size,
+                                             const std::string& owner) const {
   if (regions_.size() >= static_cast<size_t>(std::max(options_.max_regions, 0))) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the server has ", regions_.size(), " shared memory regions, its --shm_max_regions"));
+  }
+  int64_t owned = 0;
+  uint64_t owned_bytes = 0;
+  for (auto it = regions_.lower_bound({owner, ""});
+       it != regions_.end() && it->first.first == owner; ++it) {
+    ++owned;
+    owned_bytes += it->second.region->byte_size();
+  }
+  if (owned >= std::max(options_.max_regions_per_owner, 0)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this client has ", owned, " shared memory regions, as many as one client may"));
+  }
+  if (owned_bytes > options_.max_bytes_per_owner ||
+      byte_size > options_.max_bytes_per_owner - owned_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "byte_size ", byte_size, " on top of this client's ", owned_bytes,
+        " bytes exceeds what one client may map (", options_.max_bytes_per_owner, ")"));
   }
   const uint64_t mapped = mapped_bytes_->load();
   if (mapped > options_.max_bytes || byte_size > options_.max_bytes - mapped) {
@@ -235,7 +253,8 @@ absl::Status SharedMemoryRegistry::CheckRoom(uint64_t byte_size) const {
 }
 
 absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string_view key,
-                                            uint64_t offset, uint64_t byte_size) {
+                                            uint64_t offset, uint64_t byte_size,
+                                            absl::string_view owner) {
   if (!options_.enabled) return absl::FailedPreconditionError(kOffMessage);
   if (name.empty()) return absl::InvalidArgumentError("shared memory region name is empty");
   if (byte_size == 0) {
@@ -245,40 +264,72 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
   if (!key_status.ok()) {
     return absl::Status(key_status.code(), Prefix(name) + std::string(key_status.message()));
   }
+  absl::string_view bare_key = key;
+  if (!bare_key.empty() && bare_key.front() == '/') bare_key.remove_prefix(1);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (regions_.find(name) != regions_.end()) {
+  OwnedName owned{std::string(owner), std::string(name)};
+  if (regions_.find(owned) != regions_.end()) {
     return absl::AlreadyExistsError(
         absl::StrCat("shared memory region '", name, "' is already registered"));
   }
+  for (const auto& [other, entry] : regions_) {
+    if (other.first != owner && entry.key == bare_key) {
+      return absl::PermissionDeniedError(
+          Prefix(name) + "the key is registered by another client");
+    }
+  }
   ASSIGN_OR_RETURN(const UniqueFd fd, OpenObject(name, key));
   RETURN_IF_ERROR(CheckObject(name, fd.get(), offset, byte_size));
-  RETURN_IF_ERROR(CheckRoom(byte_size));
+  RETURN_IF_ERROR(CheckRoom(byte_size, owned.first));
   ASSIGN_OR_RETURN(auto region, MapRegion(name, fd.get(), offset, byte_size, mapped_bytes_));
-  regions_.emplace(std::string(name), std::move(region));
+  regions_.emplace(std::move(owned), Entry{std::move(region), std::string(bare_key),
+                                          std::chrono::steady_clock::now()});
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
+absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, absl::string_view owner) {
   if (!options_.enabled) return absl::FailedPreconditionError(kOffMessage);
   // Unmapping happens when `dropped` goes, outside the lock.
-  std::map<std::string, std::shared_ptr<MappedRegion>, std::less<>> dropped;
+  std::vector<Entry> dropped;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (name.empty()) {
-    dropped.swap(regions_);
-  } else if (auto it = regions_.find(name); it != regions_.end()) {
-    dropped.insert(regions_.extract(it));
+  for (auto it = regions_.lower_bound({std::string(owner), ""});
+       it != regions_.end() && it->first.first == owner;) {
+    if (name.empty() || it->first.second == name) {
+      dropped.push_back(std::move(it->second));
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
   }
   return absl::OkStatus();
 }
 
+void SharedMemoryRegistry::ReleaseOwnersExcept(const std::set<std::string>& live,
+                                               std::chrono::steady_clock::time_point seen_at) {
+  std::vector<Entry> dropped;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    if (!it->first.first.empty() && live.count(it->first.first) == 0 &&
+        it->second.registered < seen_at) {
+      dropped.push_back(std::move(it->second));
+      it = regions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 absl::StatusOr<std::vector<ShmRegionStatus>> SharedMemoryRegistry::Status(
-    absl::string_view name) const {
+    absl::string_view name, absl::string_view owner) const {
   if (!options_.enabled) return absl::FailedPreconditionError(kOffMessage);
   std::vector<ShmRegionStatus> out;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [region_name, region] : regions_) {
+  for (auto it = regions_.lower_bound({std::string(owner), ""});
+       it != regions_.end() && it->first.first == owner; ++it) {
+    const std::string& region_name = it->first.second;
+    MappedRegion& region = *it->second.region;
     if (!name.empty() && region_name != name) continue;
-    out.push_back({region_name, region->offset(), region->byte_size(), region->in_use().load()});
+    out.push_back({region_name, region.offset(), region.byte_size(), region.in_use().load()});
   }
   if (!name.empty() && out.empty()) {
     return absl::NotFoundError(
@@ -288,18 +339,19 @@ absl::StatusOr<std::vector<ShmRegionStatus>> SharedMemoryRegistry::Status(
 }
 
 absl::StatusOr<ShmLease> SharedMemoryRegistry::Lookup(const ShmRef& ref,
-                                                      absl::string_view field) const {
+                                                      absl::string_view field,
+                                                      absl::string_view owner) const {
   if (!options_.enabled) return absl::FailedPreconditionError(kOffMessage);
   if (ref.region.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ".region is empty"));
   std::shared_ptr<MappedRegion> region;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = regions_.find(ref.region);
+    auto it = regions_.find(OwnedName{std::string(owner), std::string(ref.region)});
     if (it == regions_.end()) {
       return absl::NotFoundError(absl::StrCat(field, ".region: shared memory region '",
                                               ref.region, "' is not registered"));
     }
-    region = it->second;
+    region = it->second.region;
   }
   if (region->faulted()) {
     return absl::FailedPreconditionError(

@@ -14,10 +14,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,7 +83,15 @@ class SharedMemoryRegistry {
     std::string key_prefix = "posenc_";   // --shm_key_prefix, after an optional leading '/'
     uint64_t max_bytes = uint64_t{16} << 30;  // --shm_max_bytes, over all mapped regions
     int max_regions = 256;                // --shm_max_regions
+    // What one owner may hold: a quarter of the regions and of the bytes by default, so one
+    // client cannot exhaust the registry for the others.
+    int max_regions_per_owner = 64;
+    uint64_t max_bytes_per_owner = uint64_t{4} << 30;
   };
+
+  // Every call below names an owner: a region is seen, used, replaced and unregistered only
+  // by the owner that registered it (the server passes the client's connection), and an
+  // object (key) mapped by one owner cannot be registered by another. "" is one owner too.
 
   explicit SharedMemoryRegistry(Options options);
   // Unregisters every region; leases still alive keep their mappings until they go.
@@ -96,21 +106,28 @@ class SharedMemoryRegistry {
   // this process's uid (symlinks are not followed); NOT_FOUND when no object has the key;
   // RESOURCE_EXHAUSTED over max_regions or max_bytes.
   absl::Status Register(absl::string_view name, absl::string_view key, uint64_t offset,
-                        uint64_t byte_size);
+                        uint64_t byte_size, absl::string_view owner = "");
 
   // Forgets `name` ("" = every region); unknown names are not an error. The mapping goes
   // when its last lease does. FAILED_PRECONDITION when disabled.
-  absl::Status Unregister(absl::string_view name);
+  absl::Status Unregister(absl::string_view name, absl::string_view owner = "");
 
   // `name`'s status, or every region's ("") sorted by name. NOT_FOUND for an unknown name.
-  absl::StatusOr<std::vector<ShmRegionStatus>> Status(absl::string_view name) const;
+  absl::StatusOr<std::vector<ShmRegionStatus>> Status(absl::string_view name,
+                                                      absl::string_view owner = "") const;
 
   // A lease on the slice `ref`; `field` names it in messages (e.g. "input.shm").
   // NOT_FOUND for an unknown region; INVALID_ARGUMENT when the slice does not lie inside
   // the region (overflow-safe; byte_size 0 is an empty slice, valid for offset <= the
   // region's size); FAILED_PRECONDITION when disabled or the region was truncated (it
   // must be unregistered and registered again).
-  absl::StatusOr<ShmLease> Lookup(const ShmRef& ref, absl::string_view field = "shm") const;
+  absl::StatusOr<ShmLease> Lookup(const ShmRef& ref, absl::string_view field = "shm",
+                                  absl::string_view owner = "") const;
+
+  // Unregisters every region registered before `seen_at` by a non-empty owner not in `live`
+  // (the clients connected at `seen_at`): their connections are gone.
+  void ReleaseOwnersExcept(const std::set<std::string>& live,
+                           std::chrono::steady_clock::time_point seen_at);
 
   bool enabled() const { return options_.enabled; }
   // Gauges: registered regions, and bytes mapped (including unregistered regions whose
@@ -120,13 +137,20 @@ class SharedMemoryRegistry {
 
  private:
   absl::Status CheckKey(absl::string_view key) const;
-  absl::Status CheckRoom(uint64_t byte_size) const;  // REQUIRES: mutex_ held
+  // REQUIRES: mutex_ held.
+  absl::Status CheckRoom(uint64_t byte_size, const std::string& owner) const;
 
   const Options options_;
   // Bytes mapped; shared with the regions, which may outlive the registry.
   std::shared_ptr<std::atomic<uint64_t>> mapped_bytes_;
   mutable std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<MappedRegion>, std::less<>> regions_;
+  struct Entry {
+    std::shared_ptr<MappedRegion> region;
+    std::string key;  // as registered, without a leading '/'
+    std::chrono::steady_clock::time_point registered;
+  };
+  using OwnedName = std::pair<std::string, std::string>;  // (owner, name)
+  std::map<OwnedName, Entry> regions_;
 };
 
 }  // namespace posenc

@@ -89,6 +89,95 @@ std::string SliceBytes(const ShmRegion& region, const v1::SharedMemoryRef& ref) 
                      ref.byte_size());
 }
 
+// A client on a connection of its own (as another process would be).
+std::unique_ptr<v1::PositionalEncoding::Stub> OtherClient(const ServerProcess& server) {
+  grpc::ChannelArguments own_connection;
+  own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return v1::PositionalEncoding::NewStub(grpc::CreateCustomChannel(
+      server.grpc_address(), grpc::InsecureChannelCredentials(), own_connection));
+}
+
+grpc::Status StatusOf(v1::PositionalEncoding::Stub& stub, const std::string& name,
+                      v1::SharedMemoryStatusResponse* resp) {
+  v1::SharedMemoryStatusRequest req;
+  req.set_name(name);
+  grpc::ClientContext ctx;
+  return stub.SharedMemoryStatus(&ctx, req, resp);
+}
+
+// A region belongs to the connection that registered it: another client cannot list, use,
+// replace or unregister it, nor map its object under a name of its own; one client's
+// registrations are bounded; a closed connection's regions are released.
+TEST_F(ShmTest, RegionsBelongToTheConnectionThatRegisteredThem) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("own"), 1 << 16);
+  ASSERT_THAT(region, IsOk());
+  ASSERT_THAT(Register("in0", region->key(), 0, region->byte_size()), IsOk());
+  auto other = OtherClient(server_);
+  v1::SharedMemoryStatusResponse listed;
+  ASSERT_THAT(StatusOf(*other, "", &listed), IsOk());
+  EXPECT_EQ(listed.regions_size(), 0);
+  EXPECT_THAT(StatusOf(*other, "in0", &listed), StatusIs(absl::StatusCode::kNotFound));
+  v1::EncodeRequest req;
+  req.mutable_sinusoidal()->set_pe_scale(0);
+  for (int64_t d : {1, 16, 64}) req.mutable_input()->add_shape(d);
+  req.mutable_input()->set_dtype(v1::FLOAT32);
+  *req.mutable_input()->mutable_shm() = ShmRegion::Ref("in0", 0, 16 * 64 * 4);
+  EXPECT_THAT(posenc::testing::Encode(*other, req), StatusIs(absl::StatusCode::kNotFound));
+  {  // Unregister("") drops only the caller's regions
+    v1::UnregisterSharedMemoryRequest all;
+    grpc::ClientContext ctx;
+    v1::UnregisterSharedMemoryResponse resp;
+    EXPECT_THAT(other->UnregisterSharedMemory(&ctx, all, &resp), IsOk());
+  }
+  {  // the app's object under another name is refused
+    v1::RegisterSharedMemoryRequest steal;
+    steal.set_name("mine");
+    steal.set_key(region->key());
+    steal.set_byte_size(region->byte_size());
+    grpc::ClientContext ctx;
+    v1::RegisterSharedMemoryResponse resp;
+    EXPECT_THAT(other->RegisterSharedMemory(&ctx, steal, &resp),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("another client")));
+  }
+  ASSERT_THAT(StatusOf(*stub_, "", &listed), IsOk());
+  ASSERT_EQ(listed.regions_size(), 1);
+  EXPECT_EQ(listed.regions(0).name(), "in0");
+  EXPECT_THAT(Encode(req, nullptr), IsOk());  // the owner still uses it
+
+  // One client holds at most 64 regions; the others keep room.
+  auto many = ShmRegion::Create(Key("many"), 4096);
+  ASSERT_THAT(many, IsOk());
+  auto greedy = OtherClient(server_);
+  grpc::Status last;
+  int registered = 0;
+  for (int i = 0; i < 80 && last.ok(); ++i) {
+    v1::RegisterSharedMemoryRequest r;
+    r.set_name("g" + std::to_string(i));
+    r.set_key(many->key());
+    r.set_byte_size(4096);
+    grpc::ClientContext ctx;
+    v1::RegisterSharedMemoryResponse resp;
+    last = greedy->RegisterSharedMemory(&ctx, r, &resp);
+    registered += last.ok();
+  }
+  EXPECT_EQ(registered, 64);
+  EXPECT_THAT(last, StatusIs(absl::StatusCode::kResourceExhausted));
+  auto second = ShmRegion::Create(Key("second"), 4096);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_THAT(Register("in1", second->key(), 0, 4096), IsOk());
+
+  // The greedy client goes: its 64 regions are released (the app's 2 stay).
+  greedy.reset();
+  double regions = 0;
+  for (int i = 0; i < 100; ++i) {
+    regions = ScrapeMetric(server_, "posenc_shm_regions", {});
+    if (regions == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(regions, 2);
+}
+
 // Every Encode family: by reference, in place, equal bit for bit to the inline answer.
 TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
   ASSERT_TRUE(server_.started());
@@ -411,7 +500,11 @@ TEST_F(ShmTest, UnregisterAndTruncateWhileRequestsRunKeepTheServerServing) {
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Requests run (at least one answered; the first builds the table) before the object shrinks.
+  for (int i = 0; i < 200 && ok.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   // Shrink the object under the server's mapping while requests use it.
   const int fd = shm_open(region->key().c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);

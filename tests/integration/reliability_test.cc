@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <map>
@@ -216,13 +217,14 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
 // Rolling-update load: 8 clients, each on its own connection and without retries, send
 // 1 MiB Encodes back to back; SIGTERM comes mid-load. Every call must end OK (accepted and
 // finished) or UNAVAILABLE (refused, retryable elsewhere): never CANCELLED, which would be
-// an accepted call lost. A few rounds, each a fresh server.
+// an accepted call lost. A few rounds, each a fresh server; DRAIN_ROUNDS=N runs N (a soak).
 TEST(Reliability, DrainUnderLoadCancelsNoCall) {
-  constexpr int kRounds = 3;
+  const char* rounds_env = std::getenv("DRAIN_ROUNDS");
+  const int rounds = rounds_env != nullptr ? std::max(1, std::atoi(rounds_env)) : 3;
   constexpr int kClients = 8;
   const v1::EncodeRequest req = SinusoidalRequest(1, 256, 1024);  // 1 MiB of float32
   int64_t total = 0, ok = 0, unavailable = 0;
-  for (int round = 0; round < kRounds; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     ServerProcess server({"--threads=2", "--shutdown_grace=20s"});
     ASSERT_TRUE(server.started());
     std::atomic<bool> gone{false};
@@ -278,7 +280,7 @@ TEST(Reliability, DrainUnderLoadCancelsNoCall) {
   }
   EXPECT_GT(ok, 0);
   EXPECT_EQ(ok + unavailable, total);
-  std::printf("drain under load: %d rounds, %lld calls, %lld OK, %lld UNAVAILABLE\n", kRounds,
+  std::printf("drain under load: %d rounds, %lld calls, %lld OK, %lld UNAVAILABLE\n", rounds,
               static_cast<long long>(total), static_cast<long long>(ok),
               static_cast<long long>(unavailable));
 }

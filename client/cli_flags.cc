@@ -1,5 +1,6 @@
 #include "client/cli_flags.h"
 
+#include "absl/strings/match.h"
 #include "server/common/status_macros.h"
 
 namespace posenc::client {
@@ -17,6 +18,33 @@ absl::StatusOr<Flags> ParseCommandFlags(const std::vector<std::string>& args,
   options.booleans.insert(booleans.begin(), booleans.end());
   options.separator = '-';
   return Flags::Parse(args, options);
+}
+
+absl::StatusOr<CommandLine> SplitCommandLine(const std::vector<std::string>& words) {
+  CommandLine line;
+  std::vector<std::string> leading;
+  size_t i = 0;
+  for (; i < words.size() && absl::StartsWith(words[i], "--"); ++i) {
+    const std::string& word = words[i];
+    const size_t eq = word.find('=');
+    std::string name = word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    for (char& c : name) c = c == '_' ? '-' : c;
+    if (name == "help" || !kConnectionFlags.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          word, " comes before the command; only the connection flags (--target, --timeout, "
+                "--tls...) may, the others follow it"));
+    }
+    leading.push_back(word);
+    if (eq == std::string::npos && name != "tls") {  // --target ADDR: the value is next
+      if (i + 1 >= words.size()) return absl::InvalidArgumentError(absl::StrCat(word, " needs a value"));
+      leading.push_back(words[++i]);
+    }
+  }
+  if (i >= words.size()) return absl::InvalidArgumentError("no command (posenc-client --help lists them)");
+  line.command = words[i];
+  line.args.assign(words.begin() + i + 1, words.end());
+  line.args.insert(line.args.end(), leading.begin(), leading.end());
+  return line;
 }
 
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags(const Flags& f) {

@@ -33,6 +33,17 @@ absl::StatusOr<Flags> ParseCommandFlags(const std::vector<std::string>& args,
                                         const std::set<std::string>& extra,
                                         const std::set<std::string>& booleans = {});
 
+// A command line split into the command and its arguments. The connection flags (but --help)
+// may come before the command as well as after it: `posenc-client --target=X health` is
+// `posenc-client health --target=X`; those before it are passed on after the command's own.
+struct CommandLine {
+  std::string command;
+  std::vector<std::string> args;
+};
+// `words` is argv without the program name. A flag before the command that is not a
+// connection flag, or no command at all, is INVALID_ARGUMENT.
+absl::StatusOr<CommandLine> SplitCommandLine(const std::vector<std::string>& words);
+
 // The connection flags as ClientOptions; --timeout in (0, 24h], default 30s.
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags(const Flags& f);
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -45,9 +46,11 @@ absl::StatusOr<v1::EncodeResponse> EncodeByReference(PosencClient& client,
   const absl::Status unregistered = client.UnregisterSharedMemory(name);
   if (!response.ok()) return response.status();
   RETURN_IF_ERROR(unregistered);
-  if (!response->key_output().has_shm()) response->clear_key_output();
-  for (v1::Tensor* t : {response->mutable_output(), response->mutable_key_output()}) {
-    if (!t->has_shm()) continue;  // e.g. CONCAT, answered inline; or no key
+  // mutable_key_output() would create an empty key_output where the scheme has no keys.
+  std::vector<v1::Tensor*> outputs = {response->mutable_output()};
+  if (response->has_key_output()) outputs.push_back(response->mutable_key_output());
+  for (v1::Tensor* t : outputs) {
+    if (!t->has_shm()) continue;  // e.g. CONCAT, answered inline
     ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, region.Slice(t->shm().offset(), t->shm().byte_size()));
     t->set_data(bytes.data(), bytes.size());
     t->clear_shm();

@@ -21,7 +21,7 @@
 namespace posenc::client {
 namespace {
 
-constexpr char kUsage[] = R"(usage: posenc-client COMMAND [flags]
+constexpr char kUsage[] = R"(usage: posenc-client [common flags] COMMAND [flags]
 
 commands:
   encode   one Encode call; prints shape, dtype, first values and the elapsed time
@@ -35,7 +35,7 @@ commands:
   health   grpc.health.v1 Check (exit 1 unless SERVING)
   load     concurrent calls for a duration; throughput, p50/p99, errors by code (load --help)
 
-common flags:
+common flags (before or after the command):
   --target ADDR        host:port or unix:/path (default 127.0.0.1:50051)
   --timeout DUR        per call, e.g. 10, 10s, 500ms (default 30s)
   --tls                TLS with the system roots
@@ -109,12 +109,14 @@ int Main(int argc, char** argv) {
     std::cout << kUsage;
     return argc < 2 ? kExitUsage : kExitOk;
   }
-  const std::string command = argv[1];
-  if (command == "--version") {
+  if (std::string(argv[1]) == "--version") {
     std::cout << "posenc-client " << posenc::kVersion << "\n";
     return kExitOk;
   }
-  const std::vector<std::string> args(argv + 2, argv + argc);
+  auto line = SplitCommandLine(std::vector<std::string>(argv + 1, argv + argc));
+  if (!line.ok()) return UsageError(line.status());
+  const std::string& command = line->command;
+  const std::vector<std::string>& args = line->args;
   if (command == "load") return RunLoadCommand(args);
   if (command == "infer") return RunInferCommand(args);
   if (command == "plot") return posenc::client::RunPlotCommand(args);

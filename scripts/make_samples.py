@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Writes the sample files the README's examples read, into DIR (default: the current
-directory), with Debian's python3-numpy:
+"""Writes the sample files the documentation's examples read into DIR (default: build/samples
+of this checkout, which git ignores), with Debian's python3-numpy:
 
   x.npy         embeddings [2, 16, 768] float32 (sinusoidal, learned)
   q.npy, k.npy  queries [1, 16, 28, 128] and GQA keys [1, 16, 4, 128] float32 (Qwen2.5-7B's
@@ -18,7 +18,8 @@ import numpy as np
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "."
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build", "samples")
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(0)
     samples = {

@@ -222,11 +222,11 @@ void LogStart(const posenc::ServerOptions& o, const posenc::PosencServer& server
               {{"version", posenc::kVersion},
                {"grpc", server.address()},
                {"metrics", metrics_address},
-               {"threads", std::to_string(o.threads)},
-               {"tables", std::to_string(o.tables.size())},
-               {"max_message_bytes", std::to_string(o.max_message_bytes)},
-               {"max_inflight_bytes", std::to_string(o.admission.max_inflight_bytes)},
-               {"max_concurrent_calls", std::to_string(o.admission.max_concurrent_calls)},
+               {"threads", o.threads},
+               {"tables", o.tables.size()},
+               {"max_message_bytes", o.max_message_bytes},
+               {"max_inflight_bytes", o.admission.max_inflight_bytes},
+               {"max_concurrent_calls", o.admission.max_concurrent_calls},
                {"shm", o.shm.enabled ? "on" : "off"},
                {"tls", o.tls_cert.empty() ? "off" : o.tls_client_ca.empty() ? "on" : "mutual"},
                {"shutdown_grace", absl::FormatDuration(absl::FromChrono(o.shutdown_grace))}});
@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
     int signal = 0;
     sigwait(&signals, &signal);
     posenc::Log(posenc::LogLevel::kInfo, "drain",
-                {{"signal", std::to_string(signal)},
+                {{"signal", signal},
                  {"grace", absl::FormatDuration(absl::FromChrono(options.shutdown_grace))}});
     (*server)->Shutdown(options.shutdown_grace);
   });

@@ -105,10 +105,21 @@ shm_target=127.0.0.1:$(sed -E 's/.*grpc=[^ ]+:([0-9]+) .*/\1/' <<<"$(grep listen
 "$build/client/posenc-client" encode --target="$shm_target" --scheme=rope --shape=1,4,2,8 \
   --key-shape=1,4,1,8 --seed=5 --shm --output="$work/shm.npy" --key-output="$work/shm_k.npy" >/dev/null ||
   fail "encode --shm"
+# A scheme without keys prints no key_output line.
+"$build/client/posenc-client" encode --target="$shm_target" --scheme=sinusoidal --shape=1,4,8 --shm \
+  >"$work/shm_sin" 2>&1 || { cat "$work/shm_sin"; fail "encode --shm (sinusoidal)"; }
+grep -q "^output: shape \[1,4,8\]" "$work/shm_sin" || { cat "$work/shm_sin"; fail "encode --shm printed no output line"; }
+! grep -q "key_output" "$work/shm_sin" || { cat "$work/shm_sin"; fail "encode --shm printed a key_output for sinusoidal"; }
 kill "$shm_pid"; wait "$shm_pid" || true
 cmp -s "$work/inline.npy" "$work/shm.npy" && cmp -s "$work/inline_k.npy" "$work/shm_k.npy" ||
   fail "encode --shm differs from inline"
 ! ls /dev/shm | grep -q posenc_cli_ || fail "encode --shm left its object in /dev/shm"
+
+# make_samples.py without a folder writes into build/samples, never into the current folder.
+mkdir "$work/cwd"
+(cd "$work/cwd" && /usr/bin/python3 "$src/scripts/make_samples.py" >/dev/null) || fail "make_samples.py"
+[ -z "$(ls -A "$work/cwd")" ] || fail "make_samples.py wrote into the current folder: $(ls "$work/cwd")"
+[ -f "$src/build/samples/x.npy" ] || fail "make_samples.py wrote no build/samples/x.npy"
 
 # plot: a PNG of the right size whose pixels follow the signs of sin/cos.
 cli plot --scheme=sinusoidal --length=16 --dim=8 --cell=2 --output="$work/pe.png" >/dev/null ||

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The server's log against a real posenc-server: JSON lines for start, every failed call
 # (method, code, message, request id, peer), drain and stop; --log_requests logs calls that
-# succeed too; a flood of failures is rate-limited. Usage: log_test.sh BUILD_DIR
+# succeed too; a flood of failures is rate-limited; numbers are JSON numbers; a busy port is
+# one line on stderr. Usage: log_test.sh BUILD_DIR
 set -euo pipefail
 build=${1:?build dir}
 work=$(mktemp -d)
@@ -37,6 +38,16 @@ first = failed[0]
 assert first["method"] == "Encode" and first["code"] == "NOT_FOUND", first
 assert first["request_id"] == "req-42" and "missing" in first["message"], first
 assert first["peer"].startswith("ipv4:127.0.0.1:"), first
+# Numbers are JSON numbers, text stays text.
+start = lines[0]
+for key in ("threads", "tables", "max_message_bytes", "max_inflight_bytes", "max_concurrent_calls"):
+    assert type(start[key]) is int, (key, start[key])
+assert start["threads"] == 1 and start["tables"] == 0, start
+assert isinstance(start["grace"] if "grace" in start else start["shutdown_grace"], str), start
+assert type(first["duration_ms"]) in (int, float) and first["duration_ms"] >= 0, first
+assert type(first["suppressed_before"]) is int, first
+drain = next(l for l in lines if l["event"] == "drain")
+assert type(drain["signal"]) is int and isinstance(drain["grace"], str), drain
 assert not any(l["event"] == "call" for l in lines), "a good call was logged without --log_requests"
 # At most 20 lines a second: bound the count by the seconds the failed-call lines span.
 import datetime
@@ -52,4 +63,14 @@ cli encode --scheme=sinusoidal --shape=1,4,8 >/dev/null || fail "good encode"
 stop
 grep -E ' INFO call method=Encode scheme=sinusoidal code=OK duration_ms=' "$work/log" >/dev/null ||
   fail "--log_requests did not log the call: $(cat "$work/log")"
+# A second server on a busy port: exit status 1 and one line naming the flag, no gRPC dump.
+start
+set +e
+"$build/server/posenc-server" --listen="$target" --metrics_listen= --threads=1 >"$work/busy_out" 2>"$work/busy_err"
+code=$?
+set -e
+stop
+[ "$code" = 1 ] || fail "a busy port should exit 1, got $code"
+[ "$(wc -l <"$work/busy_err")" = 1 ] || fail "a busy port printed more than one line: $(cat "$work/busy_err")"
+grep -q "^posenc-server: cannot listen on --listen=$target" "$work/busy_err" || fail "busy port: $(cat "$work/busy_err")"
 echo "log_test: ok"

@@ -68,12 +68,14 @@ void Log(LogLevel level, absl::string_view event, std::initializer_list<LogField
   if (json) {
     line = absl::StrCat("{\"ts\":\"", ts, "\",\"level\":\"", LevelName(level, true),
                         "\",\"event\":", Quote(event));
-    for (const auto& [key, value] : fields) absl::StrAppend(&line, ",", Quote(key), ":", Quote(value));
+    for (const LogField& f : fields) {
+      absl::StrAppend(&line, ",", Quote(f.key), ":", f.number ? f.value : Quote(f.value));
+    }
     line += "}\n";
   } else {
     line = absl::StrCat(ts, " ", LevelName(level, false), " ", event);
-    for (const auto& [key, value] : fields) {
-      absl::StrAppend(&line, " ", key, "=", NeedsQuotes(value) ? Quote(value) : value);
+    for (const LogField& f : fields) {
+      absl::StrAppend(&line, " ", f.key, "=", NeedsQuotes(f.value) ? Quote(f.value) : f.value);
     }
     line += "\n";
   }

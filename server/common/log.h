@@ -5,9 +5,12 @@
 //   Log(LogLevel::kWarning, "call_failed", {{"method", "Encode"}, {"code", "NOT_FOUND"}});
 //   text: 2026-12-01T08:44:17.123Z WARN call_failed method=Encode code=NOT_FOUND
 //   json: {"ts":"2026-12-01T08:44:17.123Z","level":"warn","event":"call_failed",...}
+// Numbers stay numbers in JSON: Log(..., {{"threads", 2}}) gives "threads":2.
 #pragma once
 
 #include <atomic>
+#include <cmath>
+#include <type_traits>
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
@@ -15,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace posenc {
@@ -27,7 +31,20 @@ void SetLogFormat(LogFormat format);
 // "text" or "json"; false for anything else.
 bool ParseLogFormat(absl::string_view name, LogFormat* format);
 
-using LogField = std::pair<absl::string_view, std::string>;
+// One key=value of a line. Integers and finite floating-point values are numbers in JSON
+// ({"threads":2}); everything else is a string ({"grace":"8s"}).
+struct LogField {
+  LogField(absl::string_view k, std::string v) : key(k), value(std::move(v)) {}
+  LogField(absl::string_view k, const char* v) : key(k), value(v) {}
+  template <typename T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool> &&
+                                             !std::is_same_v<T, char>, int> = 0>
+  LogField(absl::string_view k, T v)
+      : key(k), value(absl::StrCat(v)), number(std::is_integral_v<T> || std::isfinite(v)) {}
+
+  absl::string_view key;
+  std::string value;
+  bool number = false;
+};
 void Log(LogLevel level, absl::string_view event, std::initializer_list<LogField> fields);
 
 // At most `per_second` events a second pass; Allow() says whether this one does and, when it

@@ -200,11 +200,11 @@ void CallTracker::LogEnd(const TrackedCall& call, const grpc::Status& status, do
       {{"method", MethodName(call.method)},
        {"scheme", LabelName(call.scheme.load())},
        {"code", code >= 0 && code < 17 ? kCodes[code] : std::to_string(code)},
-       {"duration_ms", absl::StrCat(seconds * 1e3)},
+       {"duration_ms", seconds * 1e3},
        {"request_id", call.request_id},
        {"peer", call.peer},
        {"message", status.error_message()},
-       {"suppressed_before", std::to_string(suppressed)}});
+       {"suppressed_before", suppressed}});
 }
 
 void CallTracker::ArriveOther(const grpc::ServerContextBase* context) {

@@ -12,10 +12,14 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/support/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
@@ -229,6 +233,67 @@ void PosencServer::CreateServices(const ServerOptions& options) {
       "grpc.reflection.v1alpha.ServerReflection"});
 }
 
+namespace {
+
+// gRPC logs a port it cannot bind as a multi-line ERROR while BuildAndStart runs. While one
+// server starts, gRPC's log lines are held here; a failed start drops them (Listen's status
+// says what failed, in one line), otherwise they are written out when this goes.
+class HeldGrpcLog {
+ public:
+  HeldGrpcLog() { gpr_set_log_function(&HeldGrpcLog::Hold); }
+  ~HeldGrpcLog() {
+    gpr_set_log_function(nullptr);  // back to gRPC's default (stderr)
+    if (dropped_) {
+      Drop();
+    } else {
+      Release();
+    }
+  }
+  HeldGrpcLog(const HeldGrpcLog&) = delete;
+  HeldGrpcLog& operator=(const HeldGrpcLog&) = delete;
+
+  // Forgets the held lines, and any held from now on.
+  void Drop() {
+    dropped_ = true;
+    std::lock_guard<std::mutex> lock(mu());
+    held().clear();
+  }
+
+ private:
+  // Writes the held lines through gRPC's log, then forgets them (called with the default
+  // log function back in place).
+  void Release() {
+    std::vector<Line> lines;
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      lines.swap(held());
+    }
+    for (const Line& l : lines) gpr_log(l.file.c_str(), l.line, l.severity, "%s", l.message.c_str());
+  }
+  bool dropped_ = false;
+  struct Line {
+    std::string file;
+    int line;
+    gpr_log_severity severity;
+    std::string message;
+  };
+  static std::mutex& mu() {
+    static std::mutex* m = new std::mutex;
+    return *m;
+  }
+  static std::vector<Line>& held() {
+    static auto* lines = new std::vector<Line>;
+    return *lines;
+  }
+  static void Hold(gpr_log_func_args* args) {
+    std::lock_guard<std::mutex> lock(mu());
+    held().push_back({args->file ? args->file : "", args->line, args->severity,
+                      args->message ? args->message : ""});
+  }
+};
+
+}  // namespace
+
 absl::Status PosencServer::Listen(const ServerOptions& options,
                                   const std::shared_ptr<grpc::ServerCredentials>& credentials) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -244,12 +309,14 @@ absl::Status PosencServer::Listen(const ServerOptions& options,
     builder.RegisterService(service);
   }
   const bool unix_socket = absl::StartsWith(options.listen, "unix:");
+  HeldGrpcLog held_log;
   {
     SocketUmask umask_for_bind(unix_socket, options.listen_socket_mode);
     server_ = builder.BuildAndStart();
   }
   const bool abstract_socket = absl::StartsWith(options.listen, "unix-abstract:");
   if (!server_ || (!unix_socket && !abstract_socket && bound_port == 0)) {
+    held_log.Drop();
     server_.reset();
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on --listen=", options.listen,

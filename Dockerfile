@@ -1,7 +1,9 @@
 # posenc-server as a small runtime image: built with Debian 12's packages, then only the
 # binaries, the shared libraries they load and busybox go into an otherwise empty image
 # (deploy/docker/rootfs.sh).
-#   docker build -t posenc:dev .            (or podman build)
+#   docker build -t posenc:dev .
+#   podman build --format docker -t posenc:dev .   (podman's default OCI format has no
+#                                                   HEALTHCHECK: it would be dropped)
 #   docker run --rm -p 50051:50051 -p 8000:8000 -p 127.0.0.1:9464:9464 posenc:dev
 # The server drains within --shutdown_grace (8 s), inside docker/podman stop's default 10 s.
 FROM debian:bookworm-slim AS build
@@ -13,6 +15,7 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
+COPY cmake cmake
 COPY proto proto
 COPY server server
 COPY client client

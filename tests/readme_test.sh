@@ -5,8 +5,9 @@
 #   ```python blocks  run with the venv an earlier sh block made (pip install), else with
 #                     /usr/bin/python3 over the build tree's package
 #   ```js blocks      run with node in the folder where an sh block ran npm install
-#   other fences (console, cpp, cmake, json, ...) are shown, not run: `console` marks
-#   commands that set up machines, need other services or run for minutes.
+#   other fences (console, py, cpp, cmake, json, ...) are shown, not run: `console` marks
+#   commands that set up machines, need other services or run for minutes, `py` Python
+#   that is a sketch (it names the user's own files or arrays).
 # Blocks run in order in a copy of the checkout (its build/ is BUILD_DIR), with
 # 127.0.0.1:50051 replaced by the server's address and /tmp/ by a private folder. Without
 # node/npm, or when npm can reach neither its cache nor its registry, npm lines and js

@@ -106,7 +106,7 @@ absl::Status ParseConfig(const Parameters& params, const std::string& model,
   const auto status = google::protobuf::util::JsonStringToMessage(*json, message, options);
   if (status.ok()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "parameter 'config' is not a ", message->GetDescriptor()->name(),
+      "parameter 'config' is not a ", message->GetDescriptor()->full_name(),
       " message in protobuf JSON (model '", model, "'): ", std::string(status.message())));
 }
 

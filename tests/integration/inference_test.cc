@@ -611,7 +611,8 @@ std::vector<BadCase> BadCases() {
   cases.push_back({"bf16 typed", r, grpc::StatusCode::INVALID_ARGUMENT, "raw_input_contents"});
   r = good();
   SetParameter(r, "config", "{\"base\": ");
-  cases.push_back({"bad config JSON", r, grpc::StatusCode::INVALID_ARGUMENT, "'config'"});
+  cases.push_back({"bad config JSON", r, grpc::StatusCode::INVALID_ARGUMENT,
+                   "parameter 'config' is not a posenc.v1."});  // the message's full name
   r = good();
   SetParameter(r, "config", "{\"bass\": 10}");
   cases.push_back({"unknown config field", r, grpc::StatusCode::INVALID_ARGUMENT, "'config'"});

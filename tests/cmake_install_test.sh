@@ -21,7 +21,7 @@ done
 grep -q 'CMAKE_INSTALL_PREFIX:PATH=/usr/local$' "$build/CMakeCache.txt" \
   || echo "NOTE: $build is configured with another CMAKE_INSTALL_PREFIX than /usr/local"
 
-"$prefix/bin/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/server.out" 2>&1 &
+"$prefix/bin/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen= --threads=1 >"$work/server.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q " listening " "$work/server.out" && break; sleep 0.1; done
 target=$(grep -m1 " listening " "$work/server.out" | sed -E 's/.* grpc=([^ ]+) .*/\1/')

@@ -66,7 +66,7 @@ grep -E ' INFO call method=Encode scheme=sinusoidal code=OK duration_ms=' "$work
 # A second server on a busy port: exit status 1 and one line naming the flag, no gRPC dump.
 start
 set +e
-"$build/server/posenc-server" --listen="$target" --metrics_listen= --threads=1 >"$work/busy_out" 2>"$work/busy_err"
+"$build/server/posenc-server" --listen="$target" --metrics_listen= --http_listen= --threads=1 >"$work/busy_out" 2>"$work/busy_err"
 code=$?
 set -e
 stop

@@ -9,7 +9,8 @@
 #   commands that set up machines, need other services or run for minutes, `py` Python
 #   that is a sketch (it names the user's own files or arrays).
 # Blocks run in order in a copy of the checkout (its build/ is BUILD_DIR), with
-# 127.0.0.1:50051 replaced by the server's address and /tmp/ by a private folder. Without
+# 127.0.0.1:50051 replaced by the server's gRPC address, localhost:8000 by its HTTP address
+# and /tmp/ by a private folder. Without
 # node/npm, or when npm can reach neither its cache nor its registry, npm lines and js
 # blocks are skipped with a note.
 # Usage: readme_test.sh BUILD_DIR SOURCE_DIR [FILE]   (FILE: README.md, or e.g. docs/schemes.md)
@@ -26,11 +27,13 @@ mkdir -p "$work/repo" "$work/tmp" "$work/bin"
 (cd "$src" && git ls-files -co --exclude-standard -z | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$work/repo"
 ln -s "$build" "$work/repo/build"
 
-"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --threads=1 >"$work/server.out" 2>&1 &
+"$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen=127.0.0.1:0 \
+  --threads=1 >"$work/server.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q " listening " "$work/server.out" && break; sleep 0.1; done
 target=$(grep -m1 " listening " "$work/server.out" | sed -E 's/.* grpc=([^ ]+) .*/\1/')
-[ -n "$target" ] || { cat "$work/server.out"; fail "the server did not start"; }
+http=$(grep -m1 " listening " "$work/server.out" | sed -E 's/.* http=([^ ]+).*/\1/')
+[ -n "$target" ] && [ -n "$http" ] || { cat "$work/server.out"; fail "the server did not start"; }
 printf '#!/usr/bin/env bash\nexec %q --target=%q "$@"\n' "$build/client/posenc-client" "$target" >"$work/bin/posenc-client"
 chmod +x "$work/bin/posenc-client"
 
@@ -40,9 +43,9 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 
 # The blocks, numbered, as files: $work/blocks/NNN.LANG
-/usr/bin/python3 - "$src/$doc" "$work/blocks" "$target" "$work/tmp/" <<'PY'
+/usr/bin/python3 - "$src/$doc" "$work/blocks" "$target" "$work/tmp/" "$http" <<'PY'
 import os, re, sys
-readme, out, target, tmp = sys.argv[1:]
+readme, out, target, tmp, http = sys.argv[1:]
 os.makedirs(out)
 n = 0
 for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", open(readme).read(), re.M | re.S):
@@ -50,6 +53,7 @@ for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", open(readme).read(), re.M 
         continue
     n += 1
     body = body.replace("127.0.0.1:50051", target).replace("/tmp/", tmp)
+    body = body.replace("localhost:8000", http)
     open(os.path.join(out, "%03d.%s" % (n, lang)), "w").write(body)
 print("readme_test: %d blocks of %s to run" % (n, readme))
 PY

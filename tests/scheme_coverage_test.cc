@@ -1,7 +1,7 @@
 // Every registered scheme is covered: docs/architecture.md's "Scheme coverage" table has
 // its row, naming a reference test that exists, a fuzz seed that selects the scheme, and a
-// documentation file that names it; the README's Open Inference Protocol model table has a
-// row for its model. Data-driven: a new scheme passes by adding its row and files, never by
+// documentation file that names it; docs/protocols.md's Open Inference Protocol model table
+// has a row for its model. Data-driven: a new scheme passes by adding its row and files, never by
 // editing this test.
 #include <fstream>
 #include <map>
@@ -121,7 +121,7 @@ TEST(SchemeCoverageTest, EveryRegisteredSchemeHasAReferenceTestSeedAndDocumentat
 
 TEST(SchemeCoverageTest, EveryRegisteredSchemeHasAnOipModelRow) {
   std::string readme;
-  ASSERT_TRUE(Read("README.md", &readme));
+  ASSERT_TRUE(Read("docs/protocols.md", &readme));
   for (const SchemeDescriptor& s : Schemes()) {
     SCOPED_TRACE(s.name);
     ASSERT_FALSE(s.model.outputs.empty());
@@ -136,7 +136,7 @@ TEST(SchemeCoverageTest, EveryRegisteredSchemeHasAnOipModelRow) {
       found = std::find(names.begin(), names.end(), s.name) != names.end() &&
               line.find(output) != std::string::npos;
     }
-    EXPECT_TRUE(found) << "README.md's Open Inference Protocol model table has no row naming `"
+    EXPECT_TRUE(found) << "docs/protocols.md's Open Inference Protocol model table has no row naming `"
                        << s.name << "` and its output " << output;
   }
 }

@@ -24,9 +24,10 @@ fi
 [ -n "${CONTAINER_IMAGE:-}" ] || "$engine" build "${build_flags[@]}" -t "$tag" . >/tmp/posenc-container-build.log
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mport=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+hport=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 name=posenc-test-$$
 "${run[@]}" run -d --name "$name" --network host "$tag" \
-  --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$mport >/dev/null
+  --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$mport --http_listen=127.0.0.1:$hport >/dev/null
 trap '"${run[@]}" rm -f "$name" >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$mport/metrics" >/dev/null && break; sleep 0.2; done
 cli=build/client/posenc-client
@@ -34,6 +35,7 @@ cli=build/client/posenc-client
 $cli health --target=127.0.0.1:$port
 $cli list --target=127.0.0.1:$port | sed -n 1,3p
 $cli encode --target=127.0.0.1:$port --shape=1,8,16 >/dev/null
+curl -sf "http://127.0.0.1:$hport/v2/health/ready" >/dev/null || { echo "FAIL: HTTP /v2/health/ready"; exit 1; }
 curl -sf "http://127.0.0.1:$mport/metrics" >/tmp/posenc-container-metrics.txt
 grep -Eq '^posenc_requests_total\{code="OK",method="Encode",scheme="sinusoidal"\} [1-9]' /tmp/posenc-container-metrics.txt
 # The image's HEALTHCHECK follows --listen (not :50051).

@@ -4,9 +4,11 @@ cluster: parses every manifest, renders each overlay (with `kubectl kustomize` w
 installed, and always with the small strategic-merge renderer below, and requires both to
 agree), then checks the Pod Security "restricted" fields, probes, resources, ports, the
 HPA/PDB/PodMonitor wiring, the grace period against --shutdown_grace, and that every flag
-passed to posenc-server exists in its --help. Finally it starts the real posenc-server with
-each overlay's rendered args (addresses moved to loopback / a temporary socket) and runs the
-overlay's probes against it: gRPC health "" and "liveness", or the sidecar's exec probes.
+passed to posenc-server (as an arg, or as a POSENC_* variable of the container's environment)
+exists in its --help; args hold no $(VAR), which podman kube play does not expand. Finally it
+starts the real posenc-server with each overlay's rendered args (addresses moved to loopback /
+a temporary socket) and environment, checks that the POSENC_* settings reached it, and runs
+the overlay's probes against it: gRPC health "" and "liveness", or the sidecar's exec probes.
 
 Usage: manifests_test.py BUILD_DIR SOURCE_DIR. Exit 0 pass, 1 fail.
 """
@@ -126,21 +128,29 @@ def duration_seconds(text):
     return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, None: 1}[m.group(2)]
 
 
-def posenc_args(container, configmaps):
-    """The container's args with $(VAR) expanded from its envFrom ConfigMaps and env."""
+def container_env(container, configmaps):
+    """The environment a kubelet gives the container: its envFrom ConfigMaps, then env."""
     env = {}
     for source in container.get("envFrom", []):
         name = source.get("configMapRef", {}).get("name")
         if check(name in configmaps, "envFrom ConfigMap %s is not rendered" % name):
             env.update(configmaps[name].get("data", {}))
     env.update({e["name"]: e.get("value", "") for e in container.get("env", [])})
-    out = []
-    for arg in container.get("args", []):
-        for var in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", arg):
-            check(var in env, "arg %s: $(%s) is not defined" % (arg, var))
-            arg = arg.replace("$(%s)" % var, env.get(var, ""))
-        out.append(arg)
-    return out
+    return env
+
+
+def posenc_args(container):
+    """The container's args; none may hold $(VAR), which podman kube play leaves as is."""
+    args = container.get("args", [])
+    for arg in args:
+        check("$(" not in arg, "arg %s: $(VAR) is expanded by a kubelet but not by podman; "
+              "set the flag through a POSENC_* variable instead" % arg)
+    return args
+
+
+def env_flags(env):
+    """The flags posenc-server reads from POSENC_* variables (POSENC_CACHE_BYTES: cache_bytes)."""
+    return {k[len("POSENC_"):].lower(): v for k, v in env.items() if k.startswith("POSENC_")}
 
 
 def flag_map(args):
@@ -177,10 +187,13 @@ def check_security(where, pod):
                 check(what in res.get(kind, {}), "%s: resources.%s.%s" % (name, kind, what))
 
 
-def check_posenc(where, pod, posenc, flags, help_flags):
+def check_posenc(where, pod, annotations, posenc, flags, help_flags):
     ports = {p["name"]: p["containerPort"] for p in posenc.get("ports", [])}
-    check(ports.get("metrics") == int(flags.get("metrics_listen", ":0").rsplit(":", 1)[1]),
-          "%s: port 'metrics' must be --metrics_listen's" % where)
+    metrics_port = int(flags.get("metrics_listen", ":0").rsplit(":", 1)[1])
+    annotated = annotations.get("prometheus.io/port")
+    check(ports.get("metrics", annotated and int(annotated)) == metrics_port,
+          "%s: port 'metrics' (or the prometheus.io/port annotation) must be --metrics_listen's"
+          % where)
     http = flags.get("http_listen", "0.0.0.0:8000")
     if http and not http.startswith("127."):
         check(ports.get("http") == int(http.rsplit(":", 1)[1]),
@@ -264,13 +277,23 @@ def check_scaling(where, docs, pod_labels, deployment):
 
 
 # -- the real server with each overlay's args -------------------------------------------
-def run_server(build, where, flags, probes):
-    """Starts posenc-server with `flags` (addresses already moved), runs each probe command
-    (argv lists), then SIGTERM; every probe and the exit must succeed."""
+def run_server(build, where, flags, env, probes):
+    """Starts posenc-server with `flags` (addresses already moved) as args and the
+    container's environment `env`, checks that the start line shows the POSENC_* settings,
+    runs each probe command (argv lists), then SIGTERM; every probe and the exit must
+    succeed. The settings the start line shows are set to values unlike the server's
+    defaults (threads 1, half the message limit, a 7 s grace), so that the check sees the
+    variables' names read, not defaults that happen to be equal."""
+    env = dict(env)
+    for name, value in (("POSENC_THREADS", "1"), ("POSENC_SHUTDOWN_GRACE", "7s"),
+                        ("POSENC_MAX_MESSAGE_BYTES", str(int(env.get("POSENC_MAX_MESSAGE_BYTES", 0) or 0) // 2))):
+        if name in env:
+            env[name] = value
     args = [os.path.join(build, "server", "posenc-server")] + [
         "--%s=%s" % kv for kv in flags.items()]
     with tempfile.TemporaryFile("w+") as out:
-        server = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, text=True)
+        server = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                  env=dict(os.environ, **env))
         try:
             line = ""
             for _ in range(100):
@@ -283,6 +306,12 @@ def run_server(build, where, flags, probes):
                          % (where, line.strip())):
                 return
             grpc_address = re.search(r" grpc=(\S+)", line).group(1)
+            for name in ("threads", "max_message_bytes", "shutdown_grace"):
+                value = env_flags(env).get(name)
+                if value is not None and name not in flags:
+                    check(re.search(r" %s=%s( |$)" % (name, re.escape(value)), line, re.M),
+                          "%s: POSENC_%s=%s did not reach the server: %s"
+                          % (where, name.upper(), value, line.strip()))
             for probe in probes:
                 argv = [a.replace("@GRPC@", grpc_address) for a in probe]
                 result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
@@ -294,7 +323,7 @@ def run_server(build, where, flags, probes):
         check(code == 0, "%s: posenc-server exited %s after SIGTERM" % (where, code))
 
 
-def exercise(build, where, flags, posenc, sidecar, tmp):
+def exercise(build, where, flags, env, posenc, sidecar, tmp):
     flags = dict(flags, metrics_listen="127.0.0.1:0", http_listen="127.0.0.1:0")
     cli = os.path.join(build, "client", "posenc-client")
     if sidecar:
@@ -309,7 +338,7 @@ def exercise(build, where, flags, posenc, sidecar, tmp):
         flags["listen"] = "127.0.0.1:0"
         probes = [[cli, "health", "--target=@GRPC@", "--service=" + posenc[p]["grpc"]["service"]]
                   for p in ("readinessProbe", "livenessProbe")]
-    run_server(build, where, flags, probes)
+    run_server(build, where, flags, env, probes)
 
 
 def main():
@@ -336,8 +365,11 @@ def main():
                   overlay + ": selector does not match the pod's labels")
             check_security(overlay, pod)
             posenc = next(c for c in pod["containers"] if c["name"] == "posenc")
-            flags = flag_map(posenc_args(posenc, configmaps))
-            check_posenc(overlay, pod, posenc, flags, help_flags)
+            env = container_env(posenc, configmaps)
+            args_flags = flag_map(posenc_args(posenc))
+            flags = dict(env_flags(env), **args_flags)  # a flag on the command line wins
+            annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+            check_posenc(overlay, pod, annotations, posenc, flags, help_flags)
             sidecar = overlay.endswith("sidecar")
             if sidecar:
                 check_sidecar(overlay, pod, posenc, flags)
@@ -347,7 +379,7 @@ def main():
             if overlay.endswith("standalone"):
                 check_scaling(overlay, docs, labels, deployment)
             if not failures:
-                exercise(build, overlay, flags, posenc, sidecar, tmp)
+                exercise(build, overlay, args_flags, env, posenc, sidecar, tmp)
     for f in failures:
         print("FAIL:", f)
     if failures:

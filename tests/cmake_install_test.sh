@@ -6,7 +6,7 @@
 # Usage: cmake_install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=${1:?build dir}
-src=${2:?source dir}
+src=$(cd "${2:?source dir}" && pwd)
 work=$(mktemp -d)
 cleanup() { [ -n "${pid:-}" ] && kill -TERM "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -34,7 +34,13 @@ target=$(grep -m1 " listening " "$work/server.out" | sed -E 's/.* grpc=([^ ]+) .
 if "$prefix/bin/posenc-client" --shape=1,2,3 encode >"$work/usage" 2>&1; then fail "a command flag before the command was accepted"; fi
 grep -q "comes before the command" "$work/usage" || { cat "$work/usage"; fail "no message for a flag before the command"; }
 
-# The consumer sees only the installed tree (and the system's packages).
+# The consumer sees only the installed tree (and the system's packages). A sanitizer build's
+# libraries need the sanitizer runtime at the consumer's link: that build checks the rest,
+# the normal build builds the consumer.
+if grep -q '^POSENC_SANITIZE:BOOL=ON$' "$build/CMakeCache.txt"; then
+  echo "PASS: cmake --install gives posenc-server, posenc-client and the package files (the consumer is built by the normal build)"
+  exit 0
+fi
 cmake -S "$src/tests/install_consumer" -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configuring the consumer"; }
 ninja -C "$work/consumer" >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "building the consumer"; }

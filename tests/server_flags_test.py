@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""posenc-server's flags: every flag --help lists is in the README's flags table and the
+"""posenc-server's flags: every flag --help lists is in docs/operations.md's flags table and the
 other way round, and each can come from the environment as POSENC_<NAME> with the command
 line winning. Usage: server_flags_test.py BUILD_DIR SOURCE_DIR"""
 import os
@@ -31,16 +31,16 @@ help_text = run(["--help"], {}).stdout
 help_flags = set(re.findall(r"^  --([a-z_]+)", help_text, re.M))
 check(len(help_flags) >= 20, f"--help lists {len(help_flags)} flags")
 
-readme = open(os.path.join(source, "README.md"), encoding="utf-8").read()
-section = readme.split("## Flags of posenc-server", 1)[1].split("\n## ", 1)[0]
+readme = open(os.path.join(source, "docs", "operations.md"), encoding="utf-8").read()
+section = readme.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
 readme_flags = set()
 for line in section.splitlines():
     if line.startswith("| `--"):
         readme_flags.update(re.findall(r"`--([a-z_]+)`", line.split("|")[1]))
 check(help_flags - readme_flags == set(),
-      f"every --help flag is in the README table (missing: {sorted(help_flags - readme_flags)})")
+      f"every --help flag is in the docs/operations.md table (missing: {sorted(help_flags - readme_flags)})")
 check(readme_flags - help_flags == set(),
-      f"every README flag is in --help (missing: {sorted(readme_flags - help_flags)})")
+      f"every docs/operations.md flag is in --help (missing: {sorted(readme_flags - help_flags)})")
 
 # A bad value from the environment names the variable and exits 2.
 bad = run([], {"POSENC_THREADS": "x"})

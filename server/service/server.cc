@@ -359,7 +359,8 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     health_->Set("", progressing);
     health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
     // Regions of clients whose connection is gone are released (once a second).
-    if (shm_->enabled() && ++ticks % 10 == 0 && shm_->regions() > 0) {
+    ++ticks;
+    if (shm_->enabled() && ticks % 10 == 0 && shm_->regions() > 0) {
       const auto seen_at = std::chrono::steady_clock::now();
       if (std::optional<std::set<std::string>> peers = ConnectedPeers()) {
         shm_->ReleaseOwnersExcept(*peers, seen_at);
@@ -374,10 +375,12 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
       metrics_->SetTransportFailedCalls(calls.started - tracker_->arrivals() - uploading);
     }
     health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
-    // glibc keeps freed large buffers in its arenas; hand them back when idle.
+    // glibc keeps freed large buffers in its arenas; hand them back when idle: after calls
+    // ran, and every 10 s anyway (the transport frees memory too, e.g. after a flood of
+    // streams or headers that no call saw).
     if (admission_->inflight_calls() > 0) {
       busy_since_trim = true;
-    } else if (busy_since_trim) {
+    } else if (busy_since_trim || ticks % 100 == 0) {
       malloc_trim(0);
       busy_since_trim = false;
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws the README's pictures with `posenc-client plot` against a real posenc-server, so
+# Draws the pictures of docs/schemes.md (docs/images/) with `posenc-client plot` against a real posenc-server, so
 # they always show what the server computes. Usage: scripts/make_pictures.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

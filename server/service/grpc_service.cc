@@ -82,18 +82,18 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
 
 }  // namespace
 
-// The request messages are ours until Finish: the handlers work in place on their tensor
-// bytes and move them into the responses, hence the const_casts.
+// The request messages are the service's (OwnedMessages) until the call is done: the
+// handlers work in place on their tensor bytes and move them into the responses.
 grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
-                                                            const v1::EncodeRequest* request,
+                                                            const v1::EncodeRequest*,
                                                             v1::EncodeResponse* response) {
+  v1::EncodeRequest* request = decltype(encode_messages_)::RequestOf(context);
   return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
                     response, [this, context, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
-                      return ToGrpcStatus(
-                          handlers_.Encode(*const_cast<v1::EncodeRequest*>(request), *response,
-                                           &scheme, SharedMemoryOwner(context)),
-                          request->request_id());
+                      return ToGrpcStatus(handlers_.Encode(*request, *response, &scheme,
+                                                           SharedMemoryOwner(context)),
+                                          request->request_id());
                     });
 }
 
@@ -144,15 +144,14 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
-    grpc::CallbackServerContext* context, const v1::BiasRequest* request,
-    v1::BiasResponse* response) {
+    grpc::CallbackServerContext* context, const v1::BiasRequest*, v1::BiasResponse* response) {
+  v1::BiasRequest* request = decltype(bias_messages_)::RequestOf(context);
   return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
                     response, [this, context, request, response](const CancelCheck&) {
                       SchemeLabel scheme;
-                      return ToGrpcStatus(
-                          handlers_.AttentionBias(*const_cast<v1::BiasRequest*>(request),
-                                                  *response, &scheme, SharedMemoryOwner(context)),
-                          request->request_id());
+                      return ToGrpcStatus(handlers_.AttentionBias(*request, *response, &scheme,
+                                                                  SharedMemoryOwner(context)),
+                                          request->request_id());
                     });
 }
 
@@ -176,15 +175,13 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
-    grpc::CallbackServerContext* context, const v1::GraphRequest* request,
-    v1::GraphResponse* response) {
+    grpc::CallbackServerContext* context, const v1::GraphRequest*, v1::GraphResponse* response) {
+  v1::GraphRequest* request = decltype(graph_messages_)::RequestOf(context);
   return runner_.ServeUnary(context, LabelOf(*request), request->request_id(),
                     CostOf(*request), response,
                     [this, request, response](const CancelCheck& cancelled) {
-                      return ToGrpcStatus(
-                          handlers_.GraphEncode(*const_cast<v1::GraphRequest*>(request),
-                                                *response, cancelled),
-                          request->request_id());
+                      return ToGrpcStatus(handlers_.GraphEncode(*request, *response, cancelled),
+                                          request->request_id());
                     });
 }
 

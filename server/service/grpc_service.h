@@ -6,6 +6,7 @@
 
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/service/call_runner.h"
+#include "server/service/owned_messages.h"
 #include "server/service/request_handlers.h"
 
 namespace posenc {
@@ -14,7 +15,11 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
  public:
   // REQUIRES: every runtime member is non-null.
   PositionalEncodingService(const ServiceState& state, const ServiceRuntime& runtime)
-      : handlers_(state), runner_(runtime, state.max_message_bytes) {}
+      : handlers_(state), runner_(runtime, state.max_message_bytes) {
+    SetMessageAllocatorFor_Encode(&encode_messages_);
+    SetMessageAllocatorFor_AttentionBias(&bias_messages_);
+    SetMessageAllocatorFor_GraphEncode(&graph_messages_);
+  }
 
   // Requests an EncodeStream keeps read ahead of its writes; a client that does not read
   // makes the server stop reading, so memory per stream stays bounded.
@@ -36,8 +41,7 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
   grpc::ServerUnaryReactor* GraphEncode(grpc::CallbackServerContext* context,
                                         const v1::GraphRequest* request,
                                         v1::GraphResponse* response) override;
-  // Shared memory: placeholders until the registry (server/shm) is wired in; they answer
-  // FAILED_PRECONDITION.
+  // Shared memory: the region registry (server/shm); FAILED_PRECONDITION without --shm.
   grpc::ServerUnaryReactor* RegisterSharedMemory(
       grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
       v1::RegisterSharedMemoryResponse* response) override;
@@ -54,6 +58,10 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
  private:
   RequestHandlers handlers_;
   const CallRunner runner_;
+  // The unary rpcs that work in place own their messages (owned_messages.h).
+  OwnedMessages<v1::EncodeRequest, v1::EncodeResponse> encode_messages_;
+  OwnedMessages<v1::BiasRequest, v1::BiasResponse> bias_messages_;
+  OwnedMessages<v1::GraphRequest, v1::GraphResponse> graph_messages_;
 };
 
 }  // namespace posenc

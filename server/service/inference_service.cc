@@ -74,7 +74,9 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const grp
 InferenceService::InferenceService(const ServiceState& state, const ServiceRuntime& runtime,
                                    const InferenceServiceOptions& options)
     : handlers_(state), runner_(runtime, state.max_message_bytes), options_(options),
-      convert_(ConvertOptions{options.shm_enabled}) {}
+      convert_(ConvertOptions{options.shm_enabled}) {
+  SetMessageAllocatorFor_ModelInfer(&infer_messages_);
+}
 
 absl::StatusOr<CallCost> InferenceService::CostOfNative(const NativeRequest& native) {
   switch (KindOf(*native.model)) {
@@ -111,13 +113,13 @@ grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& can
   return ToGrpcStatus(status, native.id);
 }
 
-// The request message is ours until Finish: its raw bytes move into the native request,
-// hence the const_cast.
+// The request message is the service's (OwnedMessages) until the call is done: its raw
+// bytes move into the native request.
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const ModelInferRequest* request,
+                                                       const ModelInferRequest*,
                                                        ModelInferResponse* response) {
-  absl::StatusOr<std::unique_ptr<NativeRequest>> native =
-      ToNativeRequest(*const_cast<ModelInferRequest*>(request), convert_);
+  ModelInferRequest* request = decltype(infer_messages_)::RequestOf(context);
+  absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(*request, convert_);
   absl::StatusOr<CallCost> cost =
       native.ok() ? CostOfNative(**native) : WithId(native.status(), request->id());
   if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);

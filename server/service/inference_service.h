@@ -11,6 +11,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/service/call_runner.h"
 #include "server/service/inference_convert.h"
+#include "server/service/owned_messages.h"
 #include "server/service/request_handlers.h"
 
 namespace posenc {
@@ -113,6 +114,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   const CallRunner runner_;
   const InferenceServiceOptions options_;
   const ConvertOptions convert_;
+  // ModelInfer takes its request's bytes, so it owns its messages (owned_messages.h).
+  OwnedMessages<inference::ModelInferRequest, inference::ModelInferResponse> infer_messages_;
 };
 
 }  // namespace posenc

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "inference/model_config.pb.h"
+#include "server/common/client_text.h"
 #include "server/common/status_macros.h"
 #include "server/service/ordered_stream.h"
 #include "server/service/proto_convert.h"
@@ -32,7 +33,8 @@ bool IsGraphModel(const std::string& model_name) {
 // A conversion error names the request, as native errors do.
 absl::Status WithId(const absl::Status& status, const std::string& id) {
   if (id.empty() || status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat("request ", id, ": ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat("request ", Elide(id), ": ", status.message()));
 }
 
 // The lane a streamed request runs in, judged before it is converted: its size, or a graph

@@ -424,6 +424,37 @@ TEST_F(InferenceTest, RequestedOutputsComeInTheirOrder) {
   EXPECT_EQ(OutputNames(got.response), std::vector<std::string>{"key_output"});
 }
 
+// A client's strings are bounded before they cost anything: the same output twice is
+// refused naming it; a huge positions JSON is refused before it is parsed; a 1 MiB id is
+// echoed cut short, so the real code reaches the client (not oversized metadata).
+TEST_F(InferenceTest, DuplicateOutputsHugeJsonAndHugeIdsAreRefusedCleanly) {
+  ModelInferRequest twice = Request("sinusoidal");
+  AddRaw(twice, "input", "FP32", {2, 4}, Bytes(std::vector<float>(8, 1.0f)));
+  twice.add_outputs()->set_name("output");
+  twice.add_outputs()->set_name("output");
+  InferResult got = Infer(twice);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(got.status.error_message().find("output 'output' is requested more than once"),
+            std::string::npos)
+      << got.status.error_message();
+
+  ModelInferRequest json = Request("sinusoidal");
+  AddRaw(json, "input", "FP32", {2, 4}, Bytes(std::vector<float>(8, 1.0f)));
+  std::string positions = "{\"ids\": [";
+  while (positions.size() < (size_t{2} << 20)) positions += "1, ";
+  positions += "1]}";
+  (*json.mutable_parameters())["positions"].set_string_param(positions);
+  got = Infer(json);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(got.status.error_message().find("parameter 'positions' is"), std::string::npos)
+      << got.status.error_message().substr(0, 200);
+
+  ModelInferRequest huge_id = Request("no_such_model", std::string(1 << 20, 'x'));
+  got = Infer(huge_id);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::NOT_FOUND) << got.status.error_message().size();
+  EXPECT_LT(got.status.error_message().size(), 2048u);
+}
+
 TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
   const std::vector<std::string> models = {"sinusoidal", "learned",  "rope", "hierarchical",
                                            "continuous", "alibi",    "t5",   "graph_laplacian",

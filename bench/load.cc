@@ -701,7 +701,9 @@ json ShmRow(size_t payload, int concurrency, const CellResult& shm, const CellRe
 // one run: each worker rotates its own slice of one region in place.
 json RunShm(const Options& o) {
   ChildServer posenc("posenc-server --shm", ServerArgs(o, {"--shm"}));
-  const auto channels = Channels(posenc.address());
+  // A region belongs to the connection that registered it, so every worker of these cells
+  // shares that one connection (inline too, so both sides pay the same transport).
+  const std::vector<std::shared_ptr<grpc::Channel>> channels = {MakeChannel(posenc.address())};
   auto stub = v1::PositionalEncoding::NewStub(channels[0]);
   json results = json::array();
   for (size_t payload : Payloads(o)) {

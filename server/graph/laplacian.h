@@ -1,7 +1,8 @@
 // Laplacian eigenvector positional encodings of graph nodes (GraphEncode): the k smallest
 // non-trivial eigenvectors of L = D - A or I - D^-1/2 A D^-1/2. Pure function; thread-safe;
-// the result owns its buffers. Dense eigensolver for small components, Lanczos (Spectra) on
-// a shift-inverted or shifted operator for large ones.
+// the result owns its buffers. A dense eigensolver for small components; for large ones,
+// Lanczos (Spectra) on the inverse of L + sigma I when its sparse factor fits the fill
+// budget, else on a Chebyshev-filtered operator (its answer checked), else on cI - L.
 //
 //   GraphSpec spec{/*num_nodes=*/4, edges, /*k=*/2, /*normalized=*/false};
 //   ASSIGN_OR_RETURN(GraphEncoding enc, ComputeLaplacianEncoding(spec, GraphLimits()));

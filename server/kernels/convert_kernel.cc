@@ -98,8 +98,8 @@ Reorder FindReorder(const Rect& r) {
       const dnnl::engine& engine = *onednn::Engine();
       const dnnl::reorder::primitive_desc pd(engine, Desc(r.src_type, r, r.src_stride), engine,
                                              Desc(r.dst_type, r, r.dst_stride), attr);
-      // Only a JIT reorder: oneDNN's generic "simple:any" one ran 0.5 GB/s for float32 to
-      // bfloat16 at AVX2, 170x slower than the vector code.
+      // Only a JIT reorder: oneDNN's generic "simple:any" one is far slower than the vector
+      // code (docs/performance.md, "Kernel choices"), which then runs instead.
       if (std::strncmp(pd.impl_info_str(), "jit", 3) != 0) return nullptr;
       return std::make_shared<const dnnl::reorder>(pd);
     } catch (const std::exception&) {

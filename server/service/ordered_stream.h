@@ -46,13 +46,16 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
                        OnFinish on_finish = nullptr, grpc::Status refuse = grpc::Status::OK)
       : window_(window), handler_(std::move(handler)), schedule_(std::move(schedule)),
         on_finish_(std::move(on_finish)) {
-    std::lock_guard<std::mutex> lock(mu_);
     if (!refuse.ok()) {
-      final_status_ = refuse;
-      reads_done_ = true;
-      MaybeFinishLocked();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        final_status_ = refuse;
+        reads_done_ = true;
+      }
+      MaybeFinish();
       return;
     }
+    std::lock_guard<std::mutex> lock(mu_);
     reading_ = true;
     this->StartRead(&request_);
   }
@@ -76,7 +79,24 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      WriteDoneLocked(ok);
+    }
+    MaybeFinish();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // An answer waiting to be written, with the admission it holds until then.
+  struct Pending {
+    std::unique_ptr<Response> response;
+    Admission::Ticket ticket;
+  };
+
+  // REQUIRES: mu_ held.
+  void WriteDoneLocked(bool ok) {
     writing_ = false;
     queue_.pop_front();
     if (!ok) {  // the client is gone: drop what is queued
@@ -90,21 +110,19 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       this->StartWrite(queue_.front().response.get());
     }
     MaybeReadLocked();
-    MaybeFinishLocked();
   }
-
-  void OnDone() override { delete this; }
-
- private:
-  // An answer waiting to be written, with the admission it holds until then.
-  struct Pending {
-    std::unique_ptr<Response> response;
-    Admission::Ticket ticket;
-  };
 
   // A read has completed (ok) and been handled, or the reads are over (!ok).
   void Handled(bool ok, Pending pending, const grpc::Status& status) {
-    std::lock_guard<std::mutex> lock(mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      HandledLocked(ok, std::move(pending), status);
+    }
+    MaybeFinish();
+  }
+
+  // REQUIRES: mu_ held.
+  void HandledLocked(bool ok, Pending pending, const grpc::Status& status) {
     reading_ = false;
     if (!ok || broken_) {  // a broken stream drops the answer
       reads_done_ = true;
@@ -120,7 +138,6 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       }
       MaybeReadLocked();
     }
-    MaybeFinishLocked();
   }
 
   // REQUIRES: mu_ held.
@@ -131,13 +148,21 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       this->StartRead(&request_);
     }
   }
-  // REQUIRES: mu_ held.
-  void MaybeFinishLocked() {
-    if (reads_done_ && !reading_ && !writing_ && queue_.empty() && !finished_) {
+  // Finishes the stream once nothing is read, queued or written. REQUIRES: mu_ not held:
+  // Finish lets gRPC run OnDone, which deletes this, possibly on another thread before
+  // this call returns, so nothing of this object is touched after it.
+  void MaybeFinish() {
+    grpc::Status status;
+    bool from_handler = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!reads_done_ || reading_ || writing_ || !queue_.empty() || finished_) return;
       finished_ = true;
-      if (on_finish_) on_finish_(final_status_, from_handler_);
-      this->Finish(final_status_);
+      status = final_status_;
+      from_handler = from_handler_;
     }
+    if (on_finish_) on_finish_(status, from_handler);
+    this->Finish(status);
   }
 
   const size_t window_;

@@ -178,12 +178,33 @@ std::vector<HierarchicalLevel> HierarchicalFromProto(const v1::Hierarchical& h) 
   return levels;
 }
 
-GraphSpec GraphFromProto(const v1::GraphRequest& request) {
-  GraphSpec spec;
-  spec.num_nodes = request.num_nodes();
-  spec.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
-  spec.k = request.k();
-  spec.normalized = request.normalized();
+DebertaSpec DebertaFromProto(const v1::DebertaRelative& d) {
+  DebertaSpec spec;
+  if (d.has_position_buckets()) spec.position_buckets = d.position_buckets();
+  if (d.has_max_relative_positions()) spec.max_relative_positions = d.max_relative_positions();
+  return spec;
+}
+
+GraphRequestSpec GraphFromProto(const v1::GraphRequest& request) {
+  GraphRequestSpec spec;
+  GraphSpec& graph = spec.graph;
+  graph.num_nodes = request.num_nodes();
+  graph.edges = absl::MakeConstSpan(request.edges().data(), request.edges_size());
+  graph.k = request.k();
+  graph.normalized = request.normalized();
+  switch (request.encoding()) {
+    case v1::RANDOM_WALK: spec.encoding = GraphEncodingKind::kRandomWalk; break;
+    case v1::SHORTEST_PATH: spec.encoding = GraphEncodingKind::kShortestPath; break;
+    case v1::TREE: spec.encoding = GraphEncodingKind::kTree; break;
+    default: spec.encoding = GraphEncodingKind::kLaplacian; break;
+  }
+  spec.walk_length = request.walk_length();
+  spec.anchors = absl::MakeConstSpan(request.anchors().data(), request.anchors_size());
+  spec.parents = absl::MakeConstSpan(request.parents().data(), request.parents_size());
+  spec.max_depth = request.max_depth();
+  spec.max_children = request.max_children();
+  if (request.has_depth_decay()) spec.depth_decay = request.depth_decay();
+  spec.tree_table = request.table();
   return spec;
 }
 

@@ -15,6 +15,7 @@
 #include "server/graph/laplacian.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/bias_scheme.h"
+#include "server/schemes/graph_scheme.h"
 #include "server/tables/rope_frequencies.h"
 #include "server/tables/sinusoidal_table.h"
 #include "server/tables/table_positions.h"
@@ -35,9 +36,12 @@ absl::StatusOr<CombineSpec> CombineFromFourier(const v1::Fourier& f);
 // Which position each row of a GetTable stream has (first_position, position_step,
 // clamp_position); unchecked: ValidateTablePositions checks it.
 TablePositions TablePositionsFromProto(const v1::TableRequest& r);
+DebertaSpec DebertaFromProto(const v1::DebertaRelative& d);
 // Spans point into `h`.
 std::vector<HierarchicalLevel> HierarchicalFromProto(const v1::Hierarchical& h);
+// The encoding and every field of every encoding (ApplyGraph refuses those that do not
+// belong). The registry chose the descriptor by the encoding, so it is a named value here.
 // Spans point into `request`.
-GraphSpec GraphFromProto(const v1::GraphRequest& request);
+GraphRequestSpec GraphFromProto(const v1::GraphRequest& request);
 
 }  // namespace posenc

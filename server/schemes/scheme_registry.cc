@@ -15,7 +15,12 @@ SchemeDescriptor Sinusoidal2DScheme();
 SchemeDescriptor FourierScheme();
 SchemeDescriptor AlibiScheme();
 SchemeDescriptor T5Scheme();
+SchemeDescriptor ShawScheme();
+SchemeDescriptor DebertaScheme();
 SchemeDescriptor GraphLaplacianScheme();
+SchemeDescriptor GraphRandomWalkScheme();
+SchemeDescriptor GraphShortestPathScheme();
+SchemeDescriptor TreeScheme();
 
 namespace {
 
@@ -31,7 +36,12 @@ std::vector<SchemeDescriptor> Register() {
       FourierScheme(),
       AlibiScheme(),
       T5Scheme(),
+      ShawScheme(),
+      DebertaScheme(),
       GraphLaplacianScheme(),
+      GraphRandomWalkScheme(),
+      GraphShortestPathScheme(),
+      TreeScheme(),
   };
   for (size_t i = 0; i < schemes.size(); ++i) schemes[i].label = static_cast<SchemeLabel>(i + 1);
   return schemes;

@@ -134,6 +134,9 @@ struct SchemeDescriptor {
   absl::Status (*bias_spec)(const v1::BiasRequest& request, BiasSpec& spec) = nullptr;
   // An upper bound of the heads of a bias built without scores (for its cost).
   int64_t (*bias_heads)(const v1::BiasRequest& request) = nullptr;
+  // Optional: work beyond moving bytes (Shaw's dot products with its query), as bytes in
+  // `bytes` (so that a long call is neither run inline nor in the cheap lane) and `slow`.
+  absl::StatusOr<SchemeCost> (*bias_work)(const v1::BiasRequest& request) = nullptr;
 
   // --- GraphRequest (kGraph) ------------------------------------------------------------
   absl::StatusOr<GraphResult> (*graph)(const SchemeEnv& env, const v1::GraphRequest& request,

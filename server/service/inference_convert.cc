@@ -413,12 +413,65 @@ absl::Status ToBias(const Parameters& params, std::vector<Input>& inputs, Native
   r.set_query_length(q.value_or(0));
   r.set_key_length(k.value_or(0));
   if (offset) r.set_query_offset(*offset);
-  for (Input& in : inputs) RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_scores()));
+  for (Input& in : inputs) {
+    RETURN_IF_ERROR(ToNativeTensor(
+        in, in.tensor->name() == "query" ? r.mutable_query() : r.mutable_scores()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<int32_t>> Int32Param(const Parameters& params,
+                                                  const std::string& name) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> v, IntParam(params, name));
+  if (!v) return std::optional<int32_t>();
+  if (*v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter '", name, "' is ", *v, "; it must fit int32"));
+  }
+  return std::optional<int32_t>(static_cast<int32_t>(*v));
+}
+
+// `anchors`: a JSON list of node ids, e.g. "[0, 5, 9]".
+absl::Status AnchorsOf(const Parameters& params, v1::GraphRequest& r) {
+  ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "anchors"));
+  if (!json) return absl::OkStatus();
+  v1::GraphRequest parsed;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      absl::StrCat("{\"anchors\":", *json, "}"), &parsed);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter 'anchors' is not a JSON list of node ids (e.g. \"[0, 5]\"): ",
+        std::string(status.message())));
+  }
+  *r.mutable_anchors() = parsed.anchors();
+  return absl::OkStatus();
+}
+
+// The parameters of the encodings beyond the Laplacian; each model's parameter list (checked
+// before) says which it takes. `config` (a tree's) is GraphRequest JSON, e.g.
+// {"table": "kids"}, read first so that the parameters override it.
+absl::Status EncodingParamsOf(const ModelInfo& model, const Parameters& params,
+                              v1::GraphRequest& r) {
+  if (params.count("config") != 0) RETURN_IF_ERROR(ParseConfig(params, model.name, &r));
+  ASSIGN_OR_RETURN(std::optional<int32_t> steps, Int32Param(params, "walk_length"));
+  if (steps) r.set_walk_length(*steps);
+  RETURN_IF_ERROR(AnchorsOf(params, r));
+  ASSIGN_OR_RETURN(std::optional<int32_t> depth, Int32Param(params, "max_depth"));
+  if (depth) r.set_max_depth(*depth);
+  ASSIGN_OR_RETURN(std::optional<int32_t> children, Int32Param(params, "max_children"));
+  if (children) r.set_max_children(*children);
+  if (auto it = params.find("depth_decay"); it != params.end()) {
+    if (!it->second.has_double_param()) {
+      return absl::InvalidArgumentError("parameter 'depth_decay' must be a double (double_param)");
+    }
+    r.set_depth_decay(it->second.double_param());
+  }
   return absl::OkStatus();
 }
 
 absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
   v1::GraphRequest& r = n.graph;
+  RETURN_IF_ERROR(EncodingParamsOf(*n.model, params, r));
   r.set_request_id(n.id);
   SetGraphEncoding(n.model->graph_encoding, r);
   ASSIGN_OR_RETURN(std::optional<int64_t> nodes, IntParam(params, "num_nodes"));
@@ -435,16 +488,26 @@ absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, Nativ
     r.set_normalized(it->second.bool_param());
   }
   for (Input& in : inputs) {
-    if (in.tensor->name() == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));
-    if (in.tensor->name() != "edges") continue;
+    const std::string& name = in.tensor->name();
+    if (name == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));
     const auto& shape = in.tensor->shape();
-    if (shape.size() != 2 || shape[1] != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input 'edges' is [", absl::StrJoin(shape, ","),
-          "]; model '", n.model->name, "' needs [num_edges, 2]"));
+    if (name == "edges") {
+      if (shape.size() != 2 || shape[1] != 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input 'edges' is [", absl::StrJoin(shape, ","),
+            "]; model '", n.model->name, "' needs [num_edges, 2]"));
+      }
+      ASSIGN_OR_RETURN(std::vector<int64_t> edges, Values<int64_t>(in));
+      r.mutable_edges()->Add(edges.begin(), edges.end());
+    } else if (name == "parents") {
+      if (shape.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input 'parents' is [", absl::StrJoin(shape, ","), "]; model '", n.model->name,
+            "' needs [num_nodes]"));
+      }
+      ASSIGN_OR_RETURN(std::vector<int64_t> parents, Values<int64_t>(in));
+      r.mutable_parents()->Add(parents.begin(), parents.end());
     }
-    ASSIGN_OR_RETURN(std::vector<int64_t> edges, Values<int64_t>(in));
-    r.mutable_edges()->Add(edges.begin(), edges.end());
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 #include "server/service/request_cost.h"
 
+#include "server/schemes/scheme_cost.h"
 #include "server/schemes/scheme_registry.h"
 
 namespace posenc {
@@ -40,19 +41,36 @@ absl::StatusOr<CallCost> CostOf(const v1::EncodeRequest& r) {
 }
 
 absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& r) {
+  const SchemeDescriptor* scheme = SchemeOf(r);
+  SchemeCost work;
+  if (scheme != nullptr && scheme->bias_work != nullptr) {
+    absl::StatusOr<SchemeCost> w = scheme->bias_work(r);
+    if (!w.ok()) return w.status();
+    work = *w;
+  }
+  // A query (Shaw's) is read where it lies; inline it came with the request.
+  const CostBytes query = CostBytes(r.query().data().size()) + CostBytes(work.bytes);
+  const uint64_t shm_in = r.scores().shm().byte_size() + r.query().shm().byte_size();
   if (r.has_scores()) {
     const CostBytes in(r.scores().data().size());
-    return WithShmWork(ToCallCost((in + in).Cost("scores")), r.scores().shm().byte_size());
+    return WithShmWork(ToCallCost((in + in + query).Cost("scores", work.slow)), shm_in);
   }
-  const SchemeDescriptor* scheme = SchemeOf(r);
   const int64_t heads =
       scheme != nullptr && scheme->bias_heads != nullptr ? scheme->bias_heads(r) : 1;
-  const CostBytes out = CostBytes::Product({heads, r.query_length(), r.key_length(), 4});
+  // With a query the output is [batch, heads, q, k] in its dtype.
+  const CostBytes out =
+      r.has_query() ? CostBytes::Product({CostDim(r.query(), 0), CostDim(r.query(), 1),
+                                          r.query_length(), r.key_length(),
+                                          CostElementBytes(r.query().dtype())})
+                    : CostBytes::Product({heads, r.query_length(), r.key_length(), 4});
   if (IsSetRef(r.output_shm())) {  // built straight into the client's slice
-    return WithShmWork(ToCallCost(CostBytes().Cost("the bias")), r.output_shm().byte_size());
+    return WithShmWork(ToCallCost(query.Cost("the bias", work.slow)),
+                       r.output_shm().byte_size() + shm_in);
   }
-  return WithShmWork(ToCallCost((out + out).Cost("the bias [heads, query_length, key_length]")),
-                     0);
+  return WithShmWork(
+      ToCallCost((out + out + query).Cost("the bias [heads, query_length, key_length]",
+                                          work.slow)),
+      shm_in);
 }
 
 absl::StatusOr<CallCost> CostOf(const v1::GraphRequest& r) {

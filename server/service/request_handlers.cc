@@ -218,16 +218,28 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
   spec.geom = MakeBiasGeometry(request.query_length(), request.key_length());
   if (request.has_query_offset()) spec.geom.query_offset = request.query_offset();
   spec.add_to_scores = request.has_scores();
+  if (request.has_query()) {  // Shaw's query term; PlanBias refuses it for other schemes
+    const v1::Tensor& q = request.query();
+    spec.query_shape = Shape(q.shape().begin(), q.shape().end());
+    ASSIGN_OR_RETURN(spec.query_dtype, DTypeFromProto(q.dtype(), "query.dtype"));
+  }
   RETURN_IF_ERROR(scheme->bias_spec(request, spec));
   ASSIGN_OR_RETURN(const BiasPlan plan, PlanBias(spec, *state_.tables));
-  const uint64_t in_bytes = request.scores().data().size();
+  const uint64_t in_bytes = request.scores().data().size() + request.query().data().size();
   RequestTensors tensors(state_.shm, shm_owner);
+  // The query, read where it lies (inline or its shared-memory slice), viewed before any
+  // output slice is placed so that an output overlapping it is refused.
+  std::optional<ConstTensorView> query;
+  if (request.has_query()) {
+    ASSIGN_OR_RETURN(query, tensors.View(request.mutable_query(), "query"));
+  }
+  const ConstTensorView* query_ptr = query ? &*query : nullptr;
   KernelTimer timer(state_.metrics, scheme->label);
   if (spec.add_to_scores) {
     ASSIGN_OR_RETURN(const TensorView in, tensors.View(request.mutable_scores(), "scores"));
     ASSIGN_OR_RETURN(const Placement placed, PlaceInPlace(tensors, request.scores(), in,
                                                           request.output_shm(), "output_shm"));
-    RETURN_IF_ERROR(AddBias(plan, placed.view));
+    RETURN_IF_ERROR(AddBias(plan, placed.view, query_ptr));
     RETURN_IF_ERROR(tensors.CheckIntact());
     // Added in place: the scores' own buffer (or slice) becomes the output.
     Answer(placed, request.mutable_scores()->mutable_data(), response.mutable_output());
@@ -243,7 +255,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
       out.assign(static_cast<size_t>(bytes), '\0');
       placed.view.data = out.data();
     }
-    RETURN_IF_ERROR(BuildBias(plan, placed.view));
+    RETURN_IF_ERROR(BuildBias(plan, placed.view, query_ptr));
     RETURN_IF_ERROR(tensors.CheckIntact());
     Answer(placed, &out, response.mutable_output());
   }

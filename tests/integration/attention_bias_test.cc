@@ -1,6 +1,7 @@
 // AttentionBias against the real posenc-server on port 0: ALiBi (symmetric, causal, added in
 // place to bf16 scores) against the paper's slopes, T5's buckets against HF's
 // _relative_position_bucket worked by hand and its table lookup, and the refusals.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -105,6 +106,132 @@ TEST(AttentionBias, T5BucketsAndTableBias) {
   req.mutable_t5()->set_table("absent");
   EXPECT_THAT(AttentionBias(*stub, req),
               StatusIs(StatusCode::kNotFound, HasSubstr("t5.table 'absent'")));
+}
+
+// Shaw (tensor2tensor): index = clamp(key - query, -k, k) + k.
+int64_t ShawIndex(int64_t k, int64_t query_pos, int64_t key_pos) {
+  return std::min(std::max(key_pos - query_pos, -k), k) + k;
+}
+
+TEST(AttentionBias, ShawIndicesEmbeddingsAndQueryTermAddedToScores) {
+  const int64_t k = 2, d = 4, q = 3, keys = 6, offset = 1, heads = 2;
+  std::vector<float> table(static_cast<size_t>((2 * k + 1) * d));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.125f * static_cast<float>(i) - 1.0f;
+  const std::string npy = WriteNpyF32(::testing::TempDir(), "shaw_rel.npy", 2 * k + 1, d, table);
+  ServerProcess server({"--table=rel=" + npy});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  v1::BiasRequest req;
+  req.set_query_length(q);
+  req.set_key_length(keys);
+  req.set_query_offset(offset);
+  req.mutable_shaw()->set_max_relative_position(k);
+  v1::BiasResponse resp;
+  ASSERT_THAT(AttentionBias(*stub, req, &resp), IsOk());
+  ASSERT_EQ(resp.output().dtype(), v1::INT32);
+  std::vector<int32_t> index(q * keys);
+  ASSERT_EQ(resp.output().data().size(), index.size() * 4);
+  std::memcpy(index.data(), resp.output().data().data(), resp.output().data().size());
+  for (int64_t i = 0; i < q; ++i) {
+    for (int64_t j = 0; j < keys; ++j) {
+      EXPECT_EQ(index[i * keys + j], ShawIndex(k, offset + i, j)) << i << "," << j;
+    }
+  }
+
+  req.mutable_shaw()->set_table("rel");  // the embeddings [q, k, d]
+  ASSERT_THAT(AttentionBias(*stub, req, &resp), IsOk());
+  ASSERT_EQ(resp.output().shape_size(), 3);
+  const std::vector<float> emb = Floats(resp.output());
+  for (int64_t i = 0; i < q; ++i) {
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t f = 0; f < d; ++f) {
+        EXPECT_EQ(emb[(i * keys + j) * d + f], table[ShawIndex(k, offset + i, j) * d + f]);
+      }
+    }
+  }
+
+  // The query term added to bfloat16 scores, from a float16 query.
+  std::vector<float> query(static_cast<size_t>(heads * q * d)), scores(heads * q * keys);
+  for (size_t i = 0; i < query.size(); ++i) query[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = static_cast<float>(i % 5) - 2.0f;
+  std::string query_bytes(query.size() * 2, '\0'), score_bytes(scores.size() * 2, '\0');
+  FromFloat32(query.data(), DType::kFloat16, query_bytes.data(), query.size());
+  FromFloat32(scores.data(), DType::kBFloat16, score_bytes.data(), scores.size());
+  *req.mutable_query() = MakeTensor({1, heads, q, d}, v1::FLOAT16, query_bytes);
+  *req.mutable_scores() = MakeTensor({1, heads, q, keys}, v1::BFLOAT16, score_bytes);
+  ASSERT_THAT(AttentionBias(*stub, req, &resp), IsOk());
+  ASSERT_EQ(resp.output().dtype(), v1::BFLOAT16);
+  std::vector<float> got(scores.size());
+  ToFloat32(DType::kBFloat16, resp.output().data().data(), got.data(), got.size());
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < q; ++i) {
+      for (int64_t j = 0; j < keys; ++j) {
+        double want = scores[(h * q + i) * keys + j];
+        for (int64_t f = 0; f < d; ++f) {
+          want += double{query[(h * q + i) * d + f]} * table[ShawIndex(k, offset + i, j) * d + f];
+        }
+        // bfloat16 output: half an ulp (2^-8 relative) plus float32 accumulation.
+        EXPECT_NEAR(got[(h * q + i) * keys + j], want, std::fabs(want) / 256 + 1e-6)
+            << h << "," << i << "," << j;
+      }
+    }
+  }
+
+  v1::BiasRequest bad = req;
+  bad.mutable_query()->set_dtype(v1::INT32);
+  EXPECT_THAT(AttentionBias(*stub, bad), StatusIs(StatusCode::kInvalidArgument, HasSubstr("query")));
+  bad = req;
+  bad.mutable_shaw()->clear_table();
+  EXPECT_THAT(AttentionBias(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("shaw.table is empty")));
+  bad = req;
+  bad.mutable_shaw()->set_max_relative_position(3);
+  EXPECT_THAT(AttentionBias(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("shaw.table.shape[0]")));
+  bad = req;
+  bad.mutable_shaw()->set_max_relative_position(0);
+  EXPECT_THAT(AttentionBias(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("shaw.max_relative_position")));
+}
+
+TEST(AttentionBias, DebertaBucketsAsHfComputesThem) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  // One query at 210 against keys 0..420: rel = query - key runs 210 .. -210.
+  v1::BiasRequest req;
+  req.set_query_length(1);
+  req.set_key_length(421);
+  req.set_query_offset(210);
+  req.mutable_deberta();  // defaults 256, 512
+  v1::BiasResponse resp;
+  ASSERT_THAT(AttentionBias(*stub, req, &resp), IsOk());
+  ASSERT_EQ(resp.output().dtype(), v1::INT32);
+  std::vector<int32_t> out(421);
+  ASSERT_EQ(resp.output().data().size(), out.size() * 4);
+  std::memcpy(out.data(), resp.output().data().data(), resp.output().data().size());
+  // torch running HF's make_log_bucket_position(rel, 256, 512).
+  const std::pair<int, int> torch_values[] = {{0, 0},     {128, 128}, {132, 131}, {134, 133},
+                                              {135, 133}, {199, 169}, {200, 169}, {201, 170},
+                                              {210, 174}};
+  for (const auto& [rel, bucket] : torch_values) {
+    EXPECT_EQ(out[210 - rel], bucket) << rel;
+    EXPECT_EQ(out[210 + rel], -bucket) << -rel;
+  }
+  req.mutable_deberta()->set_position_buckets(-1);  // no buckets: the distances themselves
+  ASSERT_THAT(AttentionBias(*stub, req, &resp), IsOk());
+  std::memcpy(out.data(), resp.output().data().data(), resp.output().data().size());
+  for (int j = 0; j < 421; ++j) ASSERT_EQ(out[j], 210 - j);
+
+  v1::BiasRequest bad = req;
+  bad.mutable_deberta()->set_position_buckets(1);
+  bad.mutable_deberta()->set_max_relative_positions(512);
+  EXPECT_THAT(AttentionBias(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("deberta.position_buckets")));
+  bad = req;
+  *bad.mutable_scores() = FloatTensor({1, 1, 1, 421}, std::vector<float>(421, 0.0f));
+  EXPECT_THAT(AttentionBias(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("scores is set; deberta")));
 }
 
 }  // namespace

@@ -115,11 +115,16 @@ class InferenceTest : public ::testing::Test {
   static void SetUpTestSuite() {
     const std::string dir = ::testing::TempDir();
     // wpe: [64, 8]; t5rel: [32 buckets, 2 heads].
+    // shawrel: [2k + 1 = 5, d = 8]; kids (a tree table): [3 children, 4].
     const std::vector<float> wpe = RandomFloats(64 * 8, 7), t5 = RandomFloats(32 * 2, 8);
+    const std::vector<float> shaw = RandomFloats(5 * 8, 9), kids = RandomFloats(3 * 4, 10);
     ASSERT_THAT(WriteNpyFile(dir + "/oip_wpe.npy", DType::kFloat32, {64, 8}, Bytes(wpe)), IsOk());
     ASSERT_THAT(WriteNpyFile(dir + "/oip_t5.npy", DType::kFloat32, {32, 2}, Bytes(t5)), IsOk());
+    ASSERT_THAT(WriteNpyFile(dir + "/oip_shaw.npy", DType::kFloat32, {5, 8}, Bytes(shaw)), IsOk());
+    ASSERT_THAT(WriteNpyFile(dir + "/oip_kids.npy", DType::kFloat32, {3, 4}, Bytes(kids)), IsOk());
     server_ = new ServerProcess(
-        {"--table=wpe=" + dir + "/oip_wpe.npy", "--table=t5rel=" + dir + "/oip_t5.npy"});
+        {"--table=wpe=" + dir + "/oip_wpe.npy", "--table=t5rel=" + dir + "/oip_t5.npy",
+         "--table=shawrel=" + dir + "/oip_shaw.npy", "--table=kids=" + dir + "/oip_kids.npy"});
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -402,6 +407,111 @@ TEST_F(InferenceTest, GraphLaplacianMatchesGraphEncodeWithAndWithoutInput) {
   }
 }
 
+TEST_F(InferenceTest, ShawAndDebertaMatchAttentionBias) {
+  struct Case {
+    const char* model;
+    bool table, query, scores;
+  };
+  for (const Case& c : {Case{"shaw", false, false, false}, Case{"shaw", true, false, false},
+                        Case{"shaw", true, true, false}, Case{"shaw", true, true, true},
+                        Case{"deberta", false, false, false}}) {
+    SCOPED_TRACE(std::string(c.model) + (c.table ? " table" : "") + (c.query ? " query" : "") +
+                 (c.scores ? " scores" : ""));
+    v1::BiasRequest native;
+    native.set_query_length(3);
+    native.set_key_length(7);
+    native.set_query_offset(2);
+    const google::protobuf::Message* scheme = nullptr;
+    if (std::string(c.model) == "shaw") {
+      native.mutable_shaw()->set_max_relative_position(2);
+      if (c.table) native.mutable_shaw()->set_table("shawrel");
+      scheme = &native.shaw();
+    } else {
+      native.mutable_deberta()->set_position_buckets(4);
+      native.mutable_deberta()->set_max_relative_positions(8);
+      scheme = &native.deberta();
+    }
+    ModelInferRequest oip = Request(c.model);
+    SetParameter(oip, "config", Json(*scheme));
+    SetParameter(oip, "query_length", int64_t{3});
+    SetParameter(oip, "key_length", int64_t{7});
+    SetParameter(oip, "query_offset", int64_t{2});
+    if (c.scores) {
+      *native.mutable_scores() =
+          MakeTensor({1, 2, 3, 7}, v1::FLOAT32, Encoded(RandomFloats(42, 5), v1::FLOAT32));
+      AddRaw(oip, "scores", native.scores());
+    }
+    if (c.query) {
+      *native.mutable_query() =
+          MakeTensor({1, 2, 3, 8}, v1::BFLOAT16, Encoded(RandomFloats(48, 6), v1::BFLOAT16));
+      AddRaw(oip, "query", native.query());
+    }
+    const v1::BiasResponse expected = Bias(native);
+    InferResult got = Infer(oip);
+    ASSERT_THAT(got.status, IsOk());
+    ExpectSame(got.response, "output", expected.output());
+  }
+}
+
+TEST_F(InferenceTest, RandomWalkShortestPathAndTreeMatchGraphEncode) {
+  const std::vector<int64_t> edges = {0, 1, 1, 2, 2, 3, 3, 0, 0, 2};  // node 4 isolated
+  for (const char* model : {"graph_random_walk", "graph_shortest_path", "tree"}) {
+    for (bool with_input : {false, true}) {
+      SCOPED_TRACE(std::string(model) + (with_input ? " with input" : ""));
+      v1::GraphRequest native;
+      native.set_num_nodes(5);
+      ModelInferRequest oip = Request(model);
+      SetParameter(oip, "num_nodes", int64_t{5});
+      const std::string name = model;
+      if (name == "tree") {
+        const std::vector<int64_t> parents = {-1, 0, 0, 1, -1};
+        native.set_encoding(v1::TREE);
+        native.mutable_parents()->Add(parents.begin(), parents.end());
+        native.set_max_depth(2);
+        native.set_max_children(3);
+        native.set_depth_decay(0.5);
+        AddRaw(oip, "parents", "INT64", {5}, Bytes(parents));
+        SetParameter(oip, "max_depth", int64_t{2});
+        SetParameter(oip, "max_children", int64_t{3});
+        (*oip.mutable_parameters())["depth_decay"].set_double_param(0.5);
+        if (with_input) {  // the summed table this time
+          native.set_table("kids");
+          SetParameter(oip, "config", std::string("{\"table\": \"kids\"}"));
+        }
+      } else {
+        native.mutable_edges()->Add(edges.begin(), edges.end());
+        AddRaw(oip, "edges", "INT64", {5, 2}, Bytes(edges));
+        if (name == "graph_random_walk") {
+          native.set_encoding(v1::RANDOM_WALK);
+          native.set_walk_length(4);
+          SetParameter(oip, "walk_length", int64_t{4});
+        } else {
+          native.set_encoding(v1::SHORTEST_PATH);
+          native.add_anchors(1);
+          native.add_anchors(4);
+          SetParameter(oip, "anchors", std::string("[1, 4]"));
+        }
+      }
+      if (with_input) {
+        *native.mutable_input() =
+            MakeTensor({5, 2}, v1::BFLOAT16, Encoded(RandomFloats(10, 6), v1::BFLOAT16));
+        AddRaw(oip, "input", native.input());
+      }
+      const v1::GraphResponse expected = Graph(native);
+      InferResult got = Infer(oip);
+      ASSERT_THAT(got.status, IsOk());
+      ExpectSame(got.response, "output", expected.output());
+      EXPECT_EQ(OutputNames(got.response), (std::vector<std::string>{"output"}));
+    }
+  }
+  ModelInferRequest bad = Request("graph_shortest_path");
+  AddRaw(bad, "edges", "INT64", {5, 2}, Bytes(edges));
+  SetParameter(bad, "num_nodes", int64_t{5});
+  SetParameter(bad, "anchors", std::string("1, 4"));
+  EXPECT_THAT(Infer(bad).status,
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parameter 'anchors'")));
+}
+
 TEST_F(InferenceTest, RequestedOutputsComeInTheirOrder) {
   ModelInferRequest r = Request("graph_laplacian");
   AddRaw(r, "edges", "INT64", {2, 2}, Bytes(std::vector<int64_t>{0, 1, 1, 2}));
@@ -456,9 +566,10 @@ TEST_F(InferenceTest, DuplicateOutputsHugeJsonAndHugeIdsAreRefusedCleanly) {
 }
 
 TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
-  const std::vector<std::string> models = {"sinusoidal", "learned",  "rope", "hierarchical",
-                                           "continuous", "alibi",    "t5",   "graph_laplacian",
-                                           "sinusoidal_2d", "fourier"};
+  const std::vector<std::string> models = {
+      "sinusoidal", "learned", "rope",    "hierarchical",    "continuous",
+      "alibi",      "t5",      "shaw",    "deberta",         "graph_laplacian",
+      "graph_random_walk",     "graph_shortest_path",        "tree", "sinusoidal_2d", "fourier"};
   inference::RepositoryIndexResponse index;
   {
     grpc::ClientContext ctx;

@@ -29,7 +29,8 @@ TEST(ListSchemes, NamesEverySchemeAndLoadedTables) {
   ASSERT_THAT(ListSchemes(*stub, &resp), IsOk());
   std::set<std::string> names(resp.schemes().begin(), resp.schemes().end());
   for (const char* s : {"sinusoidal", "learned", "rope", "hierarchical", "continuous", "alibi",
-                        "t5", "graph_laplacian", "sinusoidal_2d", "fourier"}) {
+                        "t5", "shaw", "deberta", "graph_laplacian", "graph_random_walk",
+                        "graph_shortest_path", "tree", "sinusoidal_2d", "fourier"}) {
     EXPECT_TRUE(names.count(s)) << s;
   }
   ASSERT_EQ(resp.tables_size(), 1);

@@ -31,6 +31,7 @@ int OutputCall(const Flags& f, absl::string_view rpc, const absl::StatusOr<Reque
 }
 
 void PrintEigenvalues(const v1::GraphResponse& response) {
+  if (response.eigenvalues_size() == 0) return;  // only the Laplacian has them
   std::cout << "eigenvalues: " << absl::StrJoin(response.eigenvalues(), " ") << "\n";
 }
 

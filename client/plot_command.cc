@@ -15,13 +15,18 @@ constexpr char kUsage[] = R"(usage: posenc-client plot --scheme=SCHEME --output=
 
 Draws what the server computes as a PNG heatmap (blue < 0 < red, black = -inf).
   --target ADDR        server (default 127.0.0.1:50051)
-  --scheme S           sinusoidal | rope | alibi | t5 | graph | sinusoidal_2d
+  --scheme S           sinusoidal | rope | alibi | t5 | deberta | graph | tree |
+                       sinusoidal_2d
   --output FILE.png    where to write the picture
   --length L --dim D   sinusoidal rows [L, D]; rope cos|sin of L positions, rotary dim D
                        (defaults 128, 64)
   --heads H --query-length Q --key-length K --mode causal|symmetric
                        alibi / t5 bias [H, Q, K], one panel per head (defaults 4, 32, 32)
+                       deberta: bucketed query - key [Q, K] (HF's defaults 256, 512)
   --side N --k K       graph: the first K eigenvectors of an N x N grid (defaults 16, 6)
+  --depth D --children C
+                       tree: the one-hot stack of a complete C-ary tree of depth D, one row
+                       per node in breadth-first order, D blocks of C (defaults 3, 3)
   --side N --dim D     sinusoidal_2d: each of the D features over an N x N patch grid, one
                        panel per feature (defaults 14, 16)
   --cell PX            pixels per value (default 3)
@@ -92,6 +97,35 @@ absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::s
     Heatmap all = FromTensor(r->output(), panels * req.query_length(), req.key_length(), cell);
     return Panels(all.values, panels, req.query_length(), req.key_length(), cell, false);
   }
+  if (scheme == "deberta") {
+    v1::BiasRequest req;
+    req.set_query_length(Int(f, "query-length", 32));
+    req.set_key_length(Int(f, "key-length", 32));
+    req.mutable_deberta();
+    absl::StatusOr<v1::BiasResponse> r = client.AttentionBias(req);
+    if (!r.ok()) return r.status();
+    return FromTensor(r->output(), req.query_length(), req.key_length(), cell);
+  }
+  if (scheme == "tree") {
+    const int64_t depth = Int(f, "depth", 3), children = Int(f, "children", 3);
+    v1::GraphRequest req;
+    req.set_encoding(v1::TREE);
+    req.set_max_depth(static_cast<int32_t>(depth));
+    req.set_max_children(static_cast<int32_t>(children));
+    // Breadth-first numbering: node i's parent is (i - 1) / children; depth levels in all.
+    int64_t nodes = 0, level = 1;
+    for (int64_t d = 0; d <= depth; ++d, level *= children) {
+      nodes += level;
+      if (nodes > 100000) {
+        return absl::InvalidArgumentError("--depth and --children give more than 100000 nodes");
+      }
+    }
+    req.set_num_nodes(nodes);
+    for (int64_t i = 0; i < nodes; ++i) req.add_parents(i == 0 ? -1 : (i - 1) / children);
+    absl::StatusOr<v1::GraphResponse> g = client.GraphEncode(req);
+    if (!g.ok()) return g.status();
+    return FromTensor(g->output(), nodes, depth * children, cell);
+  }
   if (scheme == "graph") {
     const int64_t side = Int(f, "side", 16), k = Int(f, "k", 6);
     v1::GraphRequest req;
@@ -123,7 +157,8 @@ absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::s
     return Panels(all.values, dim, side, side, cell, /*transpose_columns=*/true);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--scheme=", scheme, " is not sinusoidal, rope, alibi, t5, graph or sinusoidal_2d"));
+      "--scheme=", scheme,
+      " is not sinusoidal, rope, alibi, t5, deberta, graph, tree or sinusoidal_2d"));
 }
 
 }  // namespace
@@ -137,7 +172,7 @@ int RunPlotCommand(const std::vector<std::string>& args) {
   }
   static const Flags::Options kOptions{
       {"target", "scheme", "output", "length", "dim", "heads", "query-length", "key-length",
-       "mode", "side", "k", "cell"},
+       "mode", "side", "k", "depth", "children", "cell"},
       {},
       '-'};
   absl::StatusOr<Flags> parsed = Flags::Parse(args, kOptions);

@@ -26,8 +26,8 @@ constexpr char kUsage[] = R"(usage: posenc-client [common flags] COMMAND [flags]
 commands:
   encode   one Encode call; prints shape, dtype, first values and the elapsed time
   stream   --count N copies of the encode request over one EncodeStream; prints throughput
-  bias     AttentionBias (--scheme alibi|t5)
-  graph    GraphEncode (Laplacian eigenvectors)
+  bias     AttentionBias (--scheme alibi|t5|shaw|deberta)
+  graph    GraphEncode (--encoding laplacian|random_walk|shortest_path|tree)
   table    GetTable (sinusoidal rows or rope cos/sin) into an .npy file
   list     ListSchemes
   infer    ModelInfer of the Open Inference Protocol (--model MODEL); posenc-client infer --help
@@ -71,11 +71,19 @@ encode / stream:
           --shm  pass the tensors through POSIX shared memory (a server with --shm)
   stream: --count N (default 100)
 
-bias:   --scheme alibi|t5 --query-length Q --key-length K [--query-offset O]
+bias:   --scheme alibi|t5|shaw|deberta --query-length Q --key-length K [--query-offset O]
         alibi: --heads H --mode symmetric|causal --max-bias B
         t5: --num-buckets --max-distance --bidirectional --table NAME
+        shaw: --max-relative-position K [--table NAME [--query q.npy]]
+        deberta: --position-buckets B --max-relative-positions M
         --scores s.npy [--dtype]  --output b.npy
-graph:  --nodes N --edges 0-1,1-2,2-0 --k K [--normalized] [--input x.npy] [--output e.npy]
+graph:  --nodes N [--encoding laplacian|random_walk|shortest_path|tree] [--input x.npy]
+        [--output e.npy]
+        laplacian: --edges 0-1,1-2,2-0 --k K [--normalized]
+        random_walk: --edges ... --walk-length S
+        shortest_path: --edges ... --anchors 0,5
+        tree: --parents -1,0,0,1 --max-depth D --max-children C [--depth-decay W]
+              [--table NAME]
 table:  --scheme sinusoidal|rope --length L --dim D [--dtype] [--rows-per-chunk R]
         [--first-position P --position-step S --clamp-position C]: row r is position
         P + r*S clamped to [-C, C] (Transformer-XL: P=klen-1, S=-1, --layout concatenated)
@@ -126,9 +134,12 @@ int Main(int argc, char** argv) {
   } else if (command == "bias") {
     known = Union({}, {"scheme", "query-length", "key-length", "query-offset", "heads", "mode",
                        "max-bias", "num-buckets", "max-distance", "bidirectional", "table",
-                       "scores", "dtype", "output", "print"});
+                       "max-relative-position", "position-buckets", "max-relative-positions",
+                       "query", "scores", "dtype", "output", "print"});
   } else if (command == "graph") {
-    known = Union({}, {"nodes", "edges", "k", "normalized", "input", "output", "print"});
+    known = Union({}, {"nodes", "edges", "k", "normalized", "encoding", "walk-length", "anchors",
+                       "parents", "max-depth", "max-children", "depth-decay", "table", "input",
+                       "output", "print"});
   } else if (command == "table") {
     known = Union({&kSinusoidalFlags, &kRopeFlags},
                   {"scheme", "length", "dim", "dtype", "rows-per-chunk", "output", "print",

@@ -356,6 +356,35 @@ absl::Status FillT5(const Flags& f, v1::T5Bias* t5) {
   return absl::OkStatus();
 }
 
+absl::Status FillShaw(const Flags& f, v1::ShawRelative* shaw) {
+  ASSIGN_OR_RETURN(auto k, f.OptInt("max-relative-position"));
+  if (!k) return absl::InvalidArgumentError("--scheme shaw needs --max-relative-position");
+  shaw->set_max_relative_position(static_cast<int32_t>(*k));
+  shaw->set_table(f.Str("table"));
+  return absl::OkStatus();
+}
+
+absl::Status FillDeberta(const Flags& f, v1::DebertaRelative* deberta) {
+  ASSIGN_OR_RETURN(auto buckets, f.OptInt("position-buckets"));
+  if (buckets) deberta->set_position_buckets(static_cast<int32_t>(*buckets));
+  ASSIGN_OR_RETURN(auto max_pos, f.OptInt("max-relative-positions"));
+  if (max_pos) deberta->set_max_relative_positions(static_cast<int32_t>(*max_pos));
+  return absl::OkStatus();
+}
+
+// "0,5,9" (or "0-5-9"): node ids.
+absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> ids;
+  for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(", "), absl::SkipEmpty())) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not a node id"));
+    }
+    ids.push_back(v);
+  }
+  return ids;
+}
+
 // "0-1,1-2" and "0,1,1,2" both list the pairs (0,1), (1,2).
 absl::StatusOr<std::vector<int64_t>> ParseEdges(const std::string& text) {
   std::vector<int64_t> edges;
@@ -401,12 +430,21 @@ absl::StatusOr<v1::BiasRequest> BuildBiasRequest(const Flags& f) {
     RETURN_IF_ERROR(FillAlibi(f, request.mutable_alibi()));
   } else if (scheme == "t5") {
     RETURN_IF_ERROR(FillT5(f, request.mutable_t5()));
+  } else if (scheme == "shaw") {
+    RETURN_IF_ERROR(FillShaw(f, request.mutable_shaw()));
+  } else if (scheme == "deberta") {
+    RETURN_IF_ERROR(FillDeberta(f, request.mutable_deberta()));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--scheme '", scheme, "' is not alibi or t5"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scheme '", scheme, "' is not alibi, t5, shaw or deberta"));
   }
+  ASSIGN_OR_RETURN(const std::optional<v1::DType> dtype, OptDType(f));
   if (f.Has("scores")) {
-    ASSIGN_OR_RETURN(const std::optional<v1::DType> dtype, OptDType(f));
     ASSIGN_OR_RETURN(*request.mutable_scores(), TensorFromNpy(f.Str("scores"), dtype));
+  }
+  if (f.Has("query")) {
+    if (scheme != "shaw") return absl::InvalidArgumentError("--query is for --scheme shaw");
+    ASSIGN_OR_RETURN(*request.mutable_query(), TensorFromNpy(f.Str("query"), dtype));
   }
   return request;
 }
@@ -414,11 +452,44 @@ absl::StatusOr<v1::BiasRequest> BuildBiasRequest(const Flags& f) {
 absl::StatusOr<v1::GraphRequest> BuildGraphRequest(const Flags& f) {
   v1::GraphRequest request;
   request.set_request_id(f.Str("request-id"));
-  ASSIGN_OR_RETURN(const auto nodes_k, RequiredInts(f, "nodes", "k", "graph needs --nodes and --k"));
-  request.set_num_nodes(nodes_k.first);
-  request.set_k(static_cast<int32_t>(nodes_k.second));
-  ASSIGN_OR_RETURN(const bool normalized, f.Bool("normalized"));
-  request.set_normalized(normalized);
+  ASSIGN_OR_RETURN(const auto nodes, f.OptInt("nodes"));
+  if (!nodes) return absl::InvalidArgumentError("graph needs --nodes");
+  request.set_num_nodes(*nodes);
+  const std::string encoding = f.Str("encoding", "laplacian");
+  if (encoding == "laplacian") {
+    ASSIGN_OR_RETURN(const auto k, f.OptInt("k"));
+    if (!k) return absl::InvalidArgumentError("graph --encoding laplacian needs --k");
+    request.set_k(static_cast<int32_t>(*k));
+    ASSIGN_OR_RETURN(const bool normalized, f.Bool("normalized"));
+    request.set_normalized(normalized);
+  } else if (encoding == "random_walk") {
+    request.set_encoding(v1::RANDOM_WALK);
+    ASSIGN_OR_RETURN(const auto steps, f.OptInt("walk-length"));
+    if (!steps) return absl::InvalidArgumentError("graph --encoding random_walk needs --walk-length");
+    request.set_walk_length(static_cast<int32_t>(*steps));
+  } else if (encoding == "shortest_path") {
+    request.set_encoding(v1::SHORTEST_PATH);
+    ASSIGN_OR_RETURN(const std::vector<int64_t> anchors, ParseIds("anchors", f.Str("anchors")));
+    if (anchors.empty()) {
+      return absl::InvalidArgumentError("graph --encoding shortest_path needs --anchors 0,5,...");
+    }
+    request.mutable_anchors()->Add(anchors.begin(), anchors.end());
+  } else if (encoding == "tree") {
+    request.set_encoding(v1::TREE);
+    ASSIGN_OR_RETURN(const auto depth_children,
+                     RequiredInts(f, "max-depth", "max-children",
+                                  "graph --encoding tree needs --max-depth and --max-children"));
+    request.set_max_depth(static_cast<int32_t>(depth_children.first));
+    request.set_max_children(static_cast<int32_t>(depth_children.second));
+    ASSIGN_OR_RETURN(const std::vector<int64_t> parents, ParseIds("parents", f.Str("parents")));
+    request.mutable_parents()->Add(parents.begin(), parents.end());
+    ASSIGN_OR_RETURN(const auto decay, f.OptDouble("depth-decay"));
+    if (decay) request.set_depth_decay(*decay);
+    request.set_table(f.Str("table"));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--encoding '", encoding, "' is not laplacian, random_walk, shortest_path or tree"));
+  }
   ASSIGN_OR_RETURN(const std::vector<int64_t> edges, ParseEdges(f.Str("edges")));
   request.mutable_edges()->Add(edges.begin(), edges.end());
   if (f.Has("input")) {

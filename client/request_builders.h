@@ -21,7 +21,8 @@ absl::Status FillRope(const Flags& f, v1::Rope* rope, std::optional<HfRopeConfig
 
 // encode / stream: the scheme, the input (and rope's key), the positions.
 absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const Flags& f);
-// bias: alibi or t5 over --query-length x --key-length, with --scores if given.
+// bias: alibi, t5, shaw or deberta over --query-length x --key-length, with --scores (and
+// --query for shaw) if given.
 absl::StatusOr<v1::BiasRequest> BuildBiasRequest(const Flags& f);
 // graph: --nodes, --edges, --k, and --input if given.
 absl::StatusOr<v1::GraphRequest> BuildGraphRequest(const Flags& f);

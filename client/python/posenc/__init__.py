@@ -41,17 +41,18 @@ from posenc.v1 import posenc_pb2_grpc as pb_grpc  # noqa: E402
 from posenc.errors import PosencError  # noqa: E402
 from posenc.tensors import (bfloat16_dtype, from_bfloat16, to_bfloat16,  # noqa: E402
                             to_numpy, to_tensor)
-from posenc.schemes import (Alibi, Continuous, Fourier, Hierarchical, Learned,  # noqa: E402
-                            Level, MropeSegment, Rope, RopeScaling, Sinusoidal, Sinusoidal2D,
-                            T5, positions_proto)
+from posenc.schemes import (Alibi, Continuous, Deberta, Fourier, Hierarchical,  # noqa: E402
+                            Learned, Level, MropeSegment, Rope, RopeScaling, Shaw, Sinusoidal,
+                            Sinusoidal2D, T5, positions_proto)
 from posenc.shm import SharedMemoryRegion, ShmTensor  # noqa: E402
 from posenc.client import (DEFAULT_MAX_MESSAGE_BYTES, Client, GraphResult,  # noqa: E402
                            SchemeList)
 
 __all__ = [
-    "Alibi", "Client", "Continuous", "DEFAULT_MAX_MESSAGE_BYTES", "Fourier", "GraphResult",
-    "Hierarchical", "Learned", "Level", "MropeSegment", "PosencError", "Rope", "RopeScaling",
-    "SchemeList", "SharedMemoryRegion", "ShmTensor", "Sinusoidal", "Sinusoidal2D", "T5",
+    "Alibi", "Client", "Continuous", "DEFAULT_MAX_MESSAGE_BYTES", "Deberta", "Fourier",
+    "GraphResult", "Hierarchical", "Learned", "Level", "MropeSegment", "PosencError", "Rope",
+    "RopeScaling", "SchemeList", "SharedMemoryRegion", "ShmTensor", "Shaw", "Sinusoidal",
+    "Sinusoidal2D", "T5",
     "bfloat16_dtype", "from_bfloat16",
     "pb", "pb_grpc", "positions_proto", "to_bfloat16", "to_numpy", "to_tensor",
 ]

@@ -24,6 +24,7 @@ def _oneof_scheme(message):
 _ENCODE_SCHEMES = _oneof_scheme(pb.EncodeRequest)
 _BIAS_SCHEMES = _oneof_scheme(pb.BiasRequest)
 _TABLE_SCHEMES = _oneof_scheme(pb.TableRequest)
+_GRAPH_ENCODINGS = tuple(v.name.lower() for v in pb.GraphEncoding.DESCRIPTOR.values)
 
 SchemeList = collections.namedtuple("SchemeList", "schemes dtypes tables version")
 GraphResult = collections.namedtuple("GraphResult", "vectors eigenvalues")
@@ -181,9 +182,13 @@ class Client:
             raise failure[0]
 
     def attention_bias(self, scheme, query_length, key_length, query_offset=None,
-                       scores=None, request_id=None, *, output_shm=None, timeout=None):
+                       scores=None, request_id=None, *, query=None, output_shm=None,
+                       timeout=None):
         """ALiBi or T5 bias [heads, q, k] (T5 without a table: INT32 buckets [q, k]), or
-        scores [batch, heads, q, k] + bias when scores are given."""
+        scores [batch, heads, q, k] + bias when scores are given. Shaw: INT32 indices [q, k],
+        embeddings [q, k, d] with a table, or with a table and `query` [batch, heads, q, d]
+        the term sum_d query * table[index] ([batch, heads, q, k], added to scores when
+        given). DeBERTa: INT32 relative positions [q, k]."""
         name, msg = scheme_field(scheme, _BIAS_SCHEMES)
         request = pb.BiasRequest(request_id=request_id or "", query_length=query_length,
                                  key_length=key_length)
@@ -192,6 +197,8 @@ class Client:
             request.query_offset = query_offset
         if scores is not None:
             request.scores.CopyFrom(_tensor(scores))
+        if query is not None:
+            request.query.CopyFrom(_tensor(query))
         if output_shm is not None:
             request.output_shm.CopyFrom(_ref(output_shm))
         return self._output(self._call(self._stub.AttentionBias, request, timeout,
@@ -235,13 +242,38 @@ class Client:
             raise PosencError.from_rpc_error(err) from None
         return np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
 
-    def graph_encode(self, num_nodes, edges, k, normalized=False, features=None,
-                     request_id=None, timeout=None):
-        """Laplacian eigenvectors 2..k+1 [num_nodes, k] (with features: [n, d + k]), and the
-        eigenvalues. edges: pairs (u, v), an [E, 2] array, or a flat u0, v0, u1, v1 list."""
+    def graph_encode(self, num_nodes, edges=(), k=0, normalized=False, features=None,
+                     request_id=None, timeout=None, *, encoding="laplacian", walk_length=None,
+                     anchors=None, parents=None, max_depth=None, max_children=None,
+                     table=None, depth_decay=None):
+        """A graph encoding and (Laplacian) the eigenvalues; with features [n, d] the
+        encoding follows each node's features, in their dtype. edges: pairs (u, v), an
+        [E, 2] array, or a flat u0, v0, u1, v1 list.
+          laplacian      eigenvectors 2..k+1 [n, k] (k, normalized)
+          random_walk    (P^s)[i][i], s = 1..walk_length [n, walk_length] FLOAT32
+          shortest_path  hops to each of `anchors` [n, len(anchors)] INT32, -1 unreachable
+          tree           from `parents` (-1 for a root; no edges): the one-hot stack
+                         [n, max_depth * max_children], or with `table` [n, d]"""
+        if encoding not in _GRAPH_ENCODINGS:
+            raise invalid("encoding %r is not one of %s" % (encoding, ", ".join(_GRAPH_ENCODINGS)))
         flat = np.asarray(edges, dtype=np.int64).reshape(-1).tolist()
         request = pb.GraphRequest(request_id=request_id or "", num_nodes=num_nodes,
-                                  edges=flat, k=k, normalized=normalized)
+                                  edges=flat, k=k, normalized=normalized,
+                                  encoding=pb.GraphEncoding.Value(encoding.upper()))
+        if walk_length is not None:
+            request.walk_length = walk_length
+        if anchors is not None:
+            request.anchors.extend(int(a) for a in anchors)
+        if parents is not None:
+            request.parents.extend(int(p) for p in parents)
+        if max_depth is not None:
+            request.max_depth = max_depth
+        if max_children is not None:
+            request.max_children = max_children
+        if table is not None:
+            request.table = table
+        if depth_decay is not None:
+            request.depth_decay = depth_decay
         if features is not None:
             request.input.CopyFrom(_tensor(features))
         response = self._call(self._stub.GraphEncode, request, timeout, request_id)

@@ -214,10 +214,33 @@ class T5(_Message):
                          bidirectional=bidirectional, table=table)
 
 
+class Shaw(_Message):
+    """Shaw et al. relative positions for attention_bias: clamp(key - query, -k, k) + k with
+    k = max_relative_position. Without `table` the INT32 indices [q, k]; with a named table
+    [2k+1, d] the embeddings [q, k, d], or with attention_bias(query=...) the query term."""
+    _message = pb.ShawRelative
+    oneof = "shaw"
+
+    def __init__(self, max_relative_position, table=None):
+        super().__init__(max_relative_position=max_relative_position, table=table)
+
+
+class Deberta(_Message):
+    """DeBERTa-v2 relative positions (query - key, HF's log buckets) for attention_bias:
+    INT32 [q, k]. position_buckets (256) and max_relative_positions (512) <= 0: no buckets."""
+    _message = pb.DebertaRelative
+    oneof = "deberta"
+
+    def __init__(self, position_buckets=None, max_relative_positions=None):
+        super().__init__(position_buckets=position_buckets,
+                         max_relative_positions=max_relative_positions)
+
+
 _RAW_ONEOF = {pb.Sinusoidal: "sinusoidal", pb.Learned: "learned", pb.Rope: "rope",
               pb.Hierarchical: "hierarchical", pb.Continuous: "continuous",
               pb.Sinusoidal2D: "sinusoidal_2d", pb.Fourier: "fourier",
-              pb.Alibi: "alibi", pb.T5Bias: "t5"}
+              pb.Alibi: "alibi", pb.T5Bias: "t5", pb.ShawRelative: "shaw",
+              pb.DebertaRelative: "deberta"}
 
 
 def scheme_field(scheme, allowed):

@@ -12,7 +12,9 @@ double SecondsSince(Clock::time_point t) {
 }
 
 void FillFloats(void* p, DType dtype, size_t n, float value) {
-  if (dtype == DType::kFloat32) {
+  if (dtype == DType::kInt32) {  // ids: written, never read
+    std::fill_n(static_cast<int32_t*>(p), n, 0);
+  } else if (dtype == DType::kFloat32) {
     std::fill_n(static_cast<float*>(p), n, value);
   } else {
     const uint16_t v = dtype == DType::kFloat16 ? FloatToHalf(value) : FloatToBFloat16(value);
@@ -39,6 +41,7 @@ const char* DTypeLabel(DType t) {
     case DType::kFloat32: return "fp32";
     case DType::kFloat16: return "fp16";
     case DType::kBFloat16: return "bf16";
+    case DType::kInt32: return "i32";
     default: return "?";
   }
 }

@@ -1,6 +1,9 @@
 // Times ComputeLaplacianEncoding on large sparse graphs (a random graph with ~5 edges per
 // node, a 2-D grid, a ring) against the dense solver on the largest graph it takes by default,
-// measured in the same run. Usage: graph_bench [num_nodes=100000] [k=16]
+// measured in the same run; then the random-walk, shortest-path and tree encodings, each
+// against a plain float64 reference computed here in the same run (dense matrix powers,
+// Floyd-Warshall, a walk to the root per node), with the largest difference.
+// Usage: graph_bench [num_nodes=100000] [k=16]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -8,7 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <Eigen/Dense>
+#include <algorithm>
+
 #include "server/graph/laplacian.h"
+#include "server/graph/random_walk.h"
+#include "server/graph/shortest_path.h"
+#include "server/graph/tree_positions.h"
 #include "tests/support/graphs.h"
 
 namespace {
@@ -35,6 +44,121 @@ double Run(const char* name, int64_t n, const std::vector<int64_t>& edges, int k
               static_cast<long long>(n), k, seconds, ev.empty() ? 0.0 : ev.front(),
               ev.empty() ? 0.0 : ev.back());
   return seconds;
+}
+
+template <typename F>
+double Seconds(const F& f) {
+  const auto start = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Eigen::MatrixXd Adjacency(int64_t n, const std::vector<int64_t>& edges) {
+  Eigen::MatrixXd a = Eigen::MatrixXd::Zero(n, n);
+  for (size_t e = 0; e + 1 < edges.size(); e += 2) {
+    if (edges[e] == edges[e + 1]) continue;
+    a(edges[e], edges[e + 1]) = a(edges[e + 1], edges[e]) = 1.0;
+  }
+  return a;
+}
+
+void RandomWalkRow(const char* name, int64_t n, const std::vector<int64_t>& edges, int steps) {
+  const posenc::GraphLimits limits;
+  std::vector<float> got;
+  const double fast = Seconds([&] {
+    got = *posenc::ComputeRandomWalkEncoding({n, edges, steps}, limits);
+  });
+  std::vector<double> want(static_cast<size_t>(n * steps));
+  const double reference = Seconds([&] {
+    Eigen::MatrixXd p = Adjacency(n, edges);
+    for (int64_t i = 0; i < n; ++i) {
+      const double deg = p.row(i).sum();
+      if (deg > 0) p.row(i) /= deg;
+    }
+    Eigen::MatrixXd power = p;
+    for (int s = 0; s < steps; ++s) {
+      for (int64_t i = 0; i < n; ++i) want[i * steps + s] = power(i, i);
+      if (s + 1 < steps) power = power * p;
+    }
+  });
+  double diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
+  std::printf("%-34s n=%-8lld S=%-3d %8.4f s  float64 dense powers %8.4f s  ratio %.3f  "
+              "max |diff| %.2g\n",
+              name, static_cast<long long>(n), steps, fast, reference, fast / reference, diff);
+}
+
+void ShortestPathRow(int64_t n, const std::vector<int64_t>& edges, int anchors) {
+  std::vector<int64_t> ids;
+  for (int a = 0; a < anchors; ++a) ids.push_back(a * (n / anchors));
+  std::vector<int32_t> got;
+  const double fast = Seconds([&] {
+    got = *posenc::ComputeShortestPathEncoding({n, edges, ids}, posenc::GraphLimits());
+  });
+  Eigen::MatrixXd dist;
+  const double reference = Seconds([&] {  // Floyd-Warshall in float64
+    dist = Adjacency(n, edges);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (i != j && dist(i, j) == 0) dist(i, j) = 1e300;
+      }
+    }
+    for (int64_t m = 0; m < n; ++m) {
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j) dist(i, j) = std::min(dist(i, j), dist(i, m) + dist(m, j));
+      }
+    }
+  });
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int a = 0; a < anchors; ++a) {
+      const double d = dist(i, ids[a]);
+      wrong += got[i * anchors + a] != (d >= 1e300 ? -1 : static_cast<int32_t>(d));
+    }
+  }
+  std::printf("%-34s n=%-8lld A=%-3d %8.4f s  float64 Floyd-Warshall %8.4f s  ratio %.4f  "
+              "mismatches %lld\n",
+              "shortest path, random 3/node", static_cast<long long>(n), anchors, fast,
+              reference, fast / reference, static_cast<long long>(wrong));
+}
+
+void TreeRow(int64_t n, int depth, int children) {
+  // A random recursive tree: node i's parent uniform in [0, i), capped at `children`.
+  std::vector<int64_t> parents(static_cast<size_t>(n), -1);
+  std::vector<int> count(static_cast<size_t>(n), 0);
+  uint64_t state = 12345;
+  for (int64_t i = 1; i < n; ++i) {
+    int64_t p;
+    do {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      p = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(i));
+    } while (count[p] >= children);
+    ++count[p];
+    parents[i] = p;
+  }
+  std::vector<float> got;
+  const double fast = Seconds([&] {
+    got = *posenc::ComputeTreeEncoding({n, parents, depth, children, 0.9}, posenc::GraphLimits());
+  });
+  const int64_t width = int64_t{depth} * children;
+  std::vector<double> want(static_cast<size_t>(n * width), 0.0);
+  const double reference = Seconds([&] {
+    std::vector<int> rank(static_cast<size_t>(n), 0), seen(static_cast<size_t>(n), 0);
+    for (int64_t v = 1; v < n; ++v) rank[v] = seen[parents[v]]++;
+    for (int64_t v = 0; v < n; ++v) {
+      std::vector<int> path;  // child indices from v up to its root
+      for (int64_t u = v; parents[u] >= 0; u = parents[u]) path.push_back(rank[u]);
+      for (int64_t l = 0; l < std::min<int64_t>(depth, static_cast<int64_t>(path.size())); ++l) {
+        want[v * width + l * children + path[l]] = std::pow(0.9, static_cast<double>(l));
+      }
+    }
+  });
+  double diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
+  std::printf("%-34s n=%-8lld D=%-3d %8.4f s  float64 walk to the root %8.4f s  ratio %.3f  "
+              "max |diff| %.2g\n",
+              "tree one-hot, random recursive", static_cast<long long>(n), depth, fast,
+              reference, fast / reference, diff);
 }
 
 }  // namespace
@@ -67,5 +191,11 @@ int main(int argc, char** argv) {
     const double seconds = Run(c.name, c.nodes, c.edges, k, c.normalized, limits);
     std::printf("%-34s ratio to baseline %.2f\n", "", seconds / baseline);
   }
+
+  // The other encodings against float64 references on graphs the references can take.
+  RandomWalkRow("random walk, random 3/node", 500, RandomEdges(500, 3, 3), 16);
+  RandomWalkRow("random walk, grid 20x25", 500, GridEdges(20, 25), 16);
+  ShortestPathRow(500, RandomEdges(500, 3, 4), 16);
+  TreeRow(20000, 16, 8);
   return 0;
 }

@@ -51,7 +51,13 @@ struct KernelFixture {
     learned->data.assign(static_cast<size_t>(seq * dim), 0.01f);
     t5_table.assign(static_cast<size_t>(32 * bias_heads), -0.5f);
     for (int64_t k = 0; k < dim / 2; ++k) fourier_b.push_back(0.5 / static_cast<double>(k + 1));
+    shaw_table.assign(static_cast<size_t>((2 * kShawK + 1) * kShawDim), 0.03f);
+    shaw_query.assign(static_cast<size_t>(bias_heads * bias_len * kShawDim), 0.5f);
   }
+
+  // Shaw with NEZHA's clipping distance and a 64-wide head.
+  static constexpr int32_t kShawK = 64;
+  static constexpr int64_t kShawDim = 64;
 
   int64_t nb, seq, dim;
   int64_t q_batch, q_seq, q_heads, head_dim;
@@ -62,6 +68,8 @@ struct KernelFixture {
   std::shared_ptr<Table> learned;
   std::vector<float> t5_table;  // [32 buckets, heads]
   std::vector<double> fourier_b;  // [dim/2, 1] Fourier frequencies
+  std::vector<float> shaw_table;  // [2 * kShawK + 1, kShawDim]
+  std::vector<float> shaw_query;  // [1, bias_heads, bias_len, kShawDim]
 };
 
 // The absolute schemes' adds on [nb, seq, dim]: sinusoidal (ADD and MULTIPLY), the add
@@ -205,7 +213,8 @@ void AddRopeCases(KernelFixture& f, const std::string& size, std::vector<KernelC
   }
 }
 
-// ALiBi and T5 biases [bias_heads, bias_len, bias_len]: built alone, and added to scores.
+// ALiBi and T5 biases [bias_heads, bias_len, bias_len]: built alone, and added to scores;
+// DeBERTa's bucket ids and Shaw's query term.
 void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelCase>& cases) {
   void* data = f.tensor.data();
   const BiasGeometry geom = MakeBiasGeometry(f.bias_len, f.bias_len);
@@ -241,6 +250,34 @@ void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelC
                      Check(AddT5Bias(t5, geom, t5_table, heads,
                                      TensorView{DType::kFloat32, scores_shape, data}),
                            "AddT5Bias");
+                   },
+                   nullptr});
+  // DeBERTa's INT32 [q, k] buckets (HF's defaults).
+  const size_t ids_bytes = static_cast<size_t>(f.bias_len * f.bias_len) * 4;
+  cases.push_back({"deberta_build", size, Shape{f.bias_len, f.bias_len}, DType::kInt32,
+                   ids_bytes, ids_bytes,
+                   [data, geom] {
+                     Check(BuildDebertaPositions(DebertaSpec{}, geom, static_cast<int32_t*>(data)),
+                           "BuildDebertaPositions");
+                   },
+                   nullptr});
+  // Shaw's query term added to scores: one dot product per (query row, reached distance),
+  // gathered along the keys. The bytes are the scores read and written and the query read;
+  // the dot products (up to 2k + 1 = 129 of d = 64 per row) make it compute-bound, so the
+  // ratio to the memory roofline is not expected near 1.
+  const Shape query_shape{1, f.bias_heads, f.bias_len, KernelFixture::kShawDim};
+  const size_t query_bytes = f.shaw_query.size() * sizeof(float);
+  const float* shaw_table = f.shaw_table.data();
+  const float* shaw_query = f.shaw_query.data();
+  cases.push_back({"shaw_query_add", size, scores_shape, DType::kFloat32, bias_bytes,
+                   2 * bias_bytes + query_bytes,
+                   [data, geom, shaw_table, shaw_query, query_shape, scores_shape] {
+                     Check(ShawQueryTerm(ShawSpec{KernelFixture::kShawK}, geom, shaw_table,
+                                         KernelFixture::kShawDim,
+                                         ConstTensorView{DType::kFloat32, query_shape, shaw_query},
+                                         TensorView{DType::kFloat32, scores_shape, data},
+                                         /*add_to_out=*/true),
+                           "ShawQueryTerm");
                    },
                    nullptr});
 }

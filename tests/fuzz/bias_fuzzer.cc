@@ -1,4 +1,5 @@
-// AttentionBias: the bytes are one BiasRequest (ALiBi or T5, with or without scores).
+// AttentionBias: the bytes are one BiasRequest (ALiBi, T5, Shaw or DeBERTa, with or without
+// scores and a query).
 #include "tests/fuzz/fuzz_state.h"
 #include "tests/fuzz/proto_mutator.h"
 

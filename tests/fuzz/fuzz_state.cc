@@ -25,7 +25,9 @@ NamedTables* MakeTables() {
   auto* tables = new NamedTables;
   if (!tables->Add({"pos", MakeTable(64, 16), DType::kFloat32}).ok() ||
       !tables->Add({"t5", MakeTable(32, 4), DType::kFloat32}).ok() ||
-      !tables->Add({"fourier_b", MakeTable(6, 2), DType::kFloat32}).ok()) {
+      !tables->Add({"fourier_b", MakeTable(6, 2), DType::kFloat32}).ok() ||
+      !tables->Add({"shaw", MakeTable(9, 8), DType::kFloat32}).ok() ||
+      !tables->Add({"kids", MakeTable(3, 4), DType::kFloat32}).ok()) {
     std::abort();
   }
   return tables;
@@ -50,6 +52,11 @@ const RequestHandlers& Handlers() {
     state.graph_limits.max_edges = 16384;
     state.graph_limits.max_k = 16;
     state.graph_limits.dense_max_nodes = 64;
+    // Random walks, hop distances and trees: small enough that no input runs long.
+    state.graph_limits.max_walk_length = 64;
+    state.graph_limits.max_anchors = 64;
+    state.graph_limits.max_tree_depth = 64;
+    state.graph_limits.max_work = int64_t{1} << 24;
     state.version = "fuzz";
     return new RequestHandlers(state);
   }();

@@ -1,4 +1,5 @@
-// GraphEncode: the bytes are one GraphRequest (edges, k, optional node features).
+// GraphEncode: the bytes are one GraphRequest (any encoding: edges or parents, its fields,
+// optional node features).
 #include "tests/fuzz/fuzz_state.h"
 #include "tests/fuzz/proto_mutator.h"
 

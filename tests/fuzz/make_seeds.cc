@@ -344,6 +344,32 @@ void WriteBiasSeeds() {
     *r.mutable_scores() = MakeTensor({1, 4, 4, 32}, bidirectional ? v1::FLOAT16 : v1::FLOAT32);
     Write("bias", name + "_scores", r);
   }
+  // Shaw (k = 4): indices, embeddings from the [9, 8] table "shaw", the query term alone and
+  // added to scores.
+  v1::BiasRequest shaw;
+  shaw.set_request_id("seed");
+  shaw.set_query_length(5);
+  shaw.set_key_length(12);
+  shaw.mutable_shaw()->set_max_relative_position(4);
+  Write("bias", "shaw_index", shaw);
+  shaw.mutable_shaw()->set_table("shaw");
+  Write("bias", "shaw_embeddings", shaw);
+  *shaw.mutable_query() = MakeTensor({2, 3, 5, 8}, v1::BFLOAT16);
+  Write("bias", "shaw_query_bf16", shaw);
+  *shaw.mutable_scores() = MakeTensor({2, 3, 5, 12}, v1::FLOAT16);
+  Write("bias", "shaw_query_scores_f16", shaw);
+  // DeBERTa: HF's defaults over distances past both bucket edges, small buckets, none.
+  v1::BiasRequest deberta;
+  deberta.set_request_id("seed");
+  deberta.set_query_length(3);
+  deberta.set_key_length(700);
+  deberta.mutable_deberta();
+  Write("bias", "deberta_default", deberta);
+  deberta.mutable_deberta()->set_position_buckets(8);
+  deberta.mutable_deberta()->set_max_relative_positions(16);
+  Write("bias", "deberta_8_16", deberta);
+  deberta.mutable_deberta()->set_position_buckets(-1);
+  Write("bias", "deberta_none", deberta);
 }
 
 void WriteTableSeeds() {
@@ -432,6 +458,32 @@ void WriteGraphSeeds() {
   }
   *ring.mutable_input() = MakeTensor({80, 3}, v1::BFLOAT16);
   Write("graph", "ring_chords_bf16", ring);
+  // Random walks and hop distances on the two components above (a self-loop, an isolated
+  // node), alone and after features.
+  v1::GraphRequest walk = Graph(8, {{0, 1}, {1, 2}, {2, 0}, {3, 4}, {4, 4}, {4, 5}}, 0);
+  walk.set_encoding(v1::RANDOM_WALK);
+  walk.set_walk_length(6);
+  Write("graph", "random_walk", walk);
+  *walk.mutable_input() = MakeTensor({8, 2}, v1::FLOAT16);
+  Write("graph", "random_walk_input_f16", walk);
+  v1::GraphRequest paths = Graph(8, {{0, 1}, {1, 2}, {2, 0}, {3, 4}, {4, 5}}, 0);
+  paths.set_encoding(v1::SHORTEST_PATH);
+  for (int64_t a : {0, 5, 7}) paths.add_anchors(a);
+  Write("graph", "shortest_path", paths);
+  *paths.mutable_input() = MakeTensor({8, 1}, v1::BFLOAT16);
+  Write("graph", "shortest_path_input_bf16", paths);
+  // A forest deeper than max_depth: the one-hot stack, then the [3, 4] table "kids".
+  v1::GraphRequest tree;
+  tree.set_request_id("seed");
+  tree.set_num_nodes(9);
+  tree.set_encoding(v1::TREE);
+  for (int64_t p : {-1, 0, 0, 1, 3, 4, -1, 6, 6}) tree.add_parents(p);
+  tree.set_max_depth(3);
+  tree.set_max_children(3);
+  tree.set_depth_decay(0.5);
+  Write("graph", "tree_one_hot", tree);
+  tree.set_table("kids");
+  Write("graph", "tree_table", tree);
 }
 
 }  // namespace

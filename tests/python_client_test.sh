@@ -32,7 +32,12 @@ start() {
 }
 
 export POSENC_TARGET POSENC_TLS_TARGET POSENC_TLS_DIR="$work" POSENC_SHM_TARGET=""
-start plain
+# A Shaw table [2k + 1 = 7, d = 8] that the tests read back for their numpy reference.
+export POSENC_SHAW_TABLE="$work/shaw.npy"
+/usr/bin/python3 -c 'import sys, numpy as np
+np.save(sys.argv[1], (np.arange(56, dtype=np.float32).reshape(7, 8) % 11 - 5) / 8)' \
+  "$POSENC_SHAW_TABLE"
+start plain --table=shawrel="$POSENC_SHAW_TABLE"
 POSENC_TARGET=$(cat "$work/plain.addr")
 
 (cd "$work" &&

@@ -236,6 +236,82 @@ class ClientTest(unittest.TestCase):
         np.testing.assert_allclose(result.eigenvalues,
                                    2 - 2 * np.cos(np.pi * np.arange(1, 3) / 5), rtol=1e-9)
 
+    # -- relative positions and graph encodings (float64 numpy references) --------------
+    def test_shaw_indices_and_query_term_at_every_dtype(self):
+        table_path = os.environ.get("POSENC_SHAW_TABLE")
+        if not table_path:
+            self.skipTest("no shaw table (POSENC_SHAW_TABLE)")
+        table = np.load(table_path).astype(np.float64)  # [2k + 1, d], k = 3
+        k, d = (table.shape[0] - 1) // 2, table.shape[1]
+        q_len, k_len, offset = 5, 9, 2
+        # tensor2tensor's _generate_relative_positions_matrix, then + k.
+        dist = np.arange(k_len)[None, :] - (offset + np.arange(q_len))[:, None]
+        index = np.clip(dist, -k, k) + k
+        ids = self.client.attention_bias(posenc.Shaw(k), q_len, k_len, query_offset=offset)
+        self.assertEqual(ids.dtype, np.int32)
+        np.testing.assert_array_equal(ids, index)
+        emb = self.client.attention_bias(posenc.Shaw(k, table="shawrel"), q_len, k_len,
+                                         query_offset=offset)
+        np.testing.assert_array_equal(emb, table[index].astype(np.float32))
+        query = self.randn(2, 3, q_len, d)
+        scores = self.randn(2, 3, q_len, k_len)
+        for dtype in ("float32", "float16", "bfloat16"):
+            def cast(x):
+                return posenc.to_bfloat16(x) if dtype == "bfloat16" else x.astype(dtype)
+
+            def widen(x):
+                return (posenc.from_bfloat16(x) if dtype == "bfloat16" else x).astype(np.float64)
+            q_in, s_in = cast(query), cast(scores)
+            term = np.einsum("bhid,ijd->bhij", widen(q_in), table[index])
+            got = self.client.attention_bias(posenc.Shaw(k, table="shawrel"), q_len, k_len,
+                                             query_offset=offset, query=q_in)
+            added = self.client.attention_bias(posenc.Shaw(k, table="shawrel"), q_len, k_len,
+                                               query_offset=offset, query=q_in, scores=s_in)
+            # float32 accumulation over d, then one rounding to the dtype.
+            rel = {"float32": 2.0 ** -22, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
+            for out, want in ((got, term), (added, term + widen(s_in))):
+                self.assertEqual(out.shape, want.shape)
+                err = np.abs(widen(out) - want)
+                self.assertTrue(np.all(err <= rel * np.abs(want) + d * 2.0 ** -22 * 4),
+                                "%s: max err %.3g" % (dtype, err.max()))
+
+    def test_deberta_without_and_with_buckets(self):
+        raw = self.client.attention_bias(posenc.Deberta(position_buckets=-1), 3, 4)
+        np.testing.assert_array_equal(raw, (np.arange(3)[:, None] + 1) - np.arange(4)[None, :])
+        ids = self.client.attention_bias(posenc.Deberta(), 1, 301, query_offset=300)
+        self.assertEqual(ids.dtype, np.int32)
+        # Within (-mid, mid) = (-128, 128) the bucket is the distance itself.
+        np.testing.assert_array_equal(ids[0, 300 - 127:301], np.arange(127, -1, -1))
+        self.assertEqual(ids[0, 0], 207)  # torch running HF's code: rel 300 -> 207
+
+    def test_random_walk_matches_dense_powers(self):
+        n, steps = 12, 6
+        edges = [(0, 1), (1, 2), (2, 0), (2, 3), (3, 4), (4, 5), (5, 3), (6, 7), (8, 8)]
+        a = np.zeros((n, n))
+        for u, v in edges:
+            if u != v:
+                a[u, v] = a[v, u] = 1
+        deg = a.sum(1)
+        p = np.divide(a, deg[:, None], out=np.zeros_like(a), where=deg[:, None] > 0)
+        want = np.stack([np.diag(np.linalg.matrix_power(p, s)) for s in range(1, steps + 1)], 1)
+        got = self.client.graph_encode(n, edges, encoding="random_walk", walk_length=steps)
+        assert_close(self, got.vectors, want, 1e-7, "random walk")
+        np.testing.assert_array_equal(got.vectors[8:], 0)  # isolated (8 has only a self-loop)
+
+    def test_shortest_path_and_tree(self):
+        edges = [(0, 1), (1, 2), (3, 4)]
+        got = self.client.graph_encode(5, edges, encoding="shortest_path", anchors=[0, 4])
+        self.assertEqual(got.vectors.dtype, np.int32)
+        np.testing.assert_array_equal(got.vectors, [[0, -1], [1, -1], [2, -1], [-1, 1], [-1, 0]])
+        tree = self.client.graph_encode(4, encoding="tree", parents=[-1, 0, 0, 2], max_depth=2,
+                                        max_children=2, depth_decay=0.5)
+        np.testing.assert_array_equal(tree.vectors, [[0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0],
+                                                     [1, 0, 0, 0.5]])
+        with self.assertRaises(posenc.PosencError) as err:
+            self.client.graph_encode(3, encoding="tree", parents=[-1, 2, 1], max_depth=2,
+                                     max_children=2)
+        self.assertIn("cycle", err.exception.details)
+
     def test_list_schemes_and_health(self):
         listed = self.client.list_schemes()
         self.assertIn("rope", listed.schemes)

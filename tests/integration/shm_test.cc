@@ -384,8 +384,11 @@ TEST(ShmTables, LearnedAndT5TableByReferenceEqualInline) {
   for (size_t i = 0; i < wpe.size(); ++i) wpe[i] = 0.01f * static_cast<float>(i % 97);
   for (size_t i = 0; i < t5.size(); ++i) t5[i] = 0.1f * static_cast<float>(i % 13) - 0.5f;
   const std::string dir = ::testing::TempDir();
+  std::vector<float> shaw(5 * 8);  // k = 2, d = 8
+  for (size_t i = 0; i < shaw.size(); ++i) shaw[i] = 0.125f * static_cast<float>(i % 9) - 0.5f;
   ServerProcess server({"--shm", "--table=wpe=" + WriteNpyF32(dir, "shm_wpe.npy", 64, 32, wpe),
-                        "--table=rel=" + WriteNpyF32(dir, "shm_t5.npy", 32, 4, t5)});
+                        "--table=rel=" + WriteNpyF32(dir, "shm_t5.npy", 32, 4, t5),
+                        "--table=shaw=" + WriteNpyF32(dir, "shm_shaw.npy", 5, 8, shaw)});
   ASSERT_TRUE(server.started());
   auto stub = v1::PositionalEncoding::NewStub(server.Channel());
   auto region = ShmRegion::Create(Key("tables"), 1 << 20);
@@ -414,6 +417,24 @@ TEST(ShmTables, LearnedAndT5TableByReferenceEqualInline) {
   *bias.mutable_scores() = ByRef(bias.scores(), *region, "r", 65536);
   ASSERT_THAT(AttentionBias(*stub, bias, &ref_bias), IsOk());
   EXPECT_EQ(SliceBytes(*region, ref_bias.output().shm()), inline_bias.output().data());
+
+  // Shaw's query term: the query read from its slice, the term added to scores in theirs.
+  std::vector<float> query(2 * 8 * 8), scores(2 * 8 * 8);
+  for (size_t i = 0; i < query.size(); ++i) query[i] = 0.25f * static_cast<float>(i % 7) - 0.75f;
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = static_cast<float>(i % 5);
+  v1::BiasRequest shaw_req;
+  shaw_req.set_query_length(8);
+  shaw_req.set_key_length(8);
+  shaw_req.mutable_shaw()->set_max_relative_position(2);
+  shaw_req.mutable_shaw()->set_table("shaw");
+  *shaw_req.mutable_query() = FloatTensor({1, 2, 8, 8}, query);
+  *shaw_req.mutable_scores() = FloatTensor({1, 2, 8, 8}, scores);
+  v1::BiasResponse inline_shaw, ref_shaw;
+  ASSERT_THAT(AttentionBias(*stub, shaw_req, &inline_shaw), IsOk());
+  *shaw_req.mutable_query() = ByRef(shaw_req.query(), *region, "r", 131072);
+  *shaw_req.mutable_scores() = ByRef(shaw_req.scores(), *region, "r", 196608);
+  ASSERT_THAT(AttentionBias(*stub, shaw_req, &ref_shaw), IsOk());
+  EXPECT_EQ(SliceBytes(*region, ref_shaw.output().shm()), inline_shaw.output().data());
 }
 
 TEST(ShmOff, FlagOffIsFailedPreconditionNamingTheFlag) {

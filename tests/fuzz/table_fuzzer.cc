@@ -1,11 +1,27 @@
 // GetTable: the bytes are one TableRequest; PlanTable, then the first two chunks and the
-// last one (the largest positions), as the streaming handler would send them.
+// last one (the largest row indices), as the streaming handler would send them. Each chunk's
+// first_position is the position of its first row.
 #include <algorithm>
+#include <optional>
 
 #include "tests/fuzz/fuzz_state.h"
 #include "tests/fuzz/proto_mutator.h"
 
 namespace {
+
+// The position of table row r: first_position + r * position_step, clamped to
+// [-clamp_position, clamp_position] when set (TableRequest). Empty when it would overflow.
+std::optional<int64_t> RowPosition(const posenc::v1::TableRequest& request, int64_t r) {
+  const int64_t step = request.has_position_step() ? request.position_step() : 1;
+  int64_t p = 0;
+  if (__builtin_mul_overflow(r, step, &p) || __builtin_add_overflow(p, request.first_position(), &p)) {
+    return std::nullopt;
+  }
+  if (request.has_clamp_position()) {
+    p = std::clamp(p, -request.clamp_position(), request.clamp_position());
+  }
+  return p;
+}
 
 void Chunk(const posenc::v1::TableRequest& request, int64_t first, int64_t rows) {
   const int64_t n = std::min(rows, request.length() - first);
@@ -13,7 +29,8 @@ void Chunk(const posenc::v1::TableRequest& request, int64_t first, int64_t rows)
   const absl::Status status = posenc::fuzz::Handlers().TableChunk(request, first, n, chunk);
   posenc::fuzz::CheckStatus(status, "TableChunk");
   if (!status.ok()) return;
-  if (chunk.first_position() != first || chunk.rows().shape_size() < 1 ||
+  const std::optional<int64_t> position = RowPosition(request, first);
+  if (!position || chunk.first_position() != *position || chunk.rows().shape_size() < 1 ||
       chunk.rows().shape(0) != n) {
     __builtin_trap();
   }

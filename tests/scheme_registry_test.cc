@@ -3,6 +3,7 @@
 // list holds and refuse what it does not.
 #include "server/schemes/scheme_registry.h"
 
+#include <memory>
 #include <set>
 #include <string>
 
@@ -45,19 +46,22 @@ TEST(SchemeRegistryTest, EveryFamilyHasItsSteps) {
         EXPECT_NE(s.encode_case, 0);
         EXPECT_NE(s.add, nullptr);
         EXPECT_EQ(s.rotate, nullptr);
-        EXPECT_NE(s.mutable_encode, nullptr);
+        EXPECT_NE(MutableSchemeMessage(*std::make_unique<v1::EncodeRequest>(), s.encode_case),
+                  nullptr);
         EXPECT_NE(s.encode_cost, nullptr);
         break;
       case SchemeFamily::kRotary:
         EXPECT_NE(s.encode_case, 0);
         EXPECT_NE(s.rotate, nullptr);
         EXPECT_EQ(s.add, nullptr);
-        EXPECT_NE(s.mutable_encode, nullptr);
+        EXPECT_NE(MutableSchemeMessage(*std::make_unique<v1::EncodeRequest>(), s.encode_case),
+                  nullptr);
         EXPECT_NE(s.encode_cost, nullptr);
         break;
       case SchemeFamily::kBias:
         EXPECT_NE(s.bias_case, 0);
-        EXPECT_NE(s.mutable_bias, nullptr);
+        EXPECT_NE(MutableSchemeMessage(*std::make_unique<v1::BiasRequest>(), s.bias_case),
+                  nullptr);
         EXPECT_NE(s.bias_spec, nullptr);
         EXPECT_NE(s.bias_heads, nullptr);
         break;
@@ -146,14 +150,14 @@ TEST(SchemeRegistryTest, EveryGraphEncodingIsRegistered) {
 TEST(SchemeRegistryTest, MutableMessageSelectsItsScheme) {
   for (const SchemeDescriptor& s : Schemes()) {
     SCOPED_TRACE(s.name);
-    if (s.mutable_encode != nullptr) {
+    if (s.encode_case != 0) {
       v1::EncodeRequest r;
-      ASSERT_NE(s.mutable_encode(r), nullptr);
+      ASSERT_NE(MutableSchemeMessage(r, s.encode_case), nullptr);
       EXPECT_EQ(SchemeOf(r), &s);
     }
-    if (s.mutable_bias != nullptr) {
+    if (s.bias_case != 0) {
       v1::BiasRequest r;
-      ASSERT_NE(s.mutable_bias(r), nullptr);
+      ASSERT_NE(MutableSchemeMessage(r, s.bias_case), nullptr);
       EXPECT_EQ(SchemeOf(r), &s);
     }
     if (s.family == SchemeFamily::kGraph) {

@@ -71,9 +71,6 @@ SchemeDescriptor SinusoidalScheme() {
   s.family = SchemeFamily::kAdditive;
   s.encode_case = v1::EncodeRequest::kSinusoidal;
   s.table_case = v1::TableRequest::kSinusoidal;
-  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
-    return r.mutable_sinusoidal();
-  };
   s.in_place = [](const v1::EncodeRequest& r) { return r.sinusoidal().fusion() != v1::CONCAT; };
   s.add = AddSinusoidal;
   s.encode_cost = [](const v1::EncodeRequest& r) {
@@ -115,9 +112,6 @@ SchemeDescriptor LearnedScheme() {
   s.name = "learned";
   s.family = SchemeFamily::kTable;
   s.encode_case = v1::EncodeRequest::kLearned;
-  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
-    return r.mutable_learned();
-  };
   s.in_place = [](const v1::EncodeRequest& r) { return r.learned().fusion() != v1::CONCAT; };
   s.add = AddLearned;
   // A learned table has its own width, at most the largest table: counted as d_model.
@@ -135,9 +129,6 @@ SchemeDescriptor HierarchicalScheme() {
   s.name = "hierarchical";
   s.family = SchemeFamily::kAdditive;
   s.encode_case = v1::EncodeRequest::kHierarchical;
-  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
-    return r.mutable_hierarchical();
-  };
   s.add = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView input,
              const PositionsSpec&) {
     return ApplyHierarchical(HierarchicalFromProto(r.hierarchical()), input, env.limits);
@@ -157,9 +148,6 @@ SchemeDescriptor ContinuousScheme() {
   s.family = SchemeFamily::kAdditive;
   s.encode_case = v1::EncodeRequest::kContinuous;
   s.takes_position_values = true;
-  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
-    return r.mutable_continuous();
-  };
   s.add = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView input,
              const PositionsSpec& positions) -> absl::StatusOr<AbsoluteResult> {
     ASSIGN_OR_RETURN(const ContinuousSpec spec, ContinuousFromProto(r.continuous()));
@@ -180,9 +168,6 @@ SchemeDescriptor Sinusoidal2DScheme() {
   s.name = "sinusoidal_2d";
   s.family = SchemeFamily::kAdditive;
   s.encode_case = v1::EncodeRequest::kSinusoidal2D;
-  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
-    return r.mutable_sinusoidal_2d();
-  };
   s.in_place = [](const v1::EncodeRequest& r) { return r.sinusoidal_2d().fusion() != v1::CONCAT; };
   s.add = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView input,
              const PositionsSpec& positions) -> absl::StatusOr<AbsoluteResult> {
@@ -252,9 +237,6 @@ SchemeDescriptor FourierScheme() {
   s.family = SchemeFamily::kAdditive;
   s.encode_case = v1::EncodeRequest::kFourier;
   s.takes_position_values = true;
-  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
-    return r.mutable_fourier();
-  };
   s.in_place = [](const v1::EncodeRequest& r) { return r.fourier().fusion() != v1::CONCAT; };
   s.add = AddFourier;
   // CONCAT appends 2F: from inline frequencies F = size / num_axes; a named table's F is

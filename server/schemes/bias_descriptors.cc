@@ -24,9 +24,6 @@ SchemeDescriptor AlibiScheme() {
   s.name = "alibi";
   s.family = SchemeFamily::kBias;
   s.bias_case = v1::BiasRequest::kAlibi;
-  s.mutable_bias = [](v1::BiasRequest& r) -> google::protobuf::Message* {
-    return r.mutable_alibi();
-  };
   s.bias_spec = [](const v1::BiasRequest& r, BiasSpec& spec) -> absl::Status {
     ASSIGN_OR_RETURN(spec.alibi, AlibiFromProto(r.alibi()));
     return absl::OkStatus();
@@ -41,9 +38,6 @@ SchemeDescriptor T5Scheme() {
   s.name = "t5";
   s.family = SchemeFamily::kBias;
   s.bias_case = v1::BiasRequest::kT5;
-  s.mutable_bias = [](v1::BiasRequest& r) -> google::protobuf::Message* {
-    return r.mutable_t5();
-  };
   s.bias_spec = [](const v1::BiasRequest& r, BiasSpec& spec) {
     spec.t5 = T5FromProto(r.t5());
     spec.t5_table = r.t5().table();
@@ -63,9 +57,6 @@ SchemeDescriptor ShawScheme() {
   s.name = "shaw";
   s.family = SchemeFamily::kBias;
   s.bias_case = v1::BiasRequest::kShaw;
-  s.mutable_bias = [](v1::BiasRequest& r) -> google::protobuf::Message* {
-    return r.mutable_shaw();
-  };
   s.bias_spec = [](const v1::BiasRequest& r, BiasSpec& spec) {
     spec.shaw = ShawSpec{r.shaw().max_relative_position()};
     spec.shaw_table = r.shaw().table();
@@ -100,9 +91,6 @@ SchemeDescriptor DebertaScheme() {
   s.name = "deberta";
   s.family = SchemeFamily::kBias;
   s.bias_case = v1::BiasRequest::kDeberta;
-  s.mutable_bias = [](v1::BiasRequest& r) -> google::protobuf::Message* {
-    return r.mutable_deberta();
-  };
   s.bias_spec = [](const v1::BiasRequest& r, BiasSpec& spec) {
     spec.deberta = DebertaFromProto(r.deberta());
     return absl::OkStatus();

@@ -40,9 +40,6 @@ SchemeDescriptor RopeScheme() {
   s.table_case = v1::TableRequest::kRope;
   s.takes_key = true;
   s.takes_axis_positions = true;
-  s.mutable_encode = [](v1::EncodeRequest& r) -> google::protobuf::Message* {
-    return r.mutable_rope();
-  };
   s.rotate = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView query,
                 TensorView* key, const PositionsSpec& positions) -> absl::Status {
     ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(r.rope()));

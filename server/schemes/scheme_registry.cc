@@ -87,6 +87,18 @@ const std::vector<SchemeDescriptor>& Schemes() {
   return *schemes;
 }
 
+google::protobuf::Message* MutableSchemeMessage(google::protobuf::Message& request,
+                                                int scheme_case) {
+  if (scheme_case == 0) return nullptr;
+  const google::protobuf::FieldDescriptor* field =
+      request.GetDescriptor()->FindFieldByNumber(scheme_case);
+  if (field == nullptr || field->containing_oneof() == nullptr ||
+      field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+    return nullptr;
+  }
+  return request.GetReflection()->MutableMessage(&request, field);
+}
+
 const SchemeDescriptor* FindScheme(absl::string_view name) {
   return Find([&](const SchemeDescriptor& s) { return s.name == name; });
 }

@@ -105,9 +105,6 @@ struct SchemeDescriptor {
   int graph_encoding = -1;  // v1::GraphEncoding (GraphRequest.encoding)
 
   // --- EncodeRequest (kAdditive, kTable, kRotary) ---------------------------------------
-  // The request's scheme message, set (mutable_<field>()): the OIP front parses its
-  // `config` parameter into it.
-  google::protobuf::Message* (*mutable_encode)(v1::EncodeRequest& request) = nullptr;
   // Whether the request's `key` / `positions.values` / per-axis positions
   // (`positions.axis_ids`, `positions.mrope_segments`) may be set.
   bool takes_key = false;
@@ -128,7 +125,6 @@ struct SchemeDescriptor {
   absl::StatusOr<SchemeCost> (*encode_cost)(const v1::EncodeRequest& request) = nullptr;
 
   // --- BiasRequest (kBias) --------------------------------------------------------------
-  google::protobuf::Message* (*mutable_bias)(v1::BiasRequest& request) = nullptr;
   // Converts the scheme's message into `spec` (its alibi or t5 part; the geometry is the
   // service's).
   absl::Status (*bias_spec)(const v1::BiasRequest& request, BiasSpec& spec) = nullptr;
@@ -161,6 +157,12 @@ const std::vector<SchemeDescriptor>& Schemes();
 // Lookups; null when no registered scheme matches (an unset oneof, a case or encoding no
 // scheme registered, an unknown name).
 const SchemeDescriptor* FindScheme(absl::string_view name);
+
+// The scheme message that oneof case `scheme_case` of `request` selects (an encode_case or
+// bias_case), set, so the OIP front can parse a `config` into it. Null for case 0. A oneof
+// case is its member's field number, so descriptors need not name the accessor.
+google::protobuf::Message* MutableSchemeMessage(google::protobuf::Message& request,
+                                                int scheme_case);
 const SchemeDescriptor* SchemeOf(const v1::EncodeRequest& request);
 const SchemeDescriptor* SchemeOf(const v1::BiasRequest& request);
 const SchemeDescriptor* SchemeOf(const v1::GraphRequest& request);

@@ -328,11 +328,12 @@ absl::StatusOr<std::vector<T>> Values(const Input& in) {
 // The `config` parameter into the model's scheme message (which selects the scheme).
 absl::Status SchemeMessageOf(const ModelInfo& model, const Parameters& params,
                              v1::EncodeRequest& r) {
-  if (model.mutable_encode == nullptr) {
+  google::protobuf::Message* scheme = MutableSchemeMessage(r, model.encode_case);
+  if (scheme == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("model '", model.name, "' is not served by Encode"));
   }
-  return ParseConfig(params, model.name, model.mutable_encode(r));
+  return ParseConfig(params, model.name, scheme);
 }
 
 absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
@@ -402,11 +403,12 @@ absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, Nati
 absl::Status ToBias(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
   v1::BiasRequest& r = n.bias;
   r.set_request_id(n.id);
-  if (n.model->mutable_bias == nullptr) {
+  google::protobuf::Message* scheme = MutableSchemeMessage(r, n.model->bias_case);
+  if (scheme == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("model '", n.model->name, "' is not served by AttentionBias"));
   }
-  RETURN_IF_ERROR(ParseConfig(params, n.model->name, n.model->mutable_bias(r)));
+  RETURN_IF_ERROR(ParseConfig(params, n.model->name, scheme));
   ASSIGN_OR_RETURN(std::optional<int64_t> q, IntParam(params, "query_length"));
   ASSIGN_OR_RETURN(std::optional<int64_t> k, IntParam(params, "key_length"));
   ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "query_offset"));

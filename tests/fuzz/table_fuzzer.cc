@@ -2,6 +2,7 @@
 // last one (the largest row indices), as the streaming handler would send them. Each chunk's
 // first_position is the position of its first row.
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 
 #include "tests/fuzz/fuzz_state.h"
@@ -10,17 +11,17 @@
 namespace {
 
 // The position of table row r: first_position + r * position_step, clamped to
-// [-clamp_position, clamp_position] when set (TableRequest). Empty when it would overflow.
+// [-clamp_position, clamp_position] when set (TableRequest), in 128 bits: a clamped row's
+// unclamped position may be far outside int64 (r and position_step are up to 2^40 each).
+// Empty when an unclamped position does not fit int64.
 std::optional<int64_t> RowPosition(const posenc::v1::TableRequest& request, int64_t r) {
-  const int64_t step = request.has_position_step() ? request.position_step() : 1;
-  int64_t p = 0;
-  if (__builtin_mul_overflow(r, step, &p) || __builtin_add_overflow(p, request.first_position(), &p)) {
-    return std::nullopt;
-  }
+  const __int128 step = request.has_position_step() ? request.position_step() : 1;
+  __int128 p = static_cast<__int128>(r) * step + request.first_position();
   if (request.has_clamp_position()) {
-    p = std::clamp(p, -request.clamp_position(), request.clamp_position());
+    p = std::clamp<__int128>(p, -request.clamp_position(), request.clamp_position());
   }
-  return p;
+  if (p < INT64_MIN || p > INT64_MAX) return std::nullopt;
+  return static_cast<int64_t>(p);
 }
 
 void Chunk(const posenc::v1::TableRequest& request, int64_t first, int64_t rows) {

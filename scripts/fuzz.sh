@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh                     # each target for $FUZZ_SECONDS (default 30) seconds
 #   scripts/fuzz.sh --time 300 graph    # one target for 5 minutes
 #   scripts/fuzz.sh --runs 1000000      # each target for 1,000,000 executions
+#   scripts/fuzz.sh --seed 1 --runs 100000   # reproducible: the same inputs on every run
 #
 # Targets: encode encode_stream bias table graph http_infer. New inputs go to a temporary directory,
 # never into the repo; a crashing input is left in build-fuzz/artifacts/<target>/ (keep it
@@ -13,12 +14,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 limit=(-max_total_time="${FUZZ_SECONDS:-30}")
+seed=()
 targets=()
 while (($#)); do
   case "$1" in
     --time) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --seed) seed=(-seed="$2"); shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -36,9 +39,9 @@ for t in "${targets[@]}"; do
   mkdir -p "$work/$t" "build-fuzz/artifacts/$t"
   inputs=(tests/fuzz/corpus/"$t")
   [ -d tests/fuzz/regressions/"$t" ] && inputs+=(tests/fuzz/regressions/"$t")
-  echo "fuzz: $t (${limit[*]})"
+  echo "fuzz: $t (${limit[*]} ${seed[*]})"
   # The first directory takes new inputs; the others are only read.
-  if ! build-fuzz/tests/fuzz/"$t"_fuzzer "$work/$t" "${inputs[@]}" "${limit[@]}" \
+  if ! build-fuzz/tests/fuzz/"$t"_fuzzer "$work/$t" "${inputs[@]}" "${limit[@]}" "${seed[@]}" \
       -rss_limit_mb=2048 -timeout=10 -max_len=8192 -print_final_stats=1 \
       -artifact_prefix="build-fuzz/artifacts/$t/" >"$work/$t.log" 2>&1; then
     tail -n 60 "$work/$t.log"

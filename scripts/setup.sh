@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what posenc needs to build, test and run, from Debian 12's packages.
 # Safe to run again: only missing packages are installed.
+#   scripts/setup.sh              # build, run and test the server and the C++/Python clients
+#   scripts/setup.sh --examples   # also the Go and Java toolchains for client/go, client/java
 set -euo pipefail
 
 packages=(
@@ -14,6 +16,14 @@ packages=(
   prometheus curl openssl
   clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and OpenMP for clang
 )
+if [ "${1:-}" = "--examples" ]; then
+  packages+=(
+    golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
+    protoc-gen-go-grpc  # client/go/build.sh
+    default-jdk-headless libgrpc-java protobuf-compiler-grpc-java-plugin libprotobuf-java
+    libnetty-java libperfmark-java libgoogle-gson-java libgeronimo-annotation-1.3-spec-java  # client/java
+  )
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

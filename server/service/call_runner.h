@@ -11,11 +11,13 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/support/time.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 #include "server/common/cancel.h"
@@ -42,8 +44,11 @@ inline const grpc::Status kShuttingDown(grpc::StatusCode::UNAVAILABLE,
 
 // Why the work for this call should not start (or go on): its deadline passed, the client
 // cancelled, or the server stopped it; OK while it is wanted.
+// Reads the deadline in gRPC's own clock (context->deadline() converts it to system_clock on
+// every call); a call without a deadline reads no clock.
 inline grpc::Status StoppedStatus(grpc::CallbackServerContext* context) {
-  if (std::chrono::system_clock::now() >= context->deadline()) {
+  const gpr_timespec deadline = context->raw_deadline();
+  if (deadline.tv_sec != INT64_MAX && gpr_time_cmp(gpr_now(deadline.clock_type), deadline) >= 0) {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed");
   }
   if (context->IsCancelled()) {

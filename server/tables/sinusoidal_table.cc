@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 namespace posenc {
 
@@ -97,11 +97,11 @@ Table ComputeSinusoidalTable(const SinusoidalSpec& spec, const TablePositions& p
 }
 
 std::string SinusoidalTableKey(const SinusoidalSpec& spec, int64_t rows) {
-  // %a-style exact base so that 10000 and 10000.0000001 never share a table.
-  return absl::StrCat("sinusoidal|base=", absl::StrFormat("%a", spec.base),
-                      "|layout=", static_cast<int>(spec.layout),
-                      "|timescale=", static_cast<int>(spec.timescale), "|dim=", spec.dim,
-                      "|rows=", rows);
+  // The base by its bit pattern, so that 10000 and 10000.0000001 never share a table; built
+  // on every Encode, so plain integer formatting (no printf-style %a).
+  return absl::StrCat("sinusoidal|", absl::bit_cast<uint64_t>(spec.base), "|",
+                      static_cast<int>(spec.layout), "|", static_cast<int>(spec.timescale), "|",
+                      spec.dim, "|", rows);
 }
 
 }  // namespace posenc

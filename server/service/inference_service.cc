@@ -25,37 +25,11 @@ SchemeLabel LabelOfModel(const std::string& model_name) {
   return scheme ? scheme->label : kNoScheme;
 }
 
-bool IsGraphModel(const std::string& model_name) {
-  const SchemeDescriptor* scheme = FindScheme(model_name);
-  return scheme != nullptr && scheme->family == SchemeFamily::kGraph;
-}
-
 // A conversion error names the request, as native errors do.
 absl::Status WithId(const absl::Status& status, const std::string& id) {
   if (id.empty() || status.ok()) return status;
   return absl::Status(status.code(),
                       absl::StrCat("request ", Elide(id), ": ", status.message()));
-}
-
-// The lane a streamed request runs in, judged before it is converted: its size, or a graph
-// big enough to take a while to solve.
-Lane LaneOf(const ModelInferRequest& request) {
-  if (request.ByteSizeLong() > kCheapCallBytes) return Lane::kBulk;
-  if (!IsGraphModel(request.model_name())) return Lane::kCheap;
-  // A parameter that does not parse fails in the conversion; its lane does not matter.
-  absl::StatusOr<std::optional<int64_t>> nodes = IntParam(request.parameters(), "num_nodes");
-  return nodes.ok() && nodes->value_or(0) > kCheapGraphNodes ? Lane::kBulk : Lane::kCheap;
-}
-
-// Whether a streamed request is small enough to run on the reactor's thread, judged before
-// it is converted, as CallCost::run_inline: no graph, nothing by shared-memory reference
-// (whose size the message does not show), and at most a third of kInlineCallBytes.
-bool RunsInline(const ModelInferRequest& request) {
-  if (IsGraphModel(request.model_name())) return false;
-  for (const auto& input : request.inputs()) {
-    if (input.parameters().count("shared_memory_region") > 0) return false;
-  }
-  return request.ByteSizeLong() <= kInlineCallBytes / 3;
 }
 
 inference::DataType ConfigType(const std::string& datatype) {
@@ -205,11 +179,12 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
     return grpc::Status::OK;
   };
   auto schedule = [this](const ModelInferRequest& request, WorkPool::Job job) {
-    if (RunsInline(request)) {
+    const CallCost placement = PlacementOf(request);
+    if (placement.run_inline) {
       std::move(job)();
       return;
     }
-    runner_.runtime().pool->Submit(LaneOf(request), std::move(job));
+    runner_.runtime().pool->Submit(placement.lane, std::move(job));
   };
   auto on_finish = [call](const grpc::Status& status, bool from_handler) {
     if (status.ok() || from_handler) call->counted.store(true);

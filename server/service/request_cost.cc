@@ -2,6 +2,7 @@
 
 #include "server/schemes/scheme_cost.h"
 #include "server/schemes/scheme_registry.h"
+#include "server/service/inference_convert.h"
 
 namespace posenc {
 namespace {
@@ -84,6 +85,25 @@ absl::StatusOr<CallCost> CostOf(const v1::TableRequest& r, int64_t rows_per_chun
   const CostBytes rows = CostBytes::Product({rows_per_chunk, r.dim(), 4});  // float32 rows
   const CostBytes chunk = CostBytes::Product({rows_per_chunk, r.dim(), elem});
   return ToCallCost((rows + chunk + chunk).Cost("rows_per_chunk x dim"));
+}
+
+CallCost PlacementOf(const inference::ModelInferRequest& r) {
+  const size_t size = r.ByteSizeLong();
+  const SchemeDescriptor* scheme = FindScheme(r.model_name());
+  CallCost placement;
+  if (scheme != nullptr && scheme->family == SchemeFamily::kGraph) {
+    // A parameter that does not parse fails in the conversion; its lane does not matter.
+    absl::StatusOr<std::optional<int64_t>> nodes = IntParam(r.parameters(), "num_nodes");
+    const bool big = nodes.ok() && nodes->value_or(0) > kCheapGraphNodes;
+    placement.lane = big || size > kCheapCallBytes ? Lane::kBulk : Lane::kCheap;
+    return placement;
+  }
+  placement.lane = size > kCheapCallBytes ? Lane::kBulk : Lane::kCheap;
+  placement.run_inline = size <= kInlineCallBytes / 3;
+  for (const auto& input : r.inputs()) {
+    if (input.parameters().count("shared_memory_region") > 0) placement.run_inline = false;
+  }
+  return placement;
 }
 
 }  // namespace posenc

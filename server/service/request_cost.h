@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "inference/grpc_service.pb.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/schemes/scheme_cost.h"
 #include "server/service/work_pool.h"
@@ -40,5 +41,13 @@ absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& request);
 absl::StatusOr<CallCost> CostOf(const v1::GraphRequest& request);
 // GetTable holds one chunk of `rows_per_chunk` rows at a time.
 absl::StatusOr<CallCost> CostOf(const v1::TableRequest& request, int64_t rows_per_chunk);
+
+// Where a ModelStreamInfer message runs, judged from the message before it is converted
+// (the conversion is work too, done where the message runs): the bulk lane for a message
+// over kCheapCallBytes or a graph of more than kCheapGraphNodes nodes (num_nodes as
+// int64_param or uint64_param); inline only for a message of at most kInlineCallBytes / 3
+// that is no graph and names no shared memory (whose size the message does not show).
+// `bytes` is 0: the message's cost is computed and admitted once it is converted.
+CallCost PlacementOf(const inference::ModelInferRequest& request);
 
 }  // namespace posenc

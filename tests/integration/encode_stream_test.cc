@@ -1,8 +1,12 @@
 // EncodeStream against the real posenc-server on port 0: answers in request order and
-// counted, a bad request ends the stream with its code after the earlier answers, and a
-// client that never reads is held back by flow control instead of growing the server.
+// counted, a bad request ends the stream with its code after the earlier answers, a
+// client that never reads is held back by flow control instead of growing the server, an
+// answer stays charged to --max_inflight_bytes until it has been written, and open streams
+// take --max_concurrent_calls slots.
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -105,6 +109,97 @@ TEST(EncodeStream, ClientThatNeverReadsDoesNotGrowServerMemory) {
                                                 << " KiB";
   std::printf("client wrote %d MiB unread; server RSS %ld -> %ld KiB\n", written.load(),
               rss_before, rss_after);
+}
+
+// Polls `done` every 20 ms for up to a minute (generous: sanitizer builds are slow).
+bool Eventually(const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+double StreamAnswers(const ServerProcess& server, const std::string& code = "OK") {
+  return ScrapeMetric(server, "posenc_requests_total",
+                      {"method=\"EncodeStream\"", "code=\"" + code + "\""});
+}
+
+// A sinusoidal CONCAT of 1024 encoding columns to `rows` tokens of width 8: 32 bytes a
+// row on the wire, 12384 a row of cost (in + 2 x out + the encoding rows).
+EncodeRequest ConcatRequest(int64_t rows) {
+  EncodeRequest req = SinusoidalRequest(1, rows, 8);
+  req.mutable_sinusoidal()->set_fusion(v1::CONCAT);
+  req.mutable_sinusoidal()->set_pe_dim(1024);
+  return req;
+}
+
+// An answer computed but not yet written (its client does not read) keeps its cost
+// charged to --max_inflight_bytes: a call that fits only the rest of the budget is refused
+// until the client has read the answer.
+TEST(EncodeStream, AnswerHoldsItsAdmissionUntilWritten) {
+  constexpr int64_t kBudget = 64 << 20;
+  ServerProcess server({"--max_inflight_bytes=" + std::to_string(kBudget)});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  // 4 MiB in, a 4 MiB answer (far past what flow control lets through unread), 12 MiB of
+  // cost; the probe's 150 KiB cost 56.7 MiB: it fits the budget alone, not beside the
+  // answer.
+  const EncodeRequest held = SinusoidalRequest(1, 1024, 1024, "unread");
+  const EncodeRequest probe = ConcatRequest(4800);
+  grpc::ClientContext ctx;
+  auto stream = stub->EncodeStream(&ctx);
+  ASSERT_TRUE(stream->Write(held));
+  // The answer has been computed (each message is counted when its work ends) ...
+  ASSERT_TRUE(Eventually([&] { return StreamAnswers(server) == 1; }));
+  // ... and, unread, it still holds its 12 MiB.
+  EXPECT_THAT(Encode(*stub, probe),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("--max_inflight_bytes")));
+  EncodeResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.request_id(), "unread");
+  stream->WritesDone();
+  EXPECT_THAT(stream->Finish(), IsOk());
+  // Written, it is released: the same call now fits.
+  EXPECT_TRUE(Eventually([&] { return Encode(*stub, probe).ok(); }));
+}
+
+// Streams whose clients never read take --max_concurrent_calls slots for as long as they
+// are open: further calls and streams are refused at once with RESOURCE_EXHAUSTED (not
+// left waiting), and the slots come back when the streams end.
+TEST(EncodeStream, OpenStreamsTakeConcurrentCallSlots) {
+  ServerProcess server({"--max_concurrent_calls=2"});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  grpc::ClientContext ctx[2];
+  std::unique_ptr<grpc::ClientReaderWriter<EncodeRequest, EncodeResponse>> streams[2];
+  for (int i = 0; i < 2; ++i) {
+    streams[i] = stub->EncodeStream(&ctx[i]);
+    ASSERT_TRUE(streams[i]->Write(SinusoidalRequest(1, 2, 4, "s" + std::to_string(i))));
+  }
+  // Both streams are open and have answered a message, which neither client reads.
+  ASSERT_TRUE(Eventually([&] { return StreamAnswers(server) == 2; }));
+  EXPECT_THAT(Encode(*stub, SinusoidalRequest(1, 2, 4)),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("--max_concurrent_calls")));
+  {
+    grpc::ClientContext third_ctx;
+    third_ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    auto third = stub->EncodeStream(&third_ctx);
+    third->Write(SinusoidalRequest(1, 2, 4));
+    EncodeResponse resp;
+    EXPECT_FALSE(third->Read(&resp));
+    EXPECT_THAT(third->Finish(),
+                StatusIs(StatusCode::kResourceExhausted, HasSubstr("--max_concurrent_calls")));
+  }
+  for (int i = 0; i < 2; ++i) {
+    streams[i]->WritesDone();
+    EncodeResponse resp;
+    ASSERT_TRUE(streams[i]->Read(&resp));
+    EXPECT_EQ(resp.request_id(), "s" + std::to_string(i));
+    EXPECT_THAT(streams[i]->Finish(), IsOk());
+  }
+  EXPECT_TRUE(Eventually([&] { return Encode(*stub, SinusoidalRequest(1, 2, 4)).ok(); }));
 }
 
 }  // namespace

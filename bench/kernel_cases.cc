@@ -13,7 +13,7 @@
 #include "server/kernels/add_kernel.h"
 #include "server/kernels/bias_kernel.h"
 #include "server/kernels/convert_kernel.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/table_cache.h"
@@ -74,13 +74,18 @@ struct KernelFixture {
 
 // The absolute schemes' adds on [nb, seq, dim]: sinusoidal (ADD and MULTIPLY), the add
 // kernel alone, 2D sin-cos, Fourier features and learned.
-void AddAbsoluteCases(KernelFixture& f, const std::string& size, Isa isa,
+void AddAbsoluteCases(KernelFixture& f, const std::string& size, KernelImpl isa,
                       std::vector<KernelCase>& cases) {
   void* data = f.tensor.data();
   const int64_t emb_n = f.nb * f.seq * f.dim;
   const size_t pe_bytes = static_cast<size_t>(f.seq * f.dim) * sizeof(float);
   const Shape emb_shape{f.nb, f.seq, f.dim};
-  const auto last_add = [] { return std::string(LastAddImplementation()); };
+  // The implementation, and the layout its rows were read in where not as given.
+  const auto last_add = [] {
+    const AddRowLayout* layout = LastAddRowLayout();
+    return absl::StrCat(KernelImplName(LastAddImplementation()), layout ? "/" : "",
+                        layout ? layout->name() : "");
+  };
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
     cases.push_back({"sinusoidal_add", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
@@ -99,10 +104,8 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, Isa isa,
   // oneDNN runs on in this process; see RunKernelsEveryIsa).
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
     const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
-    const AddImplementation rows =
-        isa == Isa::kAvx512 ? AddImplementation::kVectorAvx512 : AddImplementation::kVectorAvx2;
-    for (auto [label, impl] : {std::pair{"add_vector", rows},
-                               std::pair{"add_onednn", AddImplementation::kOneDnn}}) {
+    for (auto [label, impl] : {std::pair{"add_vector", isa},
+                               std::pair{"add_onednn", KernelImpl::kOneDnn}}) {
       cases.push_back({label, size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
                        [&f, data, dt, emb_shape, impl = impl] {
                          TensorView x{dt, emb_shape, data};
@@ -291,9 +294,9 @@ void AddConvertCases(KernelFixture& f, const std::string& size, std::vector<Kern
   const float* table = f.learned->data.data();
   const int64_t half = f.dim / 2;
   const Shape in_shape{f.nb, f.seq, half}, out_shape{f.nb, f.seq, f.dim};
-  const auto last = [] { return std::string(LastConvertImplementation()); };
-  const std::pair<const char*, ConvertImplementation> impls[] = {
-      {"vector", ConvertImplementation::kVector}, {"onednn", ConvertImplementation::kOneDnn}};
+  const auto last = [] { return std::string(KernelImplName(LastConvertImplementation())); };
+  const std::pair<const char*, KernelImpl> impls[] = {{"vector", KernelImpl::kAvx2},
+                                                      {"onednn", KernelImpl::kOneDnn}};
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
     const size_t out_bytes = static_cast<size_t>(f.nb * f.seq * f.dim) * DTypeSize(dt);
     const size_t moved = out_bytes + out_bytes / 2 + static_cast<size_t>(f.seq * half) * 4;
@@ -319,7 +322,7 @@ void AddConvertCases(KernelFixture& f, const std::string& size, std::vector<Kern
   }
 }
 
-std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Isa isa) {
+std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, KernelImpl isa) {
   std::vector<KernelCase> cases;
   AddAbsoluteCases(f, size, isa, cases);
   AddConvertCases(f, size, cases);
@@ -340,7 +343,7 @@ bool Selected(const Options& o, const KernelCase& c) {
 // `round_ratios`). This VM's bandwidth at 64 MiB swings 2x over seconds: the best kernel
 // over the best roofline paired a fast minute with a slow one (0.50 and 1.33 for bf16 and
 // fp16 RoPE in one run); a ratio taken within one round sees one state of the machine.
-json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds, Isa isa) {
+json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds, KernelImpl isa) {
   // The builds only write: beside the read-modify-write roofline they also get a
   // write-only one (the better of streaming and plain stores).
   const bool write_only = c.moved_bytes == c.tensor_bytes;
@@ -365,7 +368,7 @@ json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rou
     return v[(v.size() - 1) / 2];
   };
   json r{{"name", c.name},
-         {"isa", IsaName(isa)},
+         {"isa", KernelImplName(isa)},
          {"size", c.size},
          {"shape", ShapeString(c.shape)},
          {"dtype", DTypeLabel(c.dtype)},
@@ -387,7 +390,7 @@ json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rou
 
 // Every kernel case on `isa` (already forced by the caller), each against a roofline taken
 // beside it.
-json RunKernels(const Options& o, Isa isa) {
+json RunKernels(const Options& o, KernelImpl isa) {
   Roofline roofline;
   json results = json::array();
   struct Size {
@@ -417,7 +420,7 @@ json RunKernels(const Options& o, Isa isa) {
       if (!o.json) {
         std::fprintf(stderr,
                      "  kernel %-6s %-15s %-5s %-22s %-4s %8.3f ms %7.1f GB/s (roofline %.1f)\n",
-                     IsaName(isa), c.name.c_str(), c.size.c_str(), ShapeString(c.shape).c_str(),
+                     KernelImplName(isa), c.name.c_str(), c.size.c_str(), ShapeString(c.shape).c_str(),
                      DTypeLabel(c.dtype), r["ms"].get<double>(), r["gbps"].get<double>(),
                      r["roofline_gbps"].get<double>());
       }
@@ -430,10 +433,10 @@ json RunKernels(const Options& o, Isa isa) {
 // A pass in a child posenc-bench with oneDNN limited to `isa` (DNNL_MAX_CPU_ISA), so its
 // binary_add runs as on a CPU whose widest ISA that is: oneDNN fixes its ISA once per
 // process. Returns the child's kernel rows.
-json RunChildPass(const Options& o, Isa isa) {
-  std::string command = absl::StrCat("DNNL_MAX_CPU_ISA=", isa == Isa::kAvx2 ? "AVX2" : "AVX512_CORE",
+json RunChildPass(const Options& o, KernelImpl isa) {
+  std::string command = absl::StrCat("DNNL_MAX_CPU_ISA=", isa == KernelImpl::kAvx2 ? "AVX2" : "AVX512_CORE",
                                      " ", o.self_binary, " --kernels-only --json --isa=",
-                                     IsaName(isa), " --threads=", o.threads, " --rounds=", o.rounds);
+                                     KernelImplName(isa), " --threads=", o.threads, " --rounds=", o.rounds);
   if (o.quick) absl::StrAppend(&command, " --quick");
   if (!o.filter.empty()) {
     std::string quoted;  // single-quoted for the shell
@@ -457,22 +460,23 @@ json RunChildPass(const Options& o, Isa isa) {
 }  // namespace
 
 json RunKernelsEveryIsa(const Options& o) {
-  std::vector<Isa> isas = CpuVectorIsas();
+  std::vector<KernelImpl> isas = CpuVectorIsas();
   if (!o.isa.empty()) {
-    const std::optional<Isa> only = ParseIsa(o.isa.c_str());
-    if (!only || !CpuHasIsa(*only)) {
+    const std::optional<KernelImpl> only = ParseKernelImpl(o.isa);
+    if (!only || !CpuSupports(*only) || *only == KernelImpl::kAuto ||
+        *only == KernelImpl::kOneDnn) {
       Check(absl::InvalidArgumentError(absl::StrCat("--isa=", o.isa, " is not on this CPU")),
             "--isa");
     }
     isas = {*only};
   }
   json rows = json::array();
-  for (Isa isa : isas) {
+  for (KernelImpl isa : isas) {
     json pass;
     if (o.isa.empty() && isa != CpuBestIsa()) {
       pass = RunChildPass(o, isa);
     } else {
-      const ScopedIsaOverride forced(isa);
+      const ScopedKernelOverride forced(isa);
       pass = RunKernels(o, isa);
     }
     for (json& row : pass) rows.push_back(std::move(row));

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/threads.h"
 
 namespace posenc::bench {
@@ -30,7 +30,7 @@ json MachineInfo() {
               {"avx512f", __builtin_cpu_supports("avx512f") != 0},
               {"isas", [] {
                  json names = json::array();
-                 for (Isa isa : CpuVectorIsas()) names.push_back(IsaName(isa));
+                 for (KernelImpl isa : CpuVectorIsas()) names.push_back(KernelImplName(isa));
                  return names;
                }()},
               {"loadavg_at_start", load}};

@@ -16,6 +16,7 @@
 #include "server/common/flags.h"
 #include "server/common/log.h"
 #include "server/http/http_server.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/threads.h"
 #include "server/metrics/metrics.h"
 #include "server/service/request_handlers.h"
@@ -63,6 +64,10 @@ constexpr FlagSpec kFlagSpecs[] = {
      true},
     {"threads", "N",
      "kernel threads, and workers per lane of the work pool (default: the number of cores)"},
+    {"kernel", "auto|scalar|avx2|avx512|onednn",
+     "the code every kernel runs: auto (default) each kernel's choice for this CPU; scalar, "
+     "avx2 or avx512 as on a CPU whose widest instruction set that is; onednn oneDNN's "
+     "primitives where a kernel has them. An instruction set this CPU lacks is refused"},
     {"max_inflight_bytes", "N",
      "admission budget: summed cost (output + scratch bytes) of the calls in progress; also "
      "the size of gRPC's transport memory quota (default: a quarter of the memory limit)"},
@@ -115,6 +120,7 @@ struct Flags {
   posenc::ServerOptions server;  // threads 0 there: as many as cores
   posenc::HttpOptions http;      // its TLS files and body limit are the server's
   posenc::LogFormat log_format = posenc::LogFormat::kText;
+  posenc::KernelImpl kernel = posenc::KernelImpl::kAuto;
 };
 
 // Configuration errors are one line naming the flag, and exit status 2.
@@ -176,6 +182,9 @@ Flags ParseFlags(int argc, char** argv) {
       OrExit(f.Count("max_concurrent_calls", posenc::DefaultMaxConcurrentCalls())),
       int64_t{1} << 30);
   s.threads = static_cast<int>(OrExit(f.IntIn("threads", 0, 1024, 0)));
+  const absl::StatusOr<posenc::KernelImpl> kernel = posenc::ParseKernelOverride(f.Str("kernel"));
+  if (!kernel.ok()) UsageError(std::string(f.Bad("kernel", kernel.status().message()).message()));
+  flags.kernel = *kernel;
   s.stall_threshold = absl::ToChronoMilliseconds(OrExit(
       f.Duration("stall_threshold", absl::FromChrono(s.stall_threshold))));
   s.tls_cert = f.Str("tls_cert");
@@ -223,6 +232,7 @@ void LogStart(const posenc::ServerOptions& o, const posenc::PosencServer& server
                {"grpc", server.address()},
                {"metrics", metrics_address},
                {"threads", o.threads},
+               {"kernel", posenc::KernelImplName(posenc::KernelOverride())},
                {"tables", o.tables.size()},
                {"max_message_bytes", o.max_message_bytes},
                {"max_inflight_bytes", o.admission.max_inflight_bytes},
@@ -258,6 +268,7 @@ int main(int argc, char** argv) {
 
   posenc::ServerOptions options = flags.server;
   posenc::SetKernelThreads(options.threads);
+  posenc::SetKernelOverride(flags.kernel);
   options.threads = posenc::KernelThreads();
   auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion, posenc::MetricsSchemes());
   const std::string metrics_address = StartMetrics(*metrics, options.metrics_listen);

@@ -15,7 +15,7 @@
 #include "tests/support/fixtures.h"
 #include "nlohmann/json.hpp"
 #include "server/kernels/add_kernel.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
@@ -191,31 +191,33 @@ TEST(Sinusoidal, HalfAndBFloat16RoundOnceFromFloat32Arithmetic) {
   }
 }
 
-// The bfloat16 add through the scheme on every ISA (AVX2: the cached rows split by parity)
-// is bit-identical to the scalar loop's, and the split copy is cached beside the table.
+// The bfloat16 add through the scheme on every ISA (AVX2: the cached rows in the add's own
+// layout) is bit-identical to the scalar loop's, and the laid-out copy is cached beside the
+// table and read.
 TEST(Sinusoidal, BFloat16AddIsTheSameOnEveryIsa) {
   const int64_t b = 2, s = 40, d = 200;  // 12 groups of 16 and a tail of 8
   std::vector<uint16_t> input(b * s * d);
   for (size_t i = 0; i < input.size(); ++i) input[i] = FloatToBFloat16(0.001f * (i % 977) - 0.4f);
   std::vector<uint16_t> want = input;
   {
-    const ScopedIsaOverride scalar(Isa::kScalar);
+    const ScopedKernelOverride scalar(KernelImpl::kScalar);
     TableCache cache(8 << 20);
     ASSERT_THAT(ApplySinusoidal({}, {}, TensorView{DType::kBFloat16, {b, s, d}, want.data()}, {},
                                 cache, {}),
                 IsOk());
   }
-  for (Isa isa : CpuVectorIsas()) {
-    const ScopedIsaOverride forced(isa);
+  for (KernelImpl isa : CpuVectorIsas()) {
+    const ScopedKernelOverride forced(isa);
     TableCache cache(8 << 20);
     for (int call = 0; call < 2; ++call) {  // a miss, then the cached tables
       std::vector<uint16_t> got = input;
       ASSERT_THAT(ApplySinusoidal({}, {}, TensorView{DType::kBFloat16, {b, s, d}, got.data()},
                                   {}, cache, {}),
                   IsOk());
-      EXPECT_EQ(got, want) << IsaName(isa) << " call " << call;
-      EXPECT_EQ(cache.entries(), AddReadsRowsByParity(DType::kBFloat16) ? 2u : 1u)
-          << IsaName(isa);
+      EXPECT_EQ(got, want) << KernelImplName(isa) << " call " << call;
+      const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16);
+      EXPECT_EQ(cache.entries(), layout != nullptr ? 2u : 1u) << KernelImplName(isa);
+      EXPECT_EQ(LastAddRowLayout(), layout) << KernelImplName(isa);
     }
   }
 }
@@ -513,9 +515,9 @@ TEST(AddKernel, OneDnnAndLoopAgree) {
                                     std::pair{1.0f, 1.0f}}) {
     std::vector<float> x1 = x0, x2 = x0;
     ASSERT_THAT(AddEncodingInPlace(View(x1, {b, s, d}), pe.data(), in_scale, pe_scale,
-                                   AddImplementation::kOneDnn),
+                                   KernelImpl::kOneDnn),
                 IsOk());
-    ASSERT_STREQ(LastAddImplementation(), "onednn");
+    ASSERT_EQ(LastAddImplementation(), KernelImpl::kOneDnn);
     AddEncodingLoop(View(x2, {b, s, d}), pe.data(), in_scale, pe_scale);
     for (size_t i = 0; i < x1.size(); ++i) {
       ASSERT_NEAR(x1[i], x2[i], 1e-6) << i << " scales " << in_scale << ", " << pe_scale;

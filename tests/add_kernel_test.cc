@@ -22,7 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/kernels/add_kernel.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
 #include "tests/support/status_matchers.h"
@@ -79,8 +79,7 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
   std::mt19937 rng(7);
   // Default choice, then each vector width forced (AVX-512 falls back to AVX2 rows where
   // the CPU or dtype has none).
-  for (AddImplementation impl : {AddImplementation::kAuto, AddImplementation::kVectorAvx2,
-                                 AddImplementation::kVectorAvx512}) {
+  for (KernelImpl impl : {KernelImpl::kAuto, KernelImpl::kAvx2, KernelImpl::kAvx512}) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (const Case& c : cases) {
       const int64_t n = c.nb * c.seq * c.dim;
@@ -101,7 +100,7 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
           ++mismatches;
           ADD_FAILURE() << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim
                         << "] element " << i << " differs from AddEncodingLoop ("
-                        << LastAddImplementation() << ")";
+                        << KernelImplName(LastAddImplementation()) << ")";
         }
       }
     }
@@ -124,7 +123,7 @@ TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
     const uint32_t payload = (i % 2 == 0 ? 0x7f80a5a5u : 0xffc0ffffu);
     std::memcpy(&pe[i], &payload, 4);
   }
-  for (AddImplementation impl : {AddImplementation::kVectorAvx2, AddImplementation::kVectorAvx512}) {
+  for (KernelImpl impl : {KernelImpl::kAvx2, KernelImpl::kAvx512}) {
     for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
       // Unit scales take their own rows (x + pe, no products): every pattern there too.
       for (auto [a, b] : {std::pair{1.0f, 1.0f}, std::pair{1.0f, 0.5f}, std::pair{0.75f, 0.5f}}) {
@@ -144,7 +143,8 @@ TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
             ASSERT_TRUE(is_nan16(fast[i]) && is_nan16(slow[i])) << DTypeName(dtype) << " " << i;
             continue;
           }
-          ASSERT_EQ(fast[i], slow[i]) << DTypeName(dtype) << " " << LastAddImplementation()
+          ASSERT_EQ(fast[i], slow[i]) << DTypeName(dtype) << " "
+                                      << KernelImplName(LastAddImplementation())
                                       << " a=" << a << " b=" << b << " element " << i << " input "
                                       << static_cast<uint16_t>(i * 40503u);
         }
@@ -153,16 +153,16 @@ TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
   }
 }
 
-// kAuto under SetIsaOverride, for the scalar loop and every vector ISA this CPU has: the
+// kAuto under SetKernelOverride, for the scalar loop and every vector ISA this CPU has: the
 // rows of that ISA run (float32 has no AVX-512 rows: AVX2's), and every dtype, size and
 // scale pair is bit-identical to the loop.
 TEST(AddKernel, EveryForcedIsaRunsItsRowsBitIdenticalToLoop) {
-  std::vector<Isa> isas = {Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  std::vector<KernelImpl> isas = {KernelImpl::kScalar};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   const Case cases[] = {{2, 3, 47, 1, 1}, {3, 5, 77, 1.5f, 0.25f}, {4, 64, 1024, 1, 1}};
   std::mt19937 rng(5);
-  for (Isa isa : isas) {
-    const ScopedIsaOverride forced(isa);
+  for (KernelImpl isa : isas) {
+    const ScopedKernelOverride forced(isa);
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       for (const Case& c : cases) {
         const int64_t n = c.nb * c.seq * c.dim;
@@ -174,37 +174,32 @@ TEST(AddKernel, EveryForcedIsaRunsItsRowsBitIdenticalToLoop) {
         ASSERT_THAT(AddEncodingInPlace(TensorView{dtype, {c.nb, c.seq, c.dim}, fast.data()},
                                        pe.data(), c.input_scale, c.pe_scale),
                     IsOk());
-        const bool wide_rows = isa == Isa::kAvx512 && dtype != DType::kFloat32 &&
+        const bool wide_rows = isa == KernelImpl::kAvx512 && dtype != DType::kFloat32 &&
                                (dtype == DType::kFloat16 || simd::HasAvx512Bf16());
-        const char* want = isa == Isa::kScalar ? "loop" : wide_rows ? "avx512" : "avx2";
-        // oneDNN picks its own ISA, the CPU's widest: it may serve (small bfloat16) only when
-        // that is the ISA forced. It is not bit-identical to the loop (OneDnnAndLoopAgree).
-        if (std::strcmp(LastAddImplementation(), "onednn") == 0) {
-          ASSERT_EQ(isa, CpuBestIsa()) << DTypeName(dtype);
-          continue;
-        }
-        ASSERT_STREQ(LastAddImplementation(), want) << IsaName(isa) << " " << DTypeName(dtype);
+        const char* want = isa == KernelImpl::kScalar ? "scalar" : wide_rows ? "avx512" : "avx2";
+        ASSERT_STREQ(KernelImplName(LastAddImplementation()), want)
+            << KernelImplName(isa) << " " << DTypeName(dtype);
         AddEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
                         c.input_scale, c.pe_scale);
-        ASSERT_EQ(fast, slow) << IsaName(isa) << " " << DTypeName(dtype) << " [" << c.nb << ","
+        ASSERT_EQ(fast, slow) << KernelImplName(isa) << " " << DTypeName(dtype) << " [" << c.nb << ","
                               << c.seq << "," << c.dim << "]";
       }
     }
   }
 }
 
-// MULTIPLY: x = (x * a) * (pe * b). Under SetIsaOverride (the loop, then every vector ISA
-// this CPU has) and with each width forced, every dtype, vector tail, odd batch and the
+// MULTIPLY: x = (x * a) * (pe * b). Under SetKernelOverride (the loop, then every vector
+// ISA this CPU has) and with each implementation named (kOneDnn: kAuto's rows), every dtype, vector tail, odd batch and the
 // threaded size is bit-identical to MultiplyEncodingLoop; NaN results only by NaN-ness where
 // both operands are NaN (which NaN a product keeps is the compiler's operand order).
 TEST(MultiplyKernel, EveryIsaBitIdenticalToLoop) {
-  std::vector<Isa> isas = {Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  std::vector<KernelImpl> isas = {KernelImpl::kScalar};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   const Case cases[] = {{1, 1, 1, 1, 1},       {2, 7, 33, 1.5f, 0.25f}, {3, 5, 17, 1, 1},
                         {2, 3, 47, 1, -2},     {2, 3, 31, 1.5f, 0.25f}, {9, 31, 515, 1, 1},
                         {4, 64, 1024, 1.5f, 0.25f}};
   std::mt19937 rng(17);
-  auto check = [&](const char* what, DType dtype, const Case& c, AddImplementation impl,
+  auto check = [&](const char* what, DType dtype, const Case& c, KernelImpl impl,
                    const char* want) {
     const int64_t n = c.nb * c.seq * c.dim;
     std::vector<float> pe(static_cast<size_t>(c.seq * c.dim));
@@ -217,7 +212,7 @@ TEST(MultiplyKernel, EveryIsaBitIdenticalToLoop) {
                                         pe.data(), c.input_scale, c.pe_scale, impl),
                 IsOk());
     if (want != nullptr) {
-      ASSERT_STREQ(LastAddImplementation(), want) << what << DTypeName(dtype);
+      ASSERT_STREQ(KernelImplName(LastAddImplementation()), want) << what << DTypeName(dtype);
     }
     MultiplyEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
                          c.input_scale, c.pe_scale);
@@ -238,20 +233,20 @@ TEST(MultiplyKernel, EveryIsaBitIdenticalToLoop) {
       ASSERT_TRUE(std::isnan(f) && std::isnan(g))
           << what << " " << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim
           << "] element " << i << ": " << f << " vs loop " << g << " ("
-          << LastAddImplementation() << ")";
+          << KernelImplName(LastAddImplementation()) << ")";
     }
   };
-  for (Isa isa : isas) {
-    const ScopedIsaOverride forced(isa);
+  for (KernelImpl isa : isas) {
+    const ScopedKernelOverride forced(isa);
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-      const bool wide_rows = isa == Isa::kAvx512 && dtype != DType::kFloat32 &&
+      const bool wide_rows = isa == KernelImpl::kAvx512 && dtype != DType::kFloat32 &&
                              (dtype == DType::kFloat16 || simd::HasAvx512Bf16());
-      const char* want = isa == Isa::kScalar ? "loop" : wide_rows ? "avx512" : "avx2";
-      for (const Case& c : cases) check(IsaName(isa), dtype, c, AddImplementation::kAuto, want);
+      const char* want = isa == KernelImpl::kScalar ? "scalar" : wide_rows ? "avx512" : "avx2";
+      for (const Case& c : cases) check(KernelImplName(isa), dtype, c, KernelImpl::kAuto, want);
     }
   }
-  for (AddImplementation impl : {AddImplementation::kVectorAvx2, AddImplementation::kVectorAvx512,
-                                 AddImplementation::kScalar}) {
+  for (KernelImpl impl : {KernelImpl::kAvx2, KernelImpl::kAvx512, KernelImpl::kScalar,
+                          KernelImpl::kOneDnn}) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       for (const Case& c : cases) check("forced", dtype, c, impl, nullptr);
     }
@@ -309,11 +304,17 @@ TEST(MultiplyKernel, LoopMatchesFloat64Formula) {
   }
 }
 
-TEST(AddKernel, SplitRowsByParityOrdersEachGroupOfSixteenEvenThenOdd) {
+// The one layout today: the AVX2 bfloat16 rows read each group of 16 columns as its 8 even
+// columns, then its 8 odd ones (the lanes of widened bfloat16 pairs); the tail in order.
+TEST(AddKernel, Bfloat16Avx2LayoutOrdersEachGroupOfSixteenEvenThenOdd) {
+  if (!CpuSupports(KernelImpl::kAvx2)) GTEST_SKIP() << "no AVX2";
+  const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16, KernelImpl::kAvx2);
+  ASSERT_NE(layout, nullptr);
+  EXPECT_STREQ(layout->name(), "by-parity-16");
   const int64_t rows = 2, dim = 37;  // two whole groups and a tail of 5 per row
   std::vector<float> pe(rows * dim), out(rows * dim);
   for (int64_t i = 0; i < rows * dim; ++i) pe[i] = static_cast<float>(i);
-  SplitRowsByParity(pe.data(), rows, dim, out.data());
+  layout->LayOut(pe.data(), rows, dim, out.data());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < dim; ++c) {
       const int64_t group = c / 16 * 16, j = c % 16;
@@ -323,11 +324,13 @@ TEST(AddKernel, SplitRowsByParityOrdersEachGroupOfSixteenEvenThenOdd) {
   }
 }
 
-// The AVX2 bfloat16 rows that read pe split by parity: every 16-bit input pattern and
+// The AVX2 bfloat16 rows that read pe in their layout: every 16-bit input pattern and
 // the shapes of BitIdenticalToLoopForEveryDtype (tails, several batch rows, the threaded
 // size), unit and other scales, bit-identical to the loop on the rows in order.
-TEST(AddKernel, ParityRowsBitIdenticalToLoop) {
-  if (!simd::HasAvx2F16c()) GTEST_SKIP() << "no AVX2";
+TEST(AddKernel, LaidOutRowsBitIdenticalToLoop) {
+  if (!CpuSupports(KernelImpl::kAvx2)) GTEST_SKIP() << "no AVX2";
+  const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16, KernelImpl::kAvx2);
+  ASSERT_NE(layout, nullptr);
   const Case cases[] = {{1, 1, 65536 + 13, 1, 1}, {1, 1, 65536 + 13, 1, 0.5f},
                         {1, 1, 65536 + 13, 0.75f, 0.5f},
                         {2, 7, 33, 1.5f, 0.25f},  {3, 5, 17, 1, 1},   {1, 3, 8, 1, -2},
@@ -340,16 +343,17 @@ TEST(AddKernel, ParityRowsBitIdenticalToLoop) {
     for (auto& v : pe) v = u(rng);
     for (size_t i = 0; i < pe.size(); i += 5) pe[i] = 0.0f;  // x * a alone: subnormals survive
     if (pe.size() > 2) pe[1] = 3e38f;                        // overflows to infinity
-    std::vector<float> by_parity(pe.size());
-    SplitRowsByParity(pe.data(), c.seq, c.dim, by_parity.data());
+    std::vector<float> laid_out(pe.size());
+    layout->LayOut(pe.data(), c.seq, c.dim, laid_out.data());
     const int64_t n = c.nb * c.seq * c.dim;
     std::vector<uint16_t> fast(n), slow(n);
     for (int64_t i = 0; i < n; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
     const TensorView x{DType::kBFloat16, {c.nb, c.seq, c.dim}, fast.data()};
-    ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale,
-                                   AddImplementation::kVectorAvx2, by_parity.data()),
+    ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, KernelImpl::kAvx2,
+                                   LaidOutRows{layout, laid_out.data()}),
                 IsOk());
-    ASSERT_STREQ(LastAddImplementation(), "avx2-parity");
+    ASSERT_EQ(LastAddImplementation(), KernelImpl::kAvx2);
+    ASSERT_EQ(LastAddRowLayout(), layout);
     AddEncodingLoop(TensorView{DType::kBFloat16, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
                     c.input_scale, c.pe_scale);
     for (int64_t i = 0; i < n; ++i) {
@@ -360,37 +364,66 @@ TEST(AddKernel, ParityRowsBitIdenticalToLoop) {
   }
 }
 
-// The parity rows run only where AVX2 rows serve bfloat16: not for other dtypes, the
-// scalar loop, or AVX-512 rows.
-TEST(AddKernel, ReadsRowsByParityOnlyWhereTheAvx2Bfloat16RowsRun) {
-  if (std::getenv("POSENC_ADD_IMPL") != nullptr) GTEST_SKIP() << "POSENC_ADD_IMPL pins it";
-  EXPECT_FALSE(AddReadsRowsByParity(DType::kFloat32));
-  EXPECT_FALSE(AddReadsRowsByParity(DType::kFloat16));
+// A layout is asked for only where the AVX2 bfloat16 rows run: not for other dtypes, the
+// scalar loop, AVX-512 rows or oneDNN; and laid-out rows are read only there.
+TEST(AddKernel, RowLayoutOnlyWhereTheAvx2Bfloat16RowsRun) {
+  EXPECT_EQ(AddRowLayoutFor(DType::kFloat32), nullptr);
+  EXPECT_EQ(AddRowLayoutFor(DType::kFloat16), nullptr);
+  EXPECT_EQ(AddRowLayoutFor(DType::kBFloat16, KernelImpl::kScalar), nullptr);
+  EXPECT_EQ(AddRowLayoutFor(DType::kBFloat16, KernelImpl::kOneDnn), nullptr);
   {
-    const ScopedIsaOverride scalar(Isa::kScalar);
-    EXPECT_FALSE(AddReadsRowsByParity(DType::kBFloat16));
+    const ScopedKernelOverride scalar(KernelImpl::kScalar);
+    EXPECT_EQ(AddRowLayoutFor(DType::kBFloat16), nullptr);
   }
-  for (Isa isa : CpuVectorIsas()) {
-    const ScopedIsaOverride forced(isa);
-    const bool wide = isa == Isa::kAvx512 && simd::HasAvx512Bf16();
-    EXPECT_EQ(AddReadsRowsByParity(DType::kBFloat16), !wide) << IsaName(isa);
-    // NaN scales take the rows in order, which fix NaN lanes up.
+  for (KernelImpl isa : CpuVectorIsas()) {
+    const ScopedKernelOverride forced(isa);
+    const bool wide = isa == KernelImpl::kAvx512 && simd::HasAvx512Bf16();
+    const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16);
+    EXPECT_EQ(layout != nullptr, !wide) << KernelImplName(isa);
+    EXPECT_EQ(AddRowLayoutFor(DType::kBFloat16, isa), layout) << KernelImplName(isa);
     std::vector<uint16_t> x(64, FloatToBFloat16(1.0f));
-    std::vector<float> pe(64, 0.5f), by_parity(64, 0.5f);
-    ASSERT_THAT(AddEncodingInPlace(TensorView{DType::kBFloat16, {1, 1, 64}, x.data()},
-                                   pe.data(), std::numeric_limits<float>::quiet_NaN(), 1,
-                                   AddImplementation::kAuto, by_parity.data()),
+    const TensorView view{DType::kBFloat16, {1, 1, 64}, x.data()};
+    std::vector<float> pe(64, 0.5f), laid_out(64, 0.5f);
+    // NaN scales take the rows in order, which fix NaN lanes up.
+    ASSERT_THAT(AddEncodingInPlace(view, pe.data(), std::numeric_limits<float>::quiet_NaN(), 1,
+                                   KernelImpl::kAuto, LaidOutRows{layout, laid_out.data()}),
                 IsOk());
-    EXPECT_STRNE(LastAddImplementation(), "avx2-parity");
+    EXPECT_EQ(LastAddRowLayout(), nullptr) << KernelImplName(isa);
+    // Rows without their layout are not read as laid out.
+    ASSERT_THAT(AddEncodingInPlace(view, pe.data(), 1, 1, KernelImpl::kAuto,
+                                   LaidOutRows{nullptr, laid_out.data()}),
+                IsOk());
+    EXPECT_EQ(LastAddRowLayout(), nullptr) << KernelImplName(isa);
+    if (layout != nullptr) {
+      ASSERT_THAT(AddEncodingInPlace(view, pe.data(), 1, 1, KernelImpl::kAuto,
+                                     LaidOutRows{layout, laid_out.data()}),
+                  IsOk());
+      EXPECT_EQ(LastAddRowLayout(), layout) << KernelImplName(isa);
+    }
   }
+}
+
+// The override kOneDnn reaches the add (oneDNN has a float32 JIT add from AVX2 up) and not
+// the multiply, which has no oneDNN code and runs kAuto's rows.
+TEST(AddKernel, OneDnnOverrideRunsOneDnnWhereTheKernelHasIt) {
+  if (!CpuSupports(KernelImpl::kAvx2)) GTEST_SKIP() << "oneDNN has no float32 JIT add here";
+  const ScopedKernelOverride onednn(KernelImpl::kOneDnn);
+  std::vector<float> x(2 * 3 * 40, 1.0f), pe(3 * 40, 0.5f);
+  const TensorView view{DType::kFloat32, {2, 3, 40}, x.data()};
+  ASSERT_THAT(AddEncodingInPlace(view, pe.data(), 1, 1), IsOk());
+  EXPECT_EQ(LastAddImplementation(), KernelImpl::kOneDnn);
+  EXPECT_EQ(x[7], 1.5f);
+  ASSERT_THAT(MultiplyEncodingInPlace(view, pe.data(), 1, 1), IsOk());
+  EXPECT_EQ(LastAddImplementation(), KernelImpl::kAvx2);  // float32: AVX2 rows only
+  EXPECT_EQ(x[7], 0.75f);
 }
 
 TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
   std::vector<float> x(16, 1.0f), pe(16, 0.5f);
   ASSERT_THAT(AddEncodingInPlace(TensorView{DType::kFloat32, {1, 2, 8}, x.data()}, pe.data(), 1, 1),
               IsOk());
-  if (simd::HasAvx2F16c()) {
-    EXPECT_STREQ(LastAddImplementation(), "avx2");
+  if (CpuSupports(KernelImpl::kAvx2)) {
+    EXPECT_EQ(LastAddImplementation(), KernelImpl::kAvx2);
   }
   EXPECT_EQ(x[0], 1.5f);
   // bfloat16 takes the AVX-512 rows where the CPU has them (F, BW, VL, DQ and BF16).
@@ -400,10 +433,8 @@ TEST(AddKernel, UsesTheVectorRowsWhereTheCpuHasThem) {
   ASSERT_THAT(AddEncodingInPlace(TensorView{DType::kBFloat16, {1, seq, dim}, big.data()},
                                  big_pe.data(), 1, 1),
               IsOk());
-  if (std::getenv("POSENC_ADD_IMPL") == nullptr && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq") && simd::HasAvx512Bf16()) {
-    EXPECT_STREQ(LastAddImplementation(), "avx512");
+  if (CpuSupports(KernelImpl::kAvx512) && simd::HasAvx512Bf16()) {
+    EXPECT_EQ(LastAddImplementation(), KernelImpl::kAvx512);
   }
   EXPECT_EQ(BFloat16ToFloat(big[12345]), 1.5f);
 }

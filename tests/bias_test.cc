@@ -2,7 +2,7 @@
 // T5 buckets against a numpy float32 transcription of HF's formula (tests/fixtures/
 // gen_bias_reference.py), and the fast kernels against per-element formulas.
 #include "server/kernels/bias_kernel.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -85,9 +85,9 @@ const GeomCase kGeoms[] = {
 };
 
 // The scalar rows and every vector ISA this CPU has, each forced in turn.
-std::vector<Isa> IsasToTest() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+std::vector<KernelImpl> IsasToTest() {
+  std::vector<KernelImpl> isas = {KernelImpl::kScalar};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   return isas;
 }
 
@@ -181,9 +181,8 @@ void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeomet
             ASSERT_EQ(f32[e], want) << b << " " << h << " " << i << " " << j;
           } else {
             const uint16_t want = RoundTo(dtype, FromBits(dtype, f16_before[e]) + bias);
-            ASSERT_EQ(f16[e], want) << IsaName(IsaOverride().value_or(Isa::kScalar)) << " "
-                                    << DTypeName(dtype) << " " << b << " " << h << " " << i
-                                    << " " << j;
+            ASSERT_EQ(f16[e], want) << KernelOverride() << " " << DTypeName(dtype) << " " << b
+                                    << " " << h << " " << i << " " << j;
           }
         }
       }
@@ -192,8 +191,8 @@ void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeomet
 }
 
 TEST(AlibiBias, AddInPlaceAllFloatDtypesEveryIsa) {
-  for (Isa isa : IsasToTest()) {
-  const ScopedIsaOverride forced(isa);
+  for (KernelImpl isa : IsasToTest()) {
+  const ScopedKernelOverride forced(isa);
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (bool causal : {false, true}) {
       for (const GeomCase& c : kGeoms) {
@@ -431,8 +430,8 @@ TEST(T5Bias, AddInPlaceAllFloatDtypesEveryIsa) {
   const T5Spec spec{32, 128, true};
   const int heads = 3;
   const std::vector<float> table = RandomTable(32, heads);
-  for (Isa isa : IsasToTest()) {
-  const ScopedIsaOverride forced(isa);
+  for (KernelImpl isa : IsasToTest()) {
+  const ScopedKernelOverride forced(isa);
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (const GeomCase& c : kGeoms) {
       const BiasGeometry g{c.q, c.k, c.offset};

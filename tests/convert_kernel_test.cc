@@ -16,7 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/kernels/convert_kernel.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
@@ -82,15 +82,14 @@ std::string FirstDifference(DType t, const std::vector<char>& got, const std::ve
   return "";
 }
 
-const ConvertImplementation kImpls[] = {ConvertImplementation::kAuto,
-                                        ConvertImplementation::kVector,
-                                        ConvertImplementation::kOneDnn,
-                                        ConvertImplementation::kLoop};
+const KernelImpl kImpls[] = {KernelImpl::kAuto, KernelImpl::kAvx2, KernelImpl::kAvx512,
+                             KernelImpl::kOneDnn, KernelImpl::kScalar};
 const DType kTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
-std::vector<std::optional<Isa>> IsasToRun() {
-  std::vector<std::optional<Isa>> isas = {std::nullopt, Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+// No override, then each implementation forced.
+std::vector<KernelImpl> IsasToRun() {
+  std::vector<KernelImpl> isas = {KernelImpl::kAuto, KernelImpl::kScalar, KernelImpl::kOneDnn};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   return isas;
 }
 
@@ -101,16 +100,16 @@ TEST(ConvertFromFloat32Test, EveryImplementationMatchesTheReference) {
     for (DType t : kTypes) {
       std::vector<char> want(n * DTypeSize(t));
       for (int64_t i = 0; i < n; ++i) StoreAs(t, src[i], want.data() + i * DTypeSize(t));
-      for (const std::optional<Isa>& isa : IsasToRun()) {
-        ScopedIsaOverride scope(isa);
-        for (ConvertImplementation impl : kImpls) {
+      for (KernelImpl isa : IsasToRun()) {
+        ScopedKernelOverride scope(isa);
+        for (KernelImpl impl : kImpls) {
           std::vector<char> got(want.size(), 0x55);
           ASSERT_THAT(ConvertFromFloat32(src.data(), t, got.data(), n, impl), IsOk());
-          const bool onednn = std::string(LastConvertImplementation()) == "onednn";
+          const bool onednn = LastConvertImplementation() == KernelImpl::kOneDnn;
           EXPECT_EQ(FirstDifference(t, got, want, onednn), "") << "n=" << n << " " << DTypeName(t) << " impl "
-                               << static_cast<int>(impl) << " isa "
-                               << (isa ? IsaName(*isa) : "default") << " ran "
-                               << LastConvertImplementation();
+                               << KernelImplName(impl) << " isa "
+                               << KernelImplName(isa) << " ran "
+                               << KernelImplName(LastConvertImplementation());
         }
       }
     }
@@ -121,18 +120,31 @@ TEST(ConvertFromFloat32Test, ImplementationsReportWhatRan) {
   std::vector<float> src(100, 1.5f);
   std::vector<char> out(200);
   ASSERT_THAT(ConvertFromFloat32(src.data(), DType::kBFloat16, out.data(), 100,
-                                 ConvertImplementation::kLoop),
+                                 KernelImpl::kScalar),
               IsOk());
-  EXPECT_STREQ(LastConvertImplementation(), "loop");
+  EXPECT_STREQ(KernelImplName(LastConvertImplementation()), "scalar");
   ASSERT_THAT(ConvertFromFloat32(src.data(), DType::kFloat32, out.data(), 50,
-                                 ConvertImplementation::kOneDnn),
+                                 KernelImpl::kOneDnn),
               IsOk());
   // oneDNN has a float32 reorder on every x86-64 CPU.
-  EXPECT_STREQ(LastConvertImplementation(), "onednn");
+  EXPECT_STREQ(KernelImplName(LastConvertImplementation()), "onednn");
   {
-    ScopedIsaOverride scalar(Isa::kScalar);
+    ScopedKernelOverride scalar(KernelImpl::kScalar);
     ASSERT_THAT(ConvertFromFloat32(src.data(), DType::kFloat16, out.data(), 100), IsOk());
-    EXPECT_STREQ(LastConvertImplementation(), "loop");
+    EXPECT_STREQ(KernelImplName(LastConvertImplementation()), "scalar");
+  }
+  {
+    // The override reaches the conversions: oneDNN's float32 reorder exists everywhere.
+    ScopedKernelOverride onednn(KernelImpl::kOneDnn);
+    ASSERT_THAT(ConvertFromFloat32(src.data(), DType::kFloat32, out.data(), 50), IsOk());
+    EXPECT_STREQ(KernelImplName(LastConvertImplementation()), "onednn");
+  }
+  if (CpuSupports(KernelImpl::kAvx2)) {
+    // No AVX-512 code: the AVX2 code serves an AVX-512 request.
+    ASSERT_THAT(ConvertFromFloat32(src.data(), DType::kBFloat16, out.data(), 100,
+                                   KernelImpl::kAvx512),
+                IsOk());
+    EXPECT_STREQ(KernelImplName(LastConvertImplementation()), "avx2");
   }
 }
 
@@ -165,19 +177,19 @@ TEST(ConcatEncodingTest, EveryImplementationMatchesTheReference) {
       for (size_t i = 0; i < xs.size(); ++i) StoreAs(t, xs[i], x.data() + i * DTypeSize(t));
       for (auto [a, b] : {std::pair{1.0f, 1.0f}, std::pair{0.5f, 3.0f}}) {
         const std::vector<char> want = ReferenceConcat(t, x, pe, s.nb, s.seq, s.d, s.k, a, b);
-        for (const std::optional<Isa>& isa : IsasToRun()) {
-          ScopedIsaOverride scope(isa);
-          for (ConvertImplementation impl : kImpls) {
+        for (KernelImpl isa : IsasToRun()) {
+          ScopedKernelOverride scope(isa);
+          for (KernelImpl impl : kImpls) {
             std::vector<char> got(want.size(), 0x55);
             ConstTensorView in{t, {s.nb, s.seq, s.d}, x.data()};
             TensorView out{t, {s.nb, s.seq, s.d + s.k}, got.data()};
             ASSERT_THAT(ConcatEncoding(in, pe.data(), s.k, a, b, out, impl), IsOk());
-            const bool onednn = std::string(LastConvertImplementation()) == "onednn";
+            const bool onednn = LastConvertImplementation() == KernelImpl::kOneDnn;
             EXPECT_EQ(FirstDifference(t, got, want, onednn), "") << "[" << s.nb << "," << s.seq << "," << s.d << "]+" << s.k
                                  << " " << DTypeName(t) << " scales " << a << "," << b
-                                 << " impl " << static_cast<int>(impl) << " isa "
-                                 << (isa ? IsaName(*isa) : "default") << " ran "
-                                 << LastConvertImplementation();
+                                 << " impl " << KernelImplName(impl) << " isa "
+                                 << KernelImplName(isa) << " ran "
+                                 << KernelImplName(LastConvertImplementation());
           }
         }
       }

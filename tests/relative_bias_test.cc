@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/kernels/bias_kernel.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/tensor/dtype.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/random_values.h"
@@ -213,8 +213,8 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
       {2, 2, 6, 40, 64, 8, 10},   // d a multiple of 8, wide keys
       {1, 1, 3, 5, 1, 1, 100},    // d 1, every key clipped to the left
   };
-  std::vector<std::optional<Isa>> isas = {Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  std::vector<KernelImpl> isas = {KernelImpl::kScalar};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   for (const ShawCase& c : cases) {
     const int64_t rows = c.batch * c.heads * c.q;
     const std::vector<float> table =
@@ -240,8 +240,8 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
           FromFloat32(scores_f.data(), out_t, out.data(), scores_f.size());
           ToFloat32(out_t, out.data(), scores.data(), scores.size());
         }
-        for (const std::optional<Isa>& isa : isas) {
-          ScopedIsaOverride force(isa);
+        for (KernelImpl isa : isas) {
+          ScopedKernelOverride force(isa);
           std::vector<uint8_t> got_bytes = out;
           const TensorView ov{out_t, {c.batch, c.heads, c.q, c.k}, got_bytes.data()};
           ASSERT_THAT(ShawQueryTerm({c.k_clip}, {c.q, c.k, c.offset}, table.data(), c.d, qv, ov,
@@ -260,7 +260,7 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
                                  (UlpOf(out_t) + std::ldexp(1.0, -23)) * std::fabs(exact);
               ASSERT_NEAR(got[r * c.k + j], exact, tol)
                   << "query " << DTypeName(qt) << " out " << DTypeName(out_t) << " isa "
-                  << (isa ? IsaName(*isa) : "default") << " row " << r << " key " << j;
+                  << KernelImplName(isa) << " row " << r << " key " << j;
             }
           }
         }

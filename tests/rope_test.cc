@@ -15,7 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/rope_kernel.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/rope_frequencies.h"
@@ -170,8 +170,8 @@ std::vector<float> RandomRows(int64_t tokens, int rotary_dim, uint32_t seed) {
 
 TEST(RopeKernel, EveryIsaMatchesScalarReference) {
   const int64_t batch = 2, seq = 3, heads = 2;
-  for (RopeIsa isa : {RopeIsa::kScalar, RopeIsa::kAvx2, RopeIsa::kAvx512}) {
-    if (!RopeIsaSupported(isa)) continue;
+  for (KernelImpl isa : {KernelImpl::kScalar, KernelImpl::kAvx2, KernelImpl::kAvx512}) {
+    if (!CpuSupports(isa)) continue;
     for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
       // Tails of every length for both vector widths; 2 is the smallest rotary dim.
       for (int rotary_dim : {2, 4, 6, 8, 14, 16, 18, 30, 32, 34, 48, 64, 80, 128}) {
@@ -191,7 +191,7 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
         for (size_t i = 0; i < got.size(); ++i) {
           // FMA vs separate products: within a couple of float32 ulps of values <= 2.
           ASSERT_NEAR(got[i], want[i], 5e-7)
-              << "isa " << static_cast<int>(isa) << " rotary_dim " << rotary_dim << " i " << i;
+              << "isa " << isa << " rotary_dim " << rotary_dim << " i " << i;
           if (static_cast<int64_t>(i % head_dim) >= rotary_dim) {
             ASSERT_EQ(got[i], before[i]) << "pass-through feature changed";
           }
@@ -201,20 +201,21 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
   }
 }
 
-// SetIsaOverride forces the whole path: kAuto under an override gives exactly what the ISA
+// SetKernelOverride forces the whole path: kAuto under an override gives exactly what the ISA
 // such a CPU defaults to gives when named explicitly, for every dtype and pairing; forced scalar is bit-identical to the
 // scalar reference (no FMA, no F16C staging), 16-bit included.
-TEST(RopeKernel, IsaOverrideForcesEveryPartOfThePath) {
-  std::vector<Isa> isas = {Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+TEST(RopeKernel, KernelOverrideForcesEveryPartOfThePath) {
+  std::vector<KernelImpl> isas = {KernelImpl::kScalar};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   const int64_t seq = 9, heads = 3, head_dim = 70;
-  for (Isa isa : isas) {
+  for (KernelImpl isa : isas) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       // As on a CPU whose widest ISA is `isa`: AVX-512 runs float32 with AVX2 off Intel.
       const bool amd_f32 = dtype == DType::kFloat32 && !__builtin_cpu_is("intel");
-      const RopeIsa explicit_isa = isa == Isa::kScalar                 ? RopeIsa::kScalar
-                                   : isa == Isa::kAvx2 || amd_f32 ? RopeIsa::kAvx2
-                                                                       : RopeIsa::kAvx512;
+      const KernelImpl explicit_isa = isa == KernelImpl::kScalar ? KernelImpl::kScalar
+                                      : isa == KernelImpl::kAvx2 || amd_f32
+                                          ? KernelImpl::kAvx2
+                                          : KernelImpl::kAvx512;
       for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
         for (int rotary_dim : {64, 46}) {  // parity kernels, and the paired ones with tails
           RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
@@ -229,14 +230,14 @@ TEST(RopeKernel, IsaOverrideForcesEveryPartOfThePath) {
           std::vector<char> reference = forced;
           const Shape shape{seq, heads, head_dim};
           {
-            const ScopedIsaOverride scope(isa);
+            const ScopedKernelOverride scope(isa);
             RopeRotateInPlace({dtype, shape, forced.data()}, g, pairing, rotary_dim, token_rows);
           }
           RopeRotateInPlace({dtype, shape, named.data()}, g, pairing, rotary_dim, token_rows,
                             explicit_isa);
-          ASSERT_EQ(forced, named) << IsaName(isa) << " " << DTypeName(dtype) << " r"
+          ASSERT_EQ(forced, named) << KernelImplName(isa) << " " << DTypeName(dtype) << " r"
                                    << rotary_dim;
-          if (isa == Isa::kScalar) {
+          if (isa == KernelImpl::kScalar) {
             testing::RopeRotateReference({dtype, shape, reference.data()}, g, pairing, rotary_dim,
                                 token_rows);
             ASSERT_EQ(forced, reference) << DTypeName(dtype) << " r" << rotary_dim;
@@ -257,8 +258,9 @@ double Ulp16(double v, DType t) {
 }
 
 TEST(RopeKernel, SixteenBitWithinOneUlpOfFloat64) {
-  for (RopeIsa isa : {RopeIsa::kAuto, RopeIsa::kScalar, RopeIsa::kAvx2, RopeIsa::kAvx512}) {
-  if (!RopeIsaSupported(isa)) continue;
+  for (KernelImpl isa : {KernelImpl::kAuto, KernelImpl::kScalar, KernelImpl::kAvx2,
+                         KernelImpl::kAvx512, KernelImpl::kOneDnn}) {
+  if (!CpuSupports(isa)) continue;
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
       const int64_t seq = 5, heads = 3, head_dim = 40;
@@ -322,8 +324,8 @@ bool IsNan16(DType dtype, uint16_t v) {
 
 TEST(RopeKernel, SixteenBitVectorKernelsBitIdenticalToTheirFormula) {
   if (!__builtin_cpu_supports("fma")) GTEST_SKIP() << "no FMA for the reference";
-  for (RopeIsa isa : {RopeIsa::kAvx2, RopeIsa::kAvx512}) {
-    if (!RopeIsaSupported(isa)) continue;
+  for (KernelImpl isa : {KernelImpl::kAvx2, KernelImpl::kAvx512}) {
+    if (!CpuSupports(isa)) continue;
     for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
       for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
         for (int rotary_dim : {2, 6, 14, 16, 18, 30, 32, 34, 46, 64, 80, 128}) {
@@ -362,7 +364,7 @@ TEST(RopeKernel, SixteenBitVectorKernelsBitIdenticalToTheirFormula) {
                     continue;
                   }
                   ASSERT_EQ(got, want)
-                      << "isa " << static_cast<int>(isa) << " " << DTypeName(dtype)
+                      << "isa " << isa << " " << DTypeName(dtype)
                       << (pairing == RopePairing::kRotateHalf ? " neox" : " gptj")
                       << " rotary_dim " << rotary_dim << " token " << t << " head " << h
                       << " pair " << k << (first ? " a" : " b") << " inputs " << in[a] << ", "
@@ -1045,8 +1047,8 @@ TEST(AxisPositions, SegmentsLayOutLikeGetRopeIndex) {
 // A token whose axes differ gets a row assembled from its axes' positions; on every ISA
 // the rotation equals the one from rows computed directly (FillRopeTokenRow).
 TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
-  std::vector<Isa> isas = {Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  std::vector<KernelImpl> isas = {KernelImpl::kScalar};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   const int64_t batch = 2, seq = 5, heads = 3, head_dim = 40;
   for (bool interleaved : {false, true}) {
     RopeSpec spec;
@@ -1078,16 +1080,16 @@ TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
                          head_dim};
     const Shape shape{batch, seq, heads, head_dim};
     RopeRotateInPlace({DType::kFloat32, shape, want.data()}, g, RopePairing::kRotateHalf, 32,
-                      token_rows, RopeIsa::kScalar);
-    for (Isa isa : isas) {
-      const ScopedIsaOverride scope(isa);
+                      token_rows, KernelImpl::kScalar);
+    for (KernelImpl isa : isas) {
+      const ScopedKernelOverride scope(isa);
       TableCache cache(1 << 20);
       std::vector<float> got = src;
       ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, got.data()}, nullptr, positions, cache),
                   IsOk());
       // Vector kernels use FMA: within a float32 rounding or two of the scalar formula.
       for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], want[i], 1e-6f) << IsaName(isa) << " " << i;
+        ASSERT_NEAR(got[i], want[i], 1e-6f) << KernelImplName(isa) << " " << i;
       }
     }
   }

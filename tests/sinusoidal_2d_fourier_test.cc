@@ -16,7 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/tables/sinusoidal_table.h"
 #include "server/tables/table_positions.h"
@@ -401,8 +401,8 @@ TEST(Fourier, BadParametersNameTheirField) {
 // ---- MULTIPLY for sinusoidal and learned, under every ISA ------------------------------
 
 TEST(Multiply, SinusoidalAndLearnedAtEveryDtypeAndIsa) {
-  std::vector<Isa> isas = {Isa::kScalar};
-  for (Isa isa : CpuVectorIsas()) isas.push_back(isa);
+  std::vector<KernelImpl> isas = {KernelImpl::kScalar};
+  for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
   std::mt19937 rng(13);
   const int64_t batch = 3, seq = 7, d = 40;
   // The paper's interleaved sinusoid, float64.
@@ -422,8 +422,8 @@ TEST(Multiply, SinusoidalAndLearnedAtEveryDtypeAndIsa) {
     table->data.push_back(std::uniform_real_distribution<float>(-1, 1)(rng));
     learned[i] = table->data.back();
   }
-  for (Isa isa : isas) {
-    const ScopedIsaOverride forced(isa);
+  for (KernelImpl isa : isas) {
+    const ScopedKernelOverride forced(isa);
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       TableCache cache(16 << 20);
       const float a = 1.25f, b = -0.5f;
@@ -434,14 +434,14 @@ TEST(Multiply, SinusoidalAndLearnedAtEveryDtypeAndIsa) {
                                   {}, cache, {}),
                   IsOk());
       ExpectCombined(in, bytes.data(), batch, seq, d, pe, false, Fusion::kMultiply, a, b,
-                     std::string("sinusoidal ") + IsaName(isa));
+                     std::string("sinusoidal ") + KernelImplName(isa));
       bytes = in.bytes;
       ASSERT_THAT(ApplyLearned({"t", table, Overflow::kError}, combine,
                                TensorView{dtype, {batch, seq, d}, bytes.data()}, {}, {}),
                   IsOk());
       // Learned rows are float32 already: no table rounding.
       ExpectCombined(in, bytes.data(), batch, seq, d, learned, false, Fusion::kMultiply, a, b,
-                     std::string("learned ") + IsaName(isa));
+                     std::string("learned ") + KernelImplName(isa));
     }
   }
   // pe_dim with MULTIPLY must be d_model, as for ADD.

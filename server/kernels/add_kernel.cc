@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <tuple>
@@ -19,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/onednn_common.h"
 #include "server/kernels/primitive_cache.h"
 #include "server/kernels/simd_convert.h"
@@ -28,7 +27,29 @@
 namespace posenc {
 namespace {
 
-thread_local const char* last_impl = "none";
+thread_local KernelImpl last_impl = KernelImpl::kAuto;
+thread_local const AddRowLayout* last_layout = nullptr;
+
+// pe [rows, dim] to out [rows, dim] with each whole group of 16 columns reordered as its 8
+// even columns, then its 8 odd ones (as the lanes of widened bfloat16 pairs hold them);
+// the columns past the last whole group stay in order.
+void SplitRowsByParity(const float* pe, int64_t rows, int64_t dim, float* out) {
+  const int64_t grouped = dim / 16 * 16;  // the columns in whole groups of 16
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = pe + r * dim;
+    float* o = out + r * dim;
+    for (int64_t c = 0; c < grouped; c += 16) {
+      for (int j = 0; j < 8; ++j) {
+        o[c + j] = in[c + 2 * j];
+        o[c + 8 + j] = in[c + 2 * j + 1];
+      }
+    }
+    std::copy(in + grouped, in + dim, o + grouped);
+  }
+}
+
+// The layout the AVX2 bfloat16 rows read (AddRowsBf16Avx2 with kByParity).
+constexpr AddRowLayout kByParity16("by-parity-16", SplitRowsByParity);
 
 // oneDNN 2.6 builds a primitive from an op desc, a JIT compile per shape signature, so
 // primitives are kept in a PrimitiveCache (LRU beyond kMaxPrimitives, one creation per key
@@ -446,42 +467,30 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
   }
 }
 
-// Which implementation AddEncodingInPlace uses by default on `isa`: the hand-written rows
-// everywhere, AVX-512 rows for 16-bit dtypes where the CPU has them. oneDNN's binary_add is
-// kept as an implementation to compare (kOneDnn, POSENC_ADD_IMPL=onednn) but wins no case
-// beyond the noise (its broadcast re-reads the encoding for every batch row, and at AVX2
-// it has no bfloat16 JIT kernel; docs/performance.md, "Kernel choices"). Scalar: the plain
-// loop.
-enum class AddImpl { kAvx2, kOneDnn, kLoop, kAvx512 };
-
-AddImpl DefaultAddImpl(Isa isa, DType dtype) {
-  if (isa == Isa::kScalar) return AddImpl::kLoop;
-  if (isa == Isa::kAvx512 && HasAvx512Rows(dtype)) return AddImpl::kAvx512;
-  return AddImpl::kAvx2;
-}
-
-// POSENC_ADD_IMPL=avx2|avx512|onednn|loop, read once; -1 when unset or unknown.
-int PinnedAddImpl() {
-  static const int pinned = [] {
-    const char* pin = std::getenv("POSENC_ADD_IMPL");
-    if (pin == nullptr) return -1;
-    const bool vector = CpuHasIsa(Isa::kAvx2);
-    if (std::strcmp(pin, "avx2") == 0 && vector) return static_cast<int>(AddImpl::kAvx2);
-    if (std::strcmp(pin, "avx512") == 0 && vector) return static_cast<int>(AddImpl::kAvx512);
-    if (std::strcmp(pin, "onednn") == 0) return static_cast<int>(AddImpl::kOneDnn);
-    if (std::strcmp(pin, "loop") == 0) return static_cast<int>(AddImpl::kLoop);
-    return -1;
-  }();
-  return pinned;
-}
-
-// kAuto's choice: SetIsaOverride, else POSENC_ADD_IMPL, else the default for this CPU.
-AddImpl ChosenAddImpl(DType dtype) {
-  if (const std::optional<Isa> forced = IsaOverride()) return DefaultAddImpl(*forced, dtype);
-  if (const int pinned = PinnedAddImpl(); pinned >= 0) return static_cast<AddImpl>(pinned);
-  // A CPU without AVX2 has no rows; oneDNN may still have an SSE4.1 JIT kernel (else the loop).
-  if (CpuBestIsa() == Isa::kScalar) return AddImpl::kOneDnn;
-  return DefaultAddImpl(CpuBestIsa(), dtype);
+// Which code AddEncodingInPlace (multiply: MultiplyEncodingInPlace) runs for
+// `implementation` (kernel_impl.h's rules): the hand-written rows of the ISA resolved, AVX2
+// rows where the dtype has no AVX-512 ones, kScalar for the loop, or kOneDnn. oneDNN's
+// binary_add is kept as an implementation to compare but wins no case beyond the noise (its
+// broadcast re-reads the encoding for every batch row, and at AVX2 it has no bfloat16 JIT
+// kernel; docs/performance.md, "Kernel choices"), so kAuto takes it only on a CPU without
+// AVX2, where it may still have an SSE4.1 JIT kernel. The multiply has no oneDNN code.
+KernelImpl ChosenRows(DType dtype, KernelImpl implementation, bool multiply) {
+  KernelImpl isa = implementation;
+  if (implementation == KernelImpl::kAuto) {
+    const KernelImpl forced = KernelOverride();
+    if (forced == KernelImpl::kOneDnn && !multiply) return KernelImpl::kOneDnn;
+    // A CPU without AVX2 has no rows; oneDNN may still have an SSE4.1 JIT kernel.
+    if (forced == KernelImpl::kAuto && CpuBestIsa() == KernelImpl::kScalar && !multiply) {
+      return KernelImpl::kOneDnn;
+    }
+    isa = AutoIsaCeiling();
+  } else if (implementation == KernelImpl::kOneDnn) {
+    if (!multiply) return KernelImpl::kOneDnn;
+    isa = CpuBestIsa();
+  }
+  isa = CpuIsaAtMost(isa);
+  if (isa == KernelImpl::kAvx512 && !HasAvx512Rows(dtype)) return KernelImpl::kAvx2;
+  return isa;
 }
 
 // Encoding rows per block: 64 KiB of pe, kept in L2 while every batch row adds it.
@@ -552,29 +561,31 @@ void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns)
 }
 
 // The add's rows for x's dtype, then RunRowsBlocked.
-// wide: the AVX-512 rows where this CPU has them for x's dtype (else AVX2). Sets last_impl.
-// pe_by_parity: pe's rows as SplitRowsByParity lays them out, or null.
-void AddRowsBlocked(TensorView x, const float* pe, const float* pe_by_parity, float a, float b,
+// wide: the AVX-512 rows (REQUIRES: HasAvx512Rows(x.dtype)), else AVX2. Sets last_impl and
+// last_layout. laid_out: pe's rows in kByParity16 are read by the AVX2 bfloat16 rows.
+void AddRowsBlocked(TensorView x, const float* pe, LaidOutRows laid_out, float a, float b,
                     bool wide) {
   // The parity rows skip the NaN fix-up, so they take only scales that are not NaN.
   const bool wide_rows = wide && HasAvx512Rows(x.dtype);
-  const bool by_parity = x.dtype == DType::kBFloat16 && pe_by_parity != nullptr && !wide_rows &&
-                         !std::isnan(a) && !std::isnan(b);
+  const bool by_parity = x.dtype == DType::kBFloat16 && laid_out.layout == &kByParity16 &&
+                         laid_out.rows != nullptr && !wide_rows && !std::isnan(a) &&
+                         !std::isnan(b);
   const bool unit = a == 1.0f && b == 1.0f;
   RowFns fns = x.dtype == DType::kFloat32
                    ? RowFns{AddRowsF32Avx2<2>, AddRowsF32Avx2<1>}
                : x.dtype == DType::kBFloat16
                    ? (unit ? Bf16Avx2RowFns<true>(by_parity) : Bf16Avx2RowFns<false>(by_parity))
                    : RowFns{AddRowsF16Avx2<2>, AddRowsF16Avx2<1>};
-  last_impl = by_parity ? "avx2-parity" : "avx2";
-  if (by_parity) pe = pe_by_parity;
+  last_impl = KernelImpl::kAvx2;
+  last_layout = by_parity ? &kByParity16 : nullptr;
+  if (by_parity) pe = laid_out.rows;
   if (wide_rows) {
     if (x.dtype == DType::kBFloat16) {
       fns = unit ? Avx512RowFns<true, true>() : Avx512RowFns<true, false>();
     } else {
       fns = unit ? Avx512RowFns<false, true>() : Avx512RowFns<false, false>();
     }
-    last_impl = "avx512";
+    last_impl = KernelImpl::kAvx512;
   }
   RunRowsBlocked(x, pe, a, b, fns);
 }
@@ -700,17 +711,18 @@ POSENC_AVX512_ROWS void MultiplyRows16Avx512(void* const* xs, const char* const*
 }
 
 // float32 rows AVX2 only (memory-bound already, as for the add); 16-bit rows AVX-512 where
-// `wide` and the CPU has them. Sets last_impl.
+// `wide` and the CPU has them. Sets last_impl and last_layout.
 void MultiplyRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) {
   RowFns fns{MultiplyRowsAvx2<0, 2>, MultiplyRowsAvx2<0, 1>};
   if (x.dtype == DType::kFloat16) fns = {MultiplyRowsAvx2<1, 2>, MultiplyRowsAvx2<1, 1>};
   if (x.dtype == DType::kBFloat16) fns = {MultiplyRowsAvx2<2, 2>, MultiplyRowsAvx2<2, 1>};
-  last_impl = "avx2";
+  last_impl = KernelImpl::kAvx2;
+  last_layout = nullptr;
   if (wide && HasAvx512Rows(x.dtype)) {
     fns = x.dtype == DType::kBFloat16
               ? RowFns{MultiplyRows16Avx512<true, 2>, MultiplyRows16Avx512<true, 1>}
               : RowFns{MultiplyRows16Avx512<false, 2>, MultiplyRows16Avx512<false, 1>};
-    last_impl = "avx512";
+    last_impl = KernelImpl::kAvx512;
   }
   RunRowsBlocked(x, pe, a, b, fns);
 }
@@ -746,38 +758,28 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
 }
 
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                float pe_scale, AddImplementation implementation,
-                                const float* pe_by_parity) {
+                                float pe_scale, KernelImpl implementation,
+                                LaidOutRows laid_out) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
-  const bool vector = CpuHasIsa(Isa::kAvx2);
-  AddImpl impl = ChosenAddImpl(x.dtype);
-  switch (implementation) {
-    case AddImplementation::kVectorAvx512:
-      impl = vector ? AddImpl::kAvx512 : AddImpl::kLoop;
-      break;
-    case AddImplementation::kVectorAvx2: impl = vector ? AddImpl::kAvx2 : AddImpl::kLoop; break;
-    case AddImplementation::kOneDnn: impl = AddImpl::kOneDnn; break;
-    case AddImplementation::kScalar: impl = AddImpl::kLoop; break;
-    case AddImplementation::kAuto: break;
-  }
-  if (impl == AddImpl::kOneDnn) {
+  KernelImpl impl = ChosenRows(x.dtype, implementation, /*multiply=*/false);
+  if (impl == KernelImpl::kOneDnn) {
     absl::StatusOr<bool> done = AddWithOneDnn(x, pe, input_scale, pe_scale);
     if (!done.ok()) return done.status();
     if (*done) {
-      last_impl = "onednn";
+      last_impl = KernelImpl::kOneDnn;
+      last_layout = nullptr;
       return absl::OkStatus();
     }
-    // No JIT kernel for this dtype: the vector rows if the CPU has them (kAuto), else
-    // the loop.
-    impl = implementation == AddImplementation::kAuto && vector ? AddImpl::kAvx512
-                                                                : AddImpl::kLoop;
+    // No JIT kernel for this dtype: kAuto's rows at this CPU's widest ISA.
+    impl = ChosenRows(x.dtype, CpuBestIsa(), /*multiply=*/false);
   }
-  if (impl == AddImpl::kAvx2 || impl == AddImpl::kAvx512) {
-    AddRowsBlocked(x, pe, pe_by_parity, input_scale, pe_scale, impl == AddImpl::kAvx512);
+  if (impl == KernelImpl::kAvx2 || impl == KernelImpl::kAvx512) {
+    AddRowsBlocked(x, pe, laid_out, input_scale, pe_scale, impl == KernelImpl::kAvx512);
     return absl::OkStatus();
   }
-  last_impl = "loop";
+  last_impl = KernelImpl::kScalar;
+  last_layout = nullptr;
   AddEncodingLoop(x, pe, input_scale, pe_scale);
   return absl::OkStatus();
 }
@@ -803,50 +805,30 @@ void MultiplyEncodingLoop(TensorView x, const float* pe, float input_scale, floa
 }
 
 absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                     float pe_scale, AddImplementation implementation) {
+                                     float pe_scale, KernelImpl implementation) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
-  const bool vector = CpuHasIsa(Isa::kAvx2);
   // oneDNN is not used: its binary_mul broadcast re-reads pe per batch row, as for the add.
-  AddImpl impl = ChosenAddImpl(x.dtype);
-  if (impl == AddImpl::kOneDnn) impl = vector ? AddImpl::kAvx512 : AddImpl::kLoop;
-  switch (implementation) {
-    case AddImplementation::kVectorAvx512: impl = vector ? AddImpl::kAvx512 : AddImpl::kLoop; break;
-    case AddImplementation::kVectorAvx2: impl = vector ? AddImpl::kAvx2 : AddImpl::kLoop; break;
-    case AddImplementation::kOneDnn:
-    case AddImplementation::kScalar: impl = AddImpl::kLoop; break;
-    case AddImplementation::kAuto: break;
-  }
-  if (impl == AddImpl::kAvx2 || impl == AddImpl::kAvx512) {
-    MultiplyRowsBlocked(x, pe, input_scale, pe_scale, impl == AddImpl::kAvx512);
+  const KernelImpl impl = ChosenRows(x.dtype, implementation, /*multiply=*/true);
+  if (impl == KernelImpl::kAvx2 || impl == KernelImpl::kAvx512) {
+    MultiplyRowsBlocked(x, pe, input_scale, pe_scale, impl == KernelImpl::kAvx512);
     return absl::OkStatus();
   }
-  last_impl = "loop";
+  last_impl = KernelImpl::kScalar;
+  last_layout = nullptr;
   MultiplyEncodingLoop(x, pe, input_scale, pe_scale);
   return absl::OkStatus();
 }
 
-const char* LastAddImplementation() { return last_impl; }
+KernelImpl LastAddImplementation() { return last_impl; }
 
-bool AddReadsRowsByParity(DType dtype) {
-  if (dtype != DType::kBFloat16 || !CpuHasIsa(Isa::kAvx2)) return false;
-  const AddImpl impl = ChosenAddImpl(dtype);
-  return impl == AddImpl::kAvx2 || (impl == AddImpl::kAvx512 && !HasAvx512Rows(dtype));
-}
+const AddRowLayout* LastAddRowLayout() { return last_layout; }
 
-void SplitRowsByParity(const float* pe, int64_t rows, int64_t dim, float* out) {
-  const int64_t grouped = dim / 16 * 16;  // the columns in whole groups of 16
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = pe + r * dim;
-    float* o = out + r * dim;
-    for (int64_t c = 0; c < grouped; c += 16) {
-      for (int j = 0; j < 8; ++j) {
-        o[c + j] = in[c + 2 * j];
-        o[c + 8 + j] = in[c + 2 * j + 1];
-      }
-    }
-    std::copy(in + grouped, in + dim, o + grouped);
-  }
+const AddRowLayout* AddRowLayoutFor(DType dtype, KernelImpl implementation) {
+  if (dtype != DType::kBFloat16) return nullptr;
+  return ChosenRows(dtype, implementation, /*multiply=*/false) == KernelImpl::kAvx2
+             ? &kByParity16
+             : nullptr;
 }
 
 }  // namespace posenc

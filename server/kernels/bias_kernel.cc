@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
 
@@ -203,15 +203,16 @@ AddBiasRowFn Avx512BiasRow(DType dtype) {
   }
 }
 
-// The row function for `dtype` on this CPU, or up to SetIsaOverride's ISA: AVX-512 for
-// 16-bit scores where the CPU has it (the conversions are the work), AVX2 for float32
-// (memory-bound either way), scalar without AVX2.
+// The row function for `dtype` up to kAuto's ceiling (kernel_impl.h; the bias kernels take
+// no implementation argument): AVX-512 for 16-bit scores where the CPU has it (the
+// conversions are the work), AVX2 for float32 (memory-bound either way), scalar without
+// AVX2.
 AddBiasRowFn BiasRowFor(DType dtype) {
-  const Isa isa = IsaOverride().value_or(CpuBestIsa());
-  if (isa == Isa::kAvx512 && dtype != DType::kFloat32) {
+  const KernelImpl isa = AutoIsaCeiling();
+  if (isa == KernelImpl::kAvx512 && dtype != DType::kFloat32) {
     return simd::HasAvx512Bf16() ? Avx512BiasRow<true>(dtype) : Avx512BiasRow<false>(dtype);
   }
-  if (isa == Isa::kAvx2) {
+  if (isa == KernelImpl::kAvx2 || isa == KernelImpl::kAvx512) {
     switch (dtype) {
       case DType::kFloat16: return AddBiasRowAvx2<DType::kFloat16>;
       case DType::kBFloat16: return AddBiasRowAvx2<DType::kBFloat16>;
@@ -707,8 +708,7 @@ __attribute__((target("avx2,fma"))) void ShawDotsAvx2(const float* q, const floa
 }
 
 ShawDotsFn ShawDotsFor() {
-  const Isa isa = IsaOverride().value_or(CpuBestIsa());
-  return isa == Isa::kScalar ? ShawDotsScalar : ShawDotsAvx2;
+  return AutoIsaCeiling() == KernelImpl::kScalar ? ShawDotsScalar : ShawDotsAvx2;
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/onednn_common.h"
 #include "server/kernels/primitive_cache.h"
 #include "server/kernels/simd_convert.h"
@@ -17,7 +17,7 @@
 namespace posenc {
 namespace {
 
-thread_local const char* last_impl = "none";
+thread_local KernelImpl last_impl = KernelImpl::kAuto;
 
 // Floats staged per step: the widened source, scaled, before it is narrowed.
 constexpr int64_t kStage = 512;
@@ -55,20 +55,20 @@ void ScaledCopyLoop(DType src_type, const void* src, float scale, DType dst_type
   }
 }
 
-enum class Impl { kVector, kOneDnn, kLoop };
-
-Impl Resolve(ConvertImplementation requested) {
-  const bool vector = simd::HasAvx2F16c() && IsaOverride() != Isa::kScalar;
-  switch (requested) {
-    case ConvertImplementation::kOneDnn: return Impl::kOneDnn;
-    case ConvertImplementation::kLoop: return Impl::kLoop;
-    case ConvertImplementation::kVector:
-    case ConvertImplementation::kAuto: break;
+// What `requested` runs (convert_kernel.h): kAvx2 (the vector code), kOneDnn or kScalar.
+KernelImpl Resolve(KernelImpl requested) {
+  const KernelImpl impl = requested == KernelImpl::kAuto ? KernelOverride() : requested;
+  if (impl == KernelImpl::kOneDnn) return KernelImpl::kOneDnn;
+  if (impl == KernelImpl::kAuto) {
+    return simd::HasAvx2F16c() ? KernelImpl::kAvx2 : KernelImpl::kOneDnn;
   }
-  if (vector) return Impl::kVector;
-  return requested == ConvertImplementation::kAuto && IsaOverride() != Isa::kScalar
-             ? Impl::kOneDnn
-             : Impl::kLoop;
+  return impl != KernelImpl::kScalar && simd::HasAvx2F16c() ? KernelImpl::kAvx2
+                                                            : KernelImpl::kScalar;
+}
+
+// The code that runs where oneDNN has no reorder.
+KernelImpl WithoutOneDnn() {
+  return simd::HasAvx2F16c() ? KernelImpl::kAvx2 : KernelImpl::kScalar;
 }
 
 // A 2-D copy with a row stride on each side: rows x cols of src_type into dst_type.
@@ -178,25 +178,25 @@ absl::StatusOr<bool> ConcatWithOneDnn(ConstTensorView x, const float* pe, int64_
 }  // namespace
 
 absl::Status ConvertFromFloat32(const float* src, DType dst_type, void* dst, int64_t n,
-                                ConvertImplementation implementation) {
+                                KernelImpl implementation) {
   if (n <= 0) return absl::OkStatus();
-  if (dst_type == DType::kFloat32 && implementation != ConvertImplementation::kOneDnn) {
+  KernelImpl impl = Resolve(implementation);
+  if (dst_type == DType::kFloat32 && impl != KernelImpl::kOneDnn) {
     FromFloat32(src, dst_type, dst, static_cast<size_t>(n));  // a copy: nothing to round
-    last_impl = "loop";
+    last_impl = KernelImpl::kScalar;
     return absl::OkStatus();
   }
   const KernelThreadLease lease(WorkBytes(n));
-  Impl impl = Resolve(implementation);
-  if (impl == Impl::kOneDnn) {
+  if (impl == KernelImpl::kOneDnn) {
     ASSIGN_OR_RETURN(const bool done, ConvertWithOneDnn(src, dst_type, dst, n, lease.threads()));
     if (done) {
-      last_impl = "onednn";
+      last_impl = KernelImpl::kOneDnn;
       return absl::OkStatus();
     }
-    impl = simd::HasAvx2F16c() ? Impl::kVector : Impl::kLoop;
+    impl = WithoutOneDnn();
   }
-  const bool vector = impl == Impl::kVector;
-  last_impl = vector ? "vector" : "loop";
+  const bool vector = impl == KernelImpl::kAvx2;
+  last_impl = impl;
   constexpr int64_t kBlock = 1 << 16;
   const size_t elem = DTypeSize(dst_type);
   ParallelFor(lease.threads(), (n + kBlock - 1) / kBlock, [&](int64_t first, int64_t last) {
@@ -213,21 +213,21 @@ absl::Status ConvertFromFloat32(const float* src, DType dst_type, void* dst, int
 
 absl::Status ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim,
                             float input_scale, float pe_scale, TensorView out,
-                            ConvertImplementation implementation) {
+                            KernelImpl implementation) {
   const int64_t nb = x.shape[0], seq = x.shape[1], d = x.shape[2], out_dim = d + pe_dim;
   const KernelThreadLease lease(WorkBytes(nb * seq * out_dim));
-  Impl impl = Resolve(implementation);
-  if (impl == Impl::kOneDnn) {
+  KernelImpl impl = Resolve(implementation);
+  if (impl == KernelImpl::kOneDnn) {
     ASSIGN_OR_RETURN(const bool done, ConcatWithOneDnn(x, pe, pe_dim, input_scale, pe_scale,
                                                        out, lease.threads()));
     if (done) {
-      last_impl = "onednn";
+      last_impl = KernelImpl::kOneDnn;
       return absl::OkStatus();
     }
-    impl = simd::HasAvx2F16c() ? Impl::kVector : Impl::kLoop;
+    impl = WithoutOneDnn();
   }
-  last_impl = impl == Impl::kVector ? "vector" : "loop";
-  const auto copy = impl == Impl::kVector ? ScaledCopyVector : ScaledCopyLoop;
+  last_impl = impl;
+  const auto copy = impl == KernelImpl::kAvx2 ? ScaledCopyVector : ScaledCopyLoop;
   const size_t elem = DTypeSize(x.dtype);
   ParallelFor(lease.threads(), nb * seq, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {  // batch * seq
@@ -240,6 +240,6 @@ absl::Status ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim,
   return absl::OkStatus();
 }
 
-const char* LastConvertImplementation() { return last_impl; }
+KernelImpl LastConvertImplementation() { return last_impl; }
 
 }  // namespace posenc

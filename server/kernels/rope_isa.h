@@ -1,7 +1,7 @@
 // Internal to server/kernels: RoPE's per-ISA kernels behind function pointers, for the
 // dispatch in rope_kernel.cc. rope_avx2.cc and rope_avx512.cc each compile their functions
 // for the ISA they name (target attributes, no -march), so call one only when the CPU has
-// it (RopeIsaSupported; the 16-bit AVX-512 kernels also need BW, VL and DQ).
+// it (CpuSupports, kernel_impl.h).
 //
 // float32 heads rotate one head at a time (RotateHeadFn), from the token's cos/sin halves.
 // 16-bit heads rotated in registers: each vector of halves is widened, rotated with the

@@ -1,14 +1,11 @@
 #include "server/kernels/rope_kernel.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <optional>
-#include <string_view>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "server/kernels/isa.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/kernels/rope_isa.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
@@ -38,30 +35,27 @@ namespace {
 
 using namespace rope_internal;  // NOLINT: this file is their dispatch
 
-RotateFns FnsFor(RopeIsa isa) {
+// REQUIRES: `isa` (kScalar, kAvx2 or kAvx512) is one the CPU has.
+RotateFns FnsFor(KernelImpl isa) {
   switch (isa) {
-    case RopeIsa::kAvx512: return Avx512Fns();
-    case RopeIsa::kAvx2: return Avx2Fns();
-    case RopeIsa::kScalar: return ScalarFns();
-    case RopeIsa::kAuto: break;
+    case KernelImpl::kAvx512: return Avx512Fns();
+    case KernelImpl::kAvx2: return Avx2Fns();
+    default: return ScalarFns();
   }
-  return FnsFor(RopeBestIsa());
 }
 
-// The fused 16-bit kernel for `isa` (already resolved from kAuto), or none where the
-// widen-rotate-narrow staging below serves (scalar, or no F16C).
-Token16Kernel Token16KernelFor(RopeIsa isa, DType dtype, RopePairing pairing, int64_t half) {
-  if (isa == RopeIsa::kAvx512) {
+// The fused 16-bit kernel for `isa` (resolved, one the CPU has), or none where the
+// widen-rotate-narrow staging below serves (scalar).
+Token16Kernel Token16KernelFor(KernelImpl isa, DType dtype, RopePairing pairing,
+                               int64_t half) {
+  if (isa == KernelImpl::kAvx512) {
     if (const Token16Kernel k = Avx512Token16(dtype, pairing, half); k.fn != nullptr) return k;
   }
-  if ((isa == RopeIsa::kAvx2 || isa == RopeIsa::kAvx512) && simd::HasAvx2F16c() &&
-      RopeIsaSupported(RopeIsa::kAvx2)) {
+  if (isa == KernelImpl::kAvx2 || isa == KernelImpl::kAvx512) {
     return Avx2Token16(dtype, pairing, half);
   }
   return {};
 }
-
-bool HasAvx512ForSixteenBit() { return CpuHasIsa(Isa::kAvx512); }
 
 // Lays out one token's cos/sin for the fused 16-bit kernels (see RotateToken16Fn) in
 // c and s, each of at least PaddedTableSize floats.
@@ -96,74 +90,27 @@ void RopeTokenTables(RopePairing pairing, TableLayout layout, const float* cos,
   }
 }
 
-}  // namespace
+// kAuto's ISA for `dtype` up to `ceiling`. float32: AVX-512 only on Intel: on AMD's
+// AVX-512 the float32 512-bit path is no faster than AVX2 in cache and slower on large
+// tensors, so AMD gets AVX2. float16/bfloat16: the fused kernels are bound by the
+// conversions, where 16 lanes per instruction pay even on AMD, so every CPU with AVX-512
+// takes it (docs/performance.md, "Kernel choices").
+KernelImpl AutoIsa(DType dtype, KernelImpl ceiling) {
+  static const KernelImpl best_f32 =
+      CpuSupports(KernelImpl::kAvx512) && __builtin_cpu_is("intel")
+          ? KernelImpl::kAvx512
+          : CpuIsaAtMost(KernelImpl::kAvx2);
+  return NarrowerIsa(dtype == DType::kFloat32 ? best_f32 : CpuBestIsa(), ceiling);
+}
 
-bool RopeIsaSupported(RopeIsa isa) {
-  switch (isa) {
-    case RopeIsa::kAuto:
-    case RopeIsa::kScalar: return true;
-    case RopeIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case RopeIsa::kAvx512: return __builtin_cpu_supports("avx512f");
+// The ISA a call with `implementation` runs for `dtype` (rope_kernel.h).
+KernelImpl ResolveIsa(KernelImpl implementation, DType dtype) {
+  switch (implementation) {
+    case KernelImpl::kAuto: return AutoIsa(dtype, AutoIsaCeiling());
+    case KernelImpl::kOneDnn: return AutoIsa(dtype, CpuBestIsa());
+    default: return CpuIsaAtMost(implementation);
   }
-  return false;
 }
-
-// SetIsaOverride's ISA as a RopeIsa, if one is set.
-std::optional<RopeIsa> OverriddenRopeIsa() {
-  const std::optional<Isa> forced = IsaOverride();
-  if (!forced) return std::nullopt;
-  switch (*forced) {
-    case Isa::kScalar: return RopeIsa::kScalar;
-    case Isa::kAvx2: return RopeIsa::kAvx2;
-    case Isa::kAvx512: return RopeIsa::kAvx512;
-  }
-  return std::nullopt;
-}
-
-// The narrower of a default and SetIsaOverride's ceiling.
-RopeIsa Capped(RopeIsa isa) {
-  const std::optional<RopeIsa> ceiling = OverriddenRopeIsa();
-  if (!ceiling) return isa;
-  return static_cast<int>(*ceiling) < static_cast<int>(isa) ? *ceiling : isa;
-}
-
-RopeIsa RopeBestIsa() {
-  static const RopeIsa best = [] {
-    // POSENC_ROPE_ISA=scalar|avx2|avx512 pins the choice (benchmarks, CI comparisons); an
-    // unsupported or unknown value falls through to the default.
-    if (const char* pin = std::getenv("POSENC_ROPE_ISA"); pin != nullptr) {
-      const std::string_view v(pin);
-      if (v == "scalar") return RopeIsa::kScalar;
-      if (v == "avx2" && RopeIsaSupported(RopeIsa::kAvx2)) return RopeIsa::kAvx2;
-      if (v == "avx512" && RopeIsaSupported(RopeIsa::kAvx512)) return RopeIsa::kAvx512;
-    }
-    // AVX-512 only on Intel: on AMD's AVX-512 the float32 512-bit path is no faster than
-    // AVX2 in cache and slower on large tensors, so AMD gets AVX2 (docs/performance.md,
-    // "Kernel choices").
-    if (RopeIsaSupported(RopeIsa::kAvx512) && __builtin_cpu_is("intel")) {
-      return RopeIsa::kAvx512;
-    }
-    if (RopeIsaSupported(RopeIsa::kAvx2)) return RopeIsa::kAvx2;
-    return RopeIsa::kScalar;
-  }();
-  return Capped(best);
-}
-
-RopeIsa RopeBestIsa16() {
-  // A POSENC_ROPE_ISA pin applies to every dtype. (Read once: getenv is on every call's path.)
-  static const bool pinned = [] {
-    const char* pin = std::getenv("POSENC_ROPE_ISA");
-    return pin != nullptr && *pin != 0;
-  }();
-  if (pinned) return RopeBestIsa();
-  // The fused 16-bit kernels are bound by the conversions, where 16 lanes per instruction
-  // pay even on AMD (docs/performance.md, "Kernel choices"). So every CPU with AVX-512 (F,
-  // BW, VL) takes it for both dtypes.
-  if (HasAvx512ForSixteenBit()) return Capped(RopeIsa::kAvx512);
-  return RopeBestIsa();
-}
-
-namespace {
 
 // How one call's tokens are rotated, fixed before the loop over them.
 struct RotationPlan {
@@ -181,15 +128,15 @@ struct RotationPlan {
 
 // Every part of the path (rotation, fused 16-bit kernels, the staging conversions) runs on
 // one resolved ISA, so a pin to scalar never reaches F16C.
-RotationPlan PlanRotation(DType dtype, RopePairing pairing, int rotary_dim, RopeIsa isa) {
+RotationPlan PlanRotation(DType dtype, RopePairing pairing, int rotary_dim,
+                          KernelImpl implementation) {
   RotationPlan p{dtype, pairing, rotary_dim, dtype == DType::kFloat32, false, nullptr, {}, nullptr};
-  const RopeIsa resolved =
-      isa != RopeIsa::kAuto ? isa : p.wide ? RopeBestIsa() : RopeBestIsa16();
+  const KernelImpl resolved = ResolveIsa(implementation, dtype);
   const RotateFns fns = FnsFor(resolved);
   p.rotate = pairing == RopePairing::kRotateHalf ? fns.rotate_half : fns.interleaved;
-  p.simd_convert = resolved != RopeIsa::kScalar && simd::HasAvx2F16c();
+  p.simd_convert = resolved != KernelImpl::kScalar;
   if (!p.wide) p.kernel16 = Token16KernelFor(resolved, dtype, pairing, p.half());
-  if (p.wide && pairing == RopePairing::kInterleaved && resolved == RopeIsa::kAvx2) {
+  if (p.wide && pairing == RopePairing::kInterleaved && resolved == KernelImpl::kAvx2) {
     p.rotate32 = Avx2InterleavedTokenF32();
   }
   return p;
@@ -257,8 +204,9 @@ void RotateHead(const RotationPlan& p, void* head, const float* cos, const float
 }  // namespace
 
 void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
-                       int rotary_dim, absl::Span<const float* const> token_rows, RopeIsa isa) {
-  const RotationPlan plan = PlanRotation(x.dtype, pairing, rotary_dim, isa);
+                       int rotary_dim, absl::Span<const float* const> token_rows,
+                       KernelImpl implementation) {
+  const RotationPlan plan = PlanRotation(x.dtype, pairing, rotary_dim, implementation);
   const size_t elem = DTypeSize(x.dtype);
   auto* bytes = static_cast<unsigned char*>(x.data);
   // Small tensors stay on the calling thread; large ones split the tokens across the kernel

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/tensor/tensor_view.h"
 
 namespace posenc {
@@ -35,33 +36,24 @@ struct RopeGeometry {
   int64_t head_stride = 0;
 };
 
-// The instruction sets the kernel can use; kAuto resolves once per process: for float32 to
-// AVX-512 on Intel CPUs that have it, else AVX2+FMA, else scalar; for float16/bfloat16 to
-// AVX-512 (F+BW+VL+DQ) wherever present, AMD included, else the same (env POSENC_ROPE_ISA
-// pins both). 16-bit heads are converted and rotated in registers with AVX2+F16C or
-// AVX-512 (bfloat16 split by parity and rounded by VCVTNE2PS2BF16 where AVX512_BF16 is
-// present), bit-identical per element to widening, the vector formula (FMA) in float32,
-// and FloatToHalf / FloatToBFloat16, except that a NaN result is some NaN (AVX-512
-// float16 keeps VCVTPS2PH's quiet NaN rather than FloatToHalf's canonical bits).
-enum class RopeIsa { kAuto, kScalar, kAvx2, kAvx512 };
-
-// Whether this CPU can run `isa` (kAuto and kScalar: always).
-bool RopeIsaSupported(RopeIsa isa);
-// The instruction set kAuto resolves to on this CPU (float32 tensors).
-RopeIsa RopeBestIsa();
-// The same for FLOAT16 and BFLOAT16 tensors (one choice for both), whose fused
-// convert-and-rotate kernels are compute-bound and so may prefer another width;
-// POSENC_ROPE_ISA pins both.
-RopeIsa RopeBestIsa16();
-
+// `implementation` follows kernel_impl.h. kAuto, for float32, is AVX-512 on Intel CPUs
+// (up to the ceiling), else AVX2+FMA, else scalar; for float16/bfloat16, AVX-512 wherever
+// present, AMD included, else the same. kAvx512 uses AVX-512F float32 kernels and, for
+// 16-bit heads, AVX-512 BW/VL/DQ ones (falling back to AVX2's where the CPU lacks them).
+// kOneDnn (no oneDNN code here) runs kAuto's choice. 16-bit heads are converted and rotated
+// in registers with AVX2+F16C or AVX-512 (bfloat16 split by parity and rounded by
+// VCVTNE2PS2BF16 where AVX512_BF16 is present), bit-identical per element to widening, the
+// vector formula (FMA) in float32, and FloatToHalf / FloatToBFloat16, except that a NaN
+// result is some NaN (AVX-512 float16 keeps VCVTPS2PH's quiet NaN rather than FloatToHalf's
+// canonical bits). Scalar code is bit-identical to tests/support/rope_reference.h (no FMA,
+// no F16C).
 // Rotates the first rotary_dim features of every head of `x` in place; the rest of each
 // head is not touched. 16-bit inputs are rotated in float32 and rounded once.
 // REQUIRES: x.dtype is FLOAT32, FLOAT16 or BFLOAT16; x.data spans the geometry;
 //   0 < rotary_dim <= head_dim, rotary_dim even; token_rows.size() == batch*seq, and each
-//   row holds rotary_dim floats: cos_0..cos_{r/2-1}, sin_0..sin_{r/2-1};
-//   `isa` is supported (RopeIsaSupported).
+//   row holds rotary_dim floats: cos_0..cos_{r/2-1}, sin_0..sin_{r/2-1}.
 void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing pairing,
                        int rotary_dim, absl::Span<const float* const> token_rows,
-                       RopeIsa isa = RopeIsa::kAuto);
+                       KernelImpl implementation = KernelImpl::kAuto);
 
 }  // namespace posenc

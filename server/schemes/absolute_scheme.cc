@@ -59,10 +59,11 @@ struct EncodingRows {
   std::vector<const float*> groups;
   std::shared_ptr<const Table> table;  // keeps table slices alive
   std::vector<float> scratch;
-  // The same rows as SplitRowsByParity lays them out, for the add kernel's bfloat16 rows
-  // where they run (AddReadsRowsByParity); empty otherwise.
-  std::vector<const float*> by_parity;
-  std::shared_ptr<const Table> parity_table;
+  // The same rows in the layout the add reads (AddRowLayoutFor), one pointer per group;
+  // empty where the add reads the rows as given.
+  const AddRowLayout* layout = nullptr;
+  std::vector<const float*> laid_out;
+  std::shared_ptr<const Table> laid_out_table;  // keeps them alive
 
   static EncodingRows None(int64_t dim) {  // for an empty input
     EncodingRows rows;
@@ -138,9 +139,10 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
                                                 combine.pe_scale));
         continue;
       }
+      const LaidOutRows laid_out{rows.layout,
+                                 rows.laid_out.empty() ? nullptr : rows.laid_out[g]};
       RETURN_IF_ERROR(AddEncodingInPlace(part, rows.groups[g], combine.input_scale,
-                                         combine.pe_scale, AddImplementation::kAuto,
-                                         rows.by_parity.empty() ? nullptr : rows.by_parity[g]));
+                                         combine.pe_scale, KernelImpl::kAuto, laid_out));
     }
     return result;
   }
@@ -230,18 +232,22 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
                                           RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal"));
                                           return t;
                                         }));
-    // The bfloat16 add on AVX2 reads a cached copy split by parity (no lane shuffles).
-    if (combine.fusion == Fusion::kAdd && grid.contiguous && AddReadsRowsByParity(e.x3.dtype)) {
-      ASSIGN_OR_RETURN(rows.parity_table,
-                       cache.GetOrCompute(absl::StrCat(key, "/by-parity-16"),
+    // Where the add reads its rows faster in a layout of its own, a copy of the table in
+    // that layout is cached beside it.
+    const AddRowLayout* layout =
+        combine.fusion == Fusion::kAdd && grid.contiguous ? AddRowLayoutFor(e.x3.dtype) : nullptr;
+    if (layout != nullptr) {
+      ASSIGN_OR_RETURN(rows.laid_out_table,
+                       cache.GetOrCompute(absl::StrCat(key, "/", layout->name()),
                                           [&]() -> absl::StatusOr<Table> {
                                             Table t{table->rows, table->cols,
                                                     std::vector<float>(table->data.size())};
-                                            SplitRowsByParity(table->data.data(), t.rows, t.cols,
-                                                              t.data.data());
+                                            layout->LayOut(table->data.data(), t.rows, t.cols,
+                                                           t.data.data());
                                             return t;
                                           }));
-      for (int64_t start : grid.starts) rows.by_parity.push_back(rows.parity_table->Row(start));
+      rows.layout = layout;
+      for (int64_t start : grid.starts) rows.laid_out.push_back(rows.laid_out_table->Row(start));
     }
     RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));
   } else {

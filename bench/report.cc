@@ -125,10 +125,10 @@ json Targets(const json& doc) {
 namespace {
 
 void PrintKernels(const json& kernels) {
-  std::printf("\n%-6s %-15s %-22s %-5s %-11s %6s %9s %9s %7s %s\n", "isa", "kernel", "shape",
+  std::printf("\n%-6s %-15s %-22s %-5s %-17s %6s %9s %9s %7s %s\n", "isa", "kernel", "shape",
               "dtype", "impl", "ms", "GB/s", "roof GB/s", "ratio", "write-only roof GB/s, ratio");
   for (const json& k : kernels) {
-    std::printf("%-6s %-15s %-22s %-5s %-11s %6.3f %9.1f %9.1f %7.2f",
+    std::printf("%-6s %-15s %-22s %-5s %-17s %6.3f %9.1f %9.1f %7.2f",
                 k.value("isa", std::string("?")).c_str(),
                 k["name"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
                 k["dtype"].get<std::string>().c_str(),

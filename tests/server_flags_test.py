@@ -54,10 +54,30 @@ bad = run([], {"POSENC_LISTEN": "unix-abstract:posenc-test", "POSENC_METRICS_LIS
 check(bad.returncode != 0 and "--listen_allow_abstract" in bad.stderr,
       f"unix-abstract refused without --listen_allow_abstract: {bad.stderr.strip()!r}")
 
+# POSENC_KERNEL (--kernel): a value that names no implementation, or an instruction set this
+# CPU lacks, is refused at start with the choices or the reason.
+bad = run([], {"POSENC_KERNEL": "loop"})
+check(bad.returncode == 2 and "POSENC_KERNEL (--kernel) 'loop' is not one of auto, scalar, "
+      "avx2, avx512, onednn" in bad.stderr,
+      f"POSENC_KERNEL=loop: exit {bad.returncode}, {bad.stderr.strip()!r}")
+cpu_flags = set()
+with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+    for line in cpuinfo:
+        if line.startswith("flags"):
+            cpu_flags = set(line.split(":", 1)[1].split())
+            break
+has_avx512 = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu_flags
+if not has_avx512:
+    bad = run(["--kernel=avx512"], {})
+    check(bad.returncode == 2 and "--kernel 'avx512' is not an instruction set this CPU has"
+          in bad.stderr, f"--kernel=avx512 without AVX-512: exit {bad.returncode}, "
+          f"{bad.stderr.strip()!r}")
+
 # The command line wins over the environment; the environment fills the rest.
 env = {k: v for k, v in os.environ.items() if not k.startswith("POSENC_")}
 env.update({"POSENC_THREADS": "x", "POSENC_METRICS_LISTEN": "", "POSENC_HTTP_LISTEN": "",
-            "POSENC_LOG_REQUESTS": "true", "POSENC_LISTEN": "127.0.0.1:0"})
+            "POSENC_LOG_REQUESTS": "true", "POSENC_LISTEN": "127.0.0.1:0",
+            "POSENC_KERNEL": "scalar"})
 proc = subprocess.Popen([server, "--threads=1"], env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True)
 try:
@@ -73,5 +93,7 @@ finally:
         proc.kill()
         proc.wait()
 check(proc.returncode == 0, f"exit status {proc.returncode} after SIGTERM")
+log = proc.stderr.read()
+check("kernel=scalar" in log, f"the start log names the kernel override: {log.strip()[:300]!r}")
 
 sys.exit(1 if failures else 0)

@@ -190,22 +190,27 @@ void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeomet
   }
 }
 
+// Each ISA forced by the override, then named as the implementation.
 TEST(AlibiBias, AddInPlaceAllFloatDtypesEveryIsa) {
   for (KernelImpl isa : IsasToTest()) {
-  const ScopedKernelOverride forced(isa);
+  for (bool named : {false, true}) {
+  const ScopedKernelOverride forced(named ? KernelImpl::kAuto : isa);
+  const KernelImpl implementation = named ? isa : KernelImpl::kAuto;
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (bool causal : {false, true}) {
       for (const GeomCase& c : kGeoms) {
         const AlibiSpec spec{6, causal, 8.0};
         const BiasGeometry g{c.q, c.k, c.offset};
         CheckAddInPlace(
-            dtype, 2, 6, g, [&](const TensorView& v) { return AddAlibiBias(spec, g, v); },
+            dtype, 2, 6, g,
+            [&](const TensorView& v) { return AddAlibiBias(spec, g, v, implementation); },
             [&](int64_t h, int64_t i, int64_t j) {
               // + 0.0f: the kernel's biases have no negative zeros (a -0 score shows it).
               return static_cast<float>(AlibiBiasReference(spec, g, h, i, j)) + 0.0f;
             });
       }
     }
+  }
   }
   }
 }
@@ -426,22 +431,28 @@ TEST(BiasBuild, LargeOutputsMatchPerElement) {
   }
 }
 
+// Each ISA forced by the override, then named as the implementation.
 TEST(T5Bias, AddInPlaceAllFloatDtypesEveryIsa) {
   const T5Spec spec{32, 128, true};
   const int heads = 3;
   const std::vector<float> table = RandomTable(32, heads);
   for (KernelImpl isa : IsasToTest()) {
-  const ScopedKernelOverride forced(isa);
+  for (bool named : {false, true}) {
+  const ScopedKernelOverride forced(named ? KernelImpl::kAuto : isa);
+  const KernelImpl implementation = named ? isa : KernelImpl::kAuto;
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (const GeomCase& c : kGeoms) {
       const BiasGeometry g{c.q, c.k, c.offset};
       CheckAddInPlace(
           dtype, 3, heads, g,
-          [&](const TensorView& v) { return AddT5Bias(spec, g, table.data(), heads, v); },
+          [&](const TensorView& v) {
+            return AddT5Bias(spec, g, table.data(), heads, v, implementation);
+          },
           [&](int64_t h, int64_t i, int64_t j) {
             return table[HfBucket(spec, g, i, j) * heads + h];
           });
     }
+  }
   }
   }
 }

@@ -69,6 +69,11 @@ TEST(KernelImpl, OverrideSetsTheCeilingAndScopesRestoreIt) {
   for (KernelImpl isa : CpuVectorIsas()) {
     const ScopedKernelOverride forced(isa);
     EXPECT_EQ(AutoIsaCeiling(), isa);
+    EXPECT_EQ(IsaBoundFor(KernelImpl::kAuto), isa);
+    // A named implementation does not follow the override.
+    EXPECT_EQ(IsaBoundFor(KernelImpl::kScalar), KernelImpl::kScalar);
+    EXPECT_EQ(IsaBoundFor(KernelImpl::kOneDnn), CpuBestIsa());
+    EXPECT_EQ(IsaBoundFor(KernelImpl::kAvx512), CpuBestIsa());
   }
 }
 

@@ -241,11 +241,12 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
           ToFloat32(out_t, out.data(), scores.data(), scores.size());
         }
         for (KernelImpl isa : isas) {
-          ScopedKernelOverride force(isa);
+        for (bool named : {false, true}) {  // forced by the override, then named
+          ScopedKernelOverride force(named ? KernelImpl::kAuto : isa);
           std::vector<uint8_t> got_bytes = out;
           const TensorView ov{out_t, {c.batch, c.heads, c.q, c.k}, got_bytes.data()};
           ASSERT_THAT(ShawQueryTerm({c.k_clip}, {c.q, c.k, c.offset}, table.data(), c.d, qv, ov,
-                                    st.has_value()),
+                                    st.has_value(), named ? isa : KernelImpl::kAuto),
                       IsOk());
           std::vector<float> got(static_cast<size_t>(rows * c.k));
           ToFloat32(out_t, got_bytes.data(), got.data(), got.size());
@@ -260,9 +261,11 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
                                  (UlpOf(out_t) + std::ldexp(1.0, -23)) * std::fabs(exact);
               ASSERT_NEAR(got[r * c.k + j], exact, tol)
                   << "query " << DTypeName(qt) << " out " << DTypeName(out_t) << " isa "
-                  << KernelImplName(isa) << " row " << r << " key " << j;
+                  << KernelImplName(isa) << (named ? " named" : " forced") << " row " << r
+                  << " key " << j;
             }
           }
+        }
         }
       }
     }

@@ -248,6 +248,35 @@ TEST(RopeKernel, KernelOverrideForcesEveryPartOfThePath) {
   }
 }
 
+// RoPE has no oneDNN code: kOneDnn, named or as the override, runs what kAuto runs without
+// an override, bit for bit.
+TEST(RopeKernel, OneDnnRunsTheDefault) {
+  const int64_t seq = 5, heads = 2, head_dim = 64;
+  const int rotary_dim = 64;
+  RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
+  const std::vector<float> rows = RandomRows(seq, rotary_dim, 19);
+  std::vector<const float*> token_rows;
+  for (int64_t t = 0; t < seq; ++t) token_rows.push_back(&rows[t * rotary_dim]);
+  const std::vector<float> src = RandomFloats(seq * heads * head_dim, 23);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    std::vector<char> want(src.size() * DTypeSize(dtype));
+    FromFloat32(src.data(), dtype, want.data(), src.size());
+    std::vector<char> named = want, forced = want;
+    const Shape shape{seq, heads, head_dim};
+    for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
+      RopeRotateInPlace({dtype, shape, want.data()}, g, pairing, rotary_dim, token_rows);
+      RopeRotateInPlace({dtype, shape, named.data()}, g, pairing, rotary_dim, token_rows,
+                        KernelImpl::kOneDnn);
+      {
+        const ScopedKernelOverride onednn(KernelImpl::kOneDnn);
+        RopeRotateInPlace({dtype, shape, forced.data()}, g, pairing, rotary_dim, token_rows);
+      }
+      ASSERT_EQ(named, want) << DTypeName(dtype);
+      ASSERT_EQ(forced, want) << DTypeName(dtype);
+    }
+  }
+}
+
 // One 16-bit ulp at the magnitude of v.
 double Ulp16(double v, DType t) {
   const int mantissa_bits = t == DType::kFloat16 ? 10 : 7;

@@ -203,12 +203,11 @@ AddBiasRowFn Avx512BiasRow(DType dtype) {
   }
 }
 
-// The row function for `dtype` up to kAuto's ceiling (kernel_impl.h; the bias kernels take
-// no implementation argument): AVX-512 for 16-bit scores where the CPU has it (the
-// conversions are the work), AVX2 for float32 (memory-bound either way), scalar without
-// AVX2.
-AddBiasRowFn BiasRowFor(DType dtype) {
-  const KernelImpl isa = AutoIsaCeiling();
+// The row function for `dtype` and `implementation` (bias_kernel.h): AVX-512 for 16-bit
+// scores where the ISA bound allows it (the conversions are the work), AVX2 for float32
+// (memory-bound either way), scalar at a scalar bound.
+AddBiasRowFn BiasRowFor(DType dtype, KernelImpl implementation) {
+  const KernelImpl isa = IsaBoundFor(implementation);
   if (isa == KernelImpl::kAvx512 && dtype != DType::kFloat32) {
     return simd::HasAvx512Bf16() ? Avx512BiasRow<true>(dtype) : Avx512BiasRow<false>(dtype);
   }
@@ -546,12 +545,12 @@ void BuildBiasHeads(const BiasGeometry& geom, int32_t heads, float* out,
 
 template <typename FillRow>
 void AddBiasHeads(const BiasGeometry& geom, int32_t heads, const TensorView& scores,
-                  const FillRow& fill_row) {
+                  KernelImpl implementation, const FillRow& fill_row) {
   const int64_t batch = scores.shape[0];
   const size_t block_bytes =
       static_cast<size_t>(geom.query_length * geom.key_length) * DTypeSize(scores.dtype);
   char* base = static_cast<char*>(scores.data);
-  const AddBiasRowFn add_row = BiasRowFor(scores.dtype);
+  const AddBiasRowFn add_row = BiasRowFor(scores.dtype, implementation);
   const KernelThreadLease lease(WorkBytes(scores.NumElements()));
   ParallelFor(lease.threads(), heads, [&](int64_t first, int64_t last) {
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
@@ -594,10 +593,10 @@ absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, flo
 }
 
 absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
-                          const TensorView& scores) {
+                          const TensorView& scores, KernelImpl implementation) {
   RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
   RETURN_IF_ERROR(ValidateScores(geom, spec.num_heads, "alibi.num_heads", scores));
-  AddBiasHeads(geom, spec.num_heads, scores,
+  AddBiasHeads(geom, spec.num_heads, scores, implementation,
                [&](int32_t h, float* rel) { FillAlibiRelativeRow(spec, geom, h, rel); });
   return absl::OkStatus();
 }
@@ -622,11 +621,11 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
 }
 
 absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float* table,
-                       int32_t heads, const TensorView& scores) {
+                       int32_t heads, const TensorView& scores, KernelImpl implementation) {
   RETURN_IF_ERROR(ValidateT5Call(spec, geom, table, heads));
   RETURN_IF_ERROR(ValidateScores(geom, heads, "t5.table.shape[1]", scores));
   const std::vector<int32_t> buckets = T5RowBuckets(spec, geom);
-  AddBiasHeads(geom, heads, scores, T5RowFill{buckets, table, heads});
+  AddBiasHeads(geom, heads, scores, implementation, T5RowFill{buckets, table, heads});
   return absl::OkStatus();
 }
 
@@ -707,8 +706,8 @@ __attribute__((target("avx2,fma"))) void ShawDotsAvx2(const float* q, const floa
   }
 }
 
-ShawDotsFn ShawDotsFor() {
-  return AutoIsaCeiling() == KernelImpl::kScalar ? ShawDotsScalar : ShawDotsAvx2;
+ShawDotsFn ShawDotsFor(KernelImpl implementation) {
+  return IsaBoundFor(implementation) == KernelImpl::kScalar ? ShawDotsScalar : ShawDotsAvx2;
 }
 
 }  // namespace
@@ -750,7 +749,7 @@ absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
 
 absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
                            int64_t dim, const ConstTensorView& query, const TensorView& out,
-                           bool add_to_out) {
+                           bool add_to_out, KernelImpl implementation) {
   RETURN_IF_ERROR(ValidateShawCall(spec, geom));
   if (table == nullptr || dim < 1) {
     return absl::InvalidArgumentError("shaw.table has no data");
@@ -772,8 +771,8 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
   const int32_t kmax = spec.max_relative_position;
   const int64_t rows = query.shape[0] * query.shape[1] * q;
   const size_t q_elem = DTypeSize(query.dtype), out_elem = DTypeSize(out.dtype);
-  const ShawDotsFn dots = ShawDotsFor();
-  const AddBiasRowFn add_row = BiasRowFor(out.dtype);
+  const ShawDotsFn dots = ShawDotsFor(implementation);
+  const AddBiasRowFn add_row = BiasRowFor(out.dtype, implementation);
   // The work is the dot products (d multiply-adds per reached distance) and the row pass.
   const int64_t reach = std::min<int64_t>(2 * int64_t{kmax} + 1, k);
   const KernelThreadLease lease(WorkBytes(rows * (reach * dim / 8 + k)));

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "server/kernels/kernel_impl.h"
 #include "server/tensor/tensor_view.h"
 
 namespace posenc {
@@ -122,13 +123,18 @@ std::optional<int32_t> DebertaLogBucket(int64_t relative_position, int32_t bucke
 
 // --- Kernels. Each validates its arguments again (cheaply) and returns INVALID_ARGUMENT on
 // misuse; beyond the outputs they allocate O(query_length + key_length), never O(q*k). ----
+// The adds take an `implementation` (kernel_impl.h; no oneDNN code, so kOneDnn is kAuto's
+// choice): AVX-512 rows for 16-bit scores, AVX2 rows for float32 (memory-bound) and for the
+// Shaw dot products, scalar at a scalar ISA. Every ISA's adds round score + bias once, as
+// the scalar rows do; the Shaw dot products sum in an order of their ISA.
 
 // out: [num_heads, query_length, key_length] float32; each value is the float64 bias
 // rounded once.
 absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, float* out);
 // scores [batch, num_heads, q, k] += bias, in the scores' dtype (float32 add, one rounding).
 absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
-                          const TensorView& scores);
+                          const TensorView& scores,
+                          KernelImpl implementation = KernelImpl::kAuto);
 
 // out: [query_length, key_length] int32 bucket ids.
 absl::Status BuildT5Buckets(const T5Spec& spec, const BiasGeometry& geom, int32_t* out);
@@ -138,7 +144,8 @@ absl::Status BuildT5Bias(const T5Spec& spec, const BiasGeometry& geom, const flo
                          int32_t heads, float* out);
 // scores [batch, heads, q, k] += table[bucket, h], in the scores' dtype.
 absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float* table,
-                       int32_t heads, const TensorView& scores);
+                       int32_t heads, const TensorView& scores,
+                       KernelImpl implementation = KernelImpl::kAuto);
 
 // out: [query_length, key_length] int32 Shaw indices in [0, 2k].
 absl::Status BuildShawIndex(const ShawSpec& spec, const BiasGeometry& geom, int32_t* out);
@@ -154,7 +161,7 @@ absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
 // allocates O(min(2k + 1, k) + k + dim) per thread.
 absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
                            int64_t dim, const ConstTensorView& query, const TensorView& out,
-                           bool add_to_out);
+                           bool add_to_out, KernelImpl implementation = KernelImpl::kAuto);
 // out: [query_length, key_length] int32, the relative position query_pos - key_pos, or its
 // log bucket when spec.Bucketed().
 absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& geom,

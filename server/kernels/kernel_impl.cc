@@ -108,6 +108,14 @@ KernelImpl AutoIsaCeiling() {
   return IsIsa(forced) ? forced : CpuBestIsa();
 }
 
+KernelImpl IsaBoundFor(KernelImpl implementation) {
+  switch (implementation) {
+    case KernelImpl::kAuto: return AutoIsaCeiling();
+    case KernelImpl::kOneDnn: return CpuBestIsa();
+    default: return CpuIsaAtMost(implementation);
+  }
+}
+
 absl::StatusOr<KernelImpl> ParseKernelOverride(std::string_view value) {
   if (value.empty()) return KernelImpl::kAuto;
   const std::optional<KernelImpl> impl = ParseKernelImpl(value);

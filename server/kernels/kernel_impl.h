@@ -2,9 +2,10 @@
 // rows, the conversions and CONCAT, RoPE, the bias adds), the CPU's instruction sets in its
 // terms, and the process-wide override that forces one.
 //
-// Each kernel takes an optional `implementation` (default kAuto) where it offers a choice,
-// reports what ran on the calling thread (LastAddImplementation, LastConvertImplementation),
-// and resolves the request by the same rules:
+// The add, multiply, convert, CONCAT, RoPE and bias-add kernels each take an optional
+// `implementation` (default kAuto); the add and the conversions report what ran on the
+// calling thread (LastAddImplementation, LastConvertImplementation). Every kernel resolves
+// a request by the same rules:
 //   kAuto    the kernel's default among the ISAs up to the ceiling: KernelOverride()'s ISA
 //            when one is set, else this CPU's widest (CpuBestIsa). Defaults differ per
 //            kernel and dtype (float32 adds take AVX2 rows even where AVX-512 is present);
@@ -70,6 +71,11 @@ KernelImpl KernelOverride();
 // The widest ISA kAuto may use: the override's ISA, else CpuBestIsa() (also under the
 // override kOneDnn).
 KernelImpl AutoIsaCeiling();
+
+// The widest ISA a kernel without oneDNN code may run for `implementation`: an ISA itself,
+// as far as the CPU has it (CpuIsaAtMost); kAuto AutoIsaCeiling(); kOneDnn CpuBestIsa().
+// The kernel then runs that ISA's code, or for kAuto its default up to it.
+KernelImpl IsaBoundFor(KernelImpl implementation);
 
 // The override a value of posenc-server's --kernel flag (or its environment variable
 // POSENC_KERNEL) asks for: a KernelImplName spelling, empty meaning "auto". INVALID_ARGUMENT

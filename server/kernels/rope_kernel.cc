@@ -105,11 +105,10 @@ KernelImpl AutoIsa(DType dtype, KernelImpl ceiling) {
 
 // The ISA a call with `implementation` runs for `dtype` (rope_kernel.h).
 KernelImpl ResolveIsa(KernelImpl implementation, DType dtype) {
-  switch (implementation) {
-    case KernelImpl::kAuto: return AutoIsa(dtype, AutoIsaCeiling());
-    case KernelImpl::kOneDnn: return AutoIsa(dtype, CpuBestIsa());
-    default: return CpuIsaAtMost(implementation);
-  }
+  const KernelImpl bound = IsaBoundFor(implementation);
+  const bool named_isa =
+      implementation != KernelImpl::kAuto && implementation != KernelImpl::kOneDnn;
+  return named_isa ? bound : AutoIsa(dtype, bound);
 }
 
 // How one call's tokens are rotated, fixed before the loop over them.

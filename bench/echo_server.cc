@@ -66,13 +66,14 @@ class EchoService final : public posenc::v1::PositionalEncoding::CallbackService
       grpc::CallbackServerContext* context) override {
     // The same stream machinery as posenc-server's EncodeStream, so the two streaming paths
     // differ only by the kernel.
-    return new posenc::OrderedStreamReactor<posenc::v1::EncodeRequest, posenc::v1::EncodeResponse>(
-        posenc::PositionalEncodingService::kStreamWindow,
-        [](posenc::v1::EncodeRequest& request, posenc::v1::EncodeResponse& response,
-           posenc::Admission::Ticket&) {
-          Echo(request, response);
-          return grpc::Status::OK;
-        });
+    using Reactor =
+        posenc::OrderedStreamReactor<posenc::v1::EncodeRequest, posenc::v1::EncodeResponse>;
+    return new Reactor(posenc::PositionalEncodingService::kStreamWindow,
+                       Reactor::Inline([](posenc::v1::EncodeRequest& request,
+                                          posenc::v1::EncodeResponse& response) {
+                         Echo(request, response);
+                         return grpc::Status::OK;
+                       }));
   }
 };
 
@@ -88,14 +89,14 @@ class InferenceEchoService final : public inference::GRPCInferenceService::Callb
   }
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override {
-    return new posenc::OrderedStreamReactor<inference::ModelInferRequest,
-                                            inference::ModelStreamInferResponse>(
-        posenc::InferenceService::kStreamWindow,
-        [](inference::ModelInferRequest& request, inference::ModelStreamInferResponse& response,
-           posenc::Admission::Ticket&) {
-          Echo(request, *response.mutable_infer_response());
-          return grpc::Status::OK;
-        });
+    using Reactor = posenc::OrderedStreamReactor<inference::ModelInferRequest,
+                                                 inference::ModelStreamInferResponse>;
+    return new Reactor(posenc::InferenceService::kStreamWindow,
+                       Reactor::Inline([](inference::ModelInferRequest& request,
+                                          inference::ModelStreamInferResponse& response) {
+                         Echo(request, *response.mutable_infer_response());
+                         return grpc::Status::OK;
+                       }));
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -31,14 +32,27 @@ using Reactor = OrderedStreamReactor<ServerReflectionRequest, ServerReflectionRe
 class TestStreamService final : public ServerReflection::CallbackService {
  public:
   size_t window = 2;
-  Reactor::Handler handler;
-  Reactor::Schedule schedule;
+  // Answers a request on the thread `schedule` runs it on (the reactor's, when unset).
+  std::function<grpc::Status(ServerReflectionRequest&, ServerReflectionResponse&)> answer;
+  std::function<void(absl::AnyInvocable<void() &&>)> schedule;
   Reactor::OnFinish on_finish;
   grpc::Status refuse = grpc::Status::OK;
 
   grpc::ServerBidiReactor<ServerReflectionRequest, ServerReflectionResponse>*
   ServerReflectionInfo(grpc::CallbackServerContext*) override {
-    return new Reactor(window, handler, schedule, on_finish, refuse);
+    auto handler = [answer = answer, schedule = schedule](ServerReflectionRequest& in,
+                                                         ServerReflectionResponse& out,
+                                                         Reactor::Reply reply) {
+      auto job = [&answer, &in, &out, reply = std::move(reply)]() mutable {
+        std::move(reply)(answer(in, out), Admission::Ticket());
+      };
+      if (schedule) {
+        schedule(std::move(job));
+      } else {
+        std::move(job)();
+      }
+    };
+    return new Reactor(window, handler, on_finish, refuse);
   }
 };
 
@@ -46,8 +60,7 @@ class OrderedStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Echoes the request's host; counts the requests handled.
-    service_.handler = [this](ServerReflectionRequest& in, ServerReflectionResponse& out,
-                              Admission::Ticket&) {
+    service_.answer = [this](ServerReflectionRequest& in, ServerReflectionResponse& out) {
       out.set_valid_host(in.host() + std::string(response_padding_, 'x'));
       handled_.fetch_add(1);
       return grpc::Status::OK;
@@ -117,7 +130,7 @@ TEST_F(OrderedStreamTest, AnswersInRequestOrderWhenHandledOnOtherThreads) {
   std::mutex random_mu;  // guards random and jobs
   std::vector<std::thread> jobs;
   service_.window = 4;
-  service_.schedule = [&](const ServerReflectionRequest&, absl::AnyInvocable<void() &&> job) {
+  service_.schedule = [&](absl::AnyInvocable<void() &&> job) {
     std::lock_guard<std::mutex> lock(random_mu);
     const int delay_ms = static_cast<int>(random() % 5);
     jobs.emplace_back([job = std::move(job), delay_ms]() mutable {
@@ -188,8 +201,7 @@ TEST_F(OrderedStreamTest, AClientThatDoesNotReadIsNotReadAhead) {
 }
 
 TEST_F(OrderedStreamTest, AHandlerErrorEndsTheStreamAfterTheEarlierAnswers) {
-  service_.handler = [this](ServerReflectionRequest& in, ServerReflectionResponse& out,
-                            Admission::Ticket&) {
+  service_.answer = [this](ServerReflectionRequest& in, ServerReflectionResponse& out) {
     handled_.fetch_add(1);
     if (in.host() == "3") return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "host 3");
     out.set_valid_host(in.host());

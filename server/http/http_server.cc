@@ -731,7 +731,7 @@ int HttpServer::Serve(mg_connection* conn) {
   std::string().swap(body);
   upload = Admission::Ticket();  // the call's own cost is admitted next
   inference::ModelInferResponse response;
-  FrontInferResult result =
+  CallOutcome result =
       inference_.Infer(parsed.request, [this] { return stopping_.load(); }, response);
   if (!result.status.ok()) return fail(FailureOf(result.status, result.refused));
   const InferResponseBody out = WriteInferResponse(response, parsed.outputs);

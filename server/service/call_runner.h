@@ -1,10 +1,13 @@
-// How every front (posenc.v1, the Open Inference Protocol) runs a unary call: on gRPC's
-// thread it refuses a call that arrived while draining, admits the call's cost (or refuses
-// it at once, before anything is allocated for it), and runs the work: a call whose cost
-// says it runs inline (CallCost::run_inline: a few microseconds) right there, any other on
-// the WorkPool, so gRPC's threads never wait for a long call; then it checks the response
-// fits the message limit and finishes the call.
-// Also the small pieces streams share. Thread-safe; owns nothing.
+// The one path every call of every front takes once its cost is known (CallRunner::Run):
+// admit the cost (or refuse it at once, before anything is allocated for it), run the work
+// where the cost says (CallCost::run_inline: a few microseconds, right there; any other on
+// the WorkPool, so gRPC's and HTTP's threads never wait for a long call), stop it when the
+// caller has gone, check the response fits --max_message_bytes, and hand back the outcome
+// with the admission it holds. posenc.v1's and the Open Inference Protocol's unary rpcs
+// (ServeUnary, which adds the drain's late check and finishes the call), their streams'
+// messages (RunMessage, whose ticket the stream holds until the answer is written) and the
+// HTTP front (InferenceService::Infer) all go through it. Also the small pieces streams
+// share. Thread-safe; owns nothing.
 //
 //   return runner_.ServeUnary(context, scheme, request->request_id(), CostOf(*request), response,
 //                             [=](const CancelCheck&) { return ...; });
@@ -22,6 +25,7 @@
 #include "grpcpp/support/status.h"
 #include "server/common/cancel.h"
 #include "server/common/client_text.h"
+#include "server/metrics/metrics.h"
 #include "server/service/admission.h"
 #include "server/service/call_tracker.h"
 #include "server/service/proto_convert.h"
@@ -91,32 +95,102 @@ inline std::string SharedMemoryOwner(const grpc::ServerContextBase* context) {
   return context->peer();
 }
 
-// A stream holds one --max_concurrent_calls slot for its whole life (in its TrackedCall),
-// and each message then only its bytes (Admission::AdmitBytes). The status a new stream is
-// refused with: UNAVAILABLE while draining, RESOURCE_EXHAUSTED when no slot is free.
-inline grpc::Status OpenStream(const ServiceRuntime& runtime, TrackedCall& call) {
-  if (call.late) return kShuttingDown;
-  absl::StatusOr<Admission::Ticket> slot = runtime.admission->Admit(0);
-  if (!slot.ok()) return ToGrpcStatus(slot.status());
-  call.ticket = std::move(*slot);
-  return grpc::Status::OK;
+// What the path reports of one call or stream message.
+struct CallOutcome {
+  grpc::Status status;
+  // The status is admission's refusal (RESOURCE_EXHAUSTED for a full budget, not a size
+  // limit), which HTTP answers 429 rather than 413.
+  bool refused = false;
+  // The admission the work ran under, for its holder to keep until the response has been
+  // written, since the cost it was admitted for includes the response.
+  Admission::Ticket ticket;
+};
+
+// Counts one stream message in posenc_requests_total and its duration from `start`.
+inline void RecordMessage(ServiceMetrics* metrics, Method method, SchemeLabel scheme,
+                          const grpc::Status& status, std::chrono::steady_clock::time_point start) {
+  if (metrics == nullptr) return;
+  metrics->RecordRequest(
+      method, scheme, static_cast<int>(status.error_code()),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 class CallRunner {
  public:
-  // REQUIRES: every runtime member is non-null.
-  CallRunner(const ServiceRuntime& runtime, size_t max_message_bytes)
-      : runtime_(runtime), max_message_bytes_(max_message_bytes) {}
+  // A call holds a --max_concurrent_calls slot of its own; a stream's message only its
+  // bytes (its stream holds one slot for its whole life: OpenStream).
+  enum class Slot { kCall, kStreamMessage };
 
-  // Admits a unary call of `cost` (a non-OK cost finishes the call with it) and runs
-  // handle(const CancelCheck&) -> grpc::Status inline or on the pool (cost->run_inline),
-  // then checks `response` fits the message limit and finishes the call. `handle` may be
-  // move-only. `request_id` labels the call's log line.
+  // REQUIRES: every runtime member is non-null. `max_message_bytes` is
+  // ServerOptions::max_message_bytes; `metrics` (may be null) counts the streams' messages.
+  CallRunner(const ServiceRuntime& runtime, size_t max_message_bytes, ServiceMetrics* metrics)
+      : runtime_(runtime), max_message_bytes_(max_message_bytes), metrics_(metrics) {}
+  CallRunner(const CallRunner&) = delete;
+  CallRunner& operator=(const CallRunner&) = delete;
+
+  // The path: a non-OK `cost` is the outcome at once (its message prefixed with
+  // `request_id`, as a stream's errors are); else admits it with `slot` or refuses it at
+  // once (refused). Admitted, runs work(const CancelCheck&) -> grpc::Status inline or on
+  // the pool (cost->run_inline) unless stopped() -> grpc::Status already says why not (the
+  // caller went away), checks `response` fits the message limit, and passes the outcome to
+  // done(CallOutcome) on the thread that ran the work. Work cut short by the caller going
+  // away reports stopped()'s status. `work` and `done` may be move-only; `response` must
+  // outlive done.
+  template <typename Response, typename Stopped, typename Work, typename Done>
+  void Run(const absl::StatusOr<CallCost>& cost, Slot slot, const std::string& request_id,
+           Stopped stopped, Response& response, Work work, Done done) const;
+
+  // Run's first step alone, for an rpc whose work is not one piece (GetTable's chunks):
+  // puts the admission of `cost` into outcome.ticket and returns true, or puts the cost's
+  // error or admission's refusal (outcome.refused) into outcome.status.
+  bool Admit(const absl::StatusOr<CallCost>& cost, Slot slot, const std::string& request_id,
+             CallOutcome& outcome) const {
+    if (!cost.ok()) {
+      outcome.status = ToGrpcStatus(cost.status(), request_id);
+      return false;
+    }
+    absl::StatusOr<Admission::Ticket> ticket = slot == Slot::kCall
+                                                   ? runtime_.admission->Admit(cost->bytes)
+                                                   : runtime_.admission->AdmitBytes(cost->bytes);
+    if (!ticket.ok()) {  // refused before anything was allocated for it
+      outcome.status = ToGrpcStatus(ticket.status(), request_id);
+      outcome.refused = true;
+      return false;
+    }
+    outcome.ticket = std::move(*ticket);
+    return true;
+  }
+
+  // A stream's own late check and admission: one --max_concurrent_calls slot for its whole
+  // life, kept in its TrackedCall; each message then holds only its bytes (RunMessage).
+  // The status a new stream is refused with: UNAVAILABLE while draining,
+  // RESOURCE_EXHAUSTED when no slot is free.
+  grpc::Status OpenStream(TrackedCall& call) const {
+    if (call.late) return kShuttingDown;
+    CallOutcome opened;
+    if (!Admit(CallCost{}, Slot::kCall, /*request_id=*/"", opened)) return opened.status;
+    call.ticket = std::move(opened.ticket);
+    return grpc::Status::OK;
+  }
+
+  // A unary rpc: the drain's late check, then Run (its own slot) with the call's deadline
+  // and cancellation as stopped(); the admission is kept by the call's TrackedCall until
+  // the call has ended, and the call finished with the outcome. `request_id` labels the
+  // call's log line.
   template <typename Response, typename Handle>
   grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
                                        SchemeLabel scheme, const std::string& request_id,
                                        const absl::StatusOr<CallCost>& cost,
                                        Response* response, Handle handle) const;
+
+  // One message of a stream: Run with the message's bytes alone, and the message counted
+  // under `method` and `scheme` from `start` before done(CallOutcome) gets it. A message is
+  // not checked against its stream's deadline or cancellation (the stream itself ends on
+  // them): work that polls, a graph solve, takes CancelCheckOf(context) itself.
+  template <typename Response, typename Work, typename Done>
+  void RunMessage(Method method, SchemeLabel scheme, std::chrono::steady_clock::time_point start,
+                  const std::string& request_id, const absl::StatusOr<CallCost>& cost,
+                  Response& response, Work work, Done done) const;
 
   const ServiceRuntime& runtime() const { return runtime_; }
   size_t max_message_bytes() const { return max_message_bytes_; }
@@ -124,7 +198,36 @@ class CallRunner {
  private:
   const ServiceRuntime runtime_;
   const size_t max_message_bytes_;
+  ServiceMetrics* const metrics_;
 };
+
+template <typename Response, typename Stopped, typename Work, typename Done>
+void CallRunner::Run(const absl::StatusOr<CallCost>& cost, Slot slot,
+                     const std::string& request_id, Stopped stopped, Response& response,
+                     Work work, Done done) const {
+  CallOutcome outcome;
+  if (!Admit(cost, slot, request_id, outcome)) {
+    std::move(done)(std::move(outcome));
+    return;
+  }
+  auto run = [&response, max = max_message_bytes_, stopped = std::move(stopped),
+              work = std::move(work), done = std::move(done),
+              outcome = std::move(outcome)]() mutable {
+    grpc::Status status = stopped();
+    if (status.ok()) status = work(CancelCheck([&stopped] { return !stopped().ok(); }));
+    if (status.ok()) status = CheckResponseSize(response, max);
+    if (!status.ok()) {
+      if (grpc::Status why = stopped(); !why.ok()) status = why;
+    }
+    outcome.status = std::move(status);
+    std::move(done)(std::move(outcome));
+  };
+  if (cost->run_inline) {
+    run();
+  } else {
+    runtime_.pool->Submit(cost->lane, std::move(run));
+  }
+}
 
 template <typename Response, typename Handle>
 grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* context,
@@ -139,30 +242,26 @@ grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* co
     reactor->Finish(kShuttingDown);
     return reactor;
   }
-  absl::StatusOr<Admission::Ticket> ticket =
-      cost.ok() ? runtime_.admission->Admit(cost->bytes) : cost.status();
-  if (!ticket.ok()) {  // refused before anything was allocated for it
-    reactor->Finish(ToGrpcStatus(ticket.status()));
-    return reactor;
-  }
-  call->ticket = std::move(*ticket);
-  auto run = [context, reactor, response, max = max_message_bytes_,
-              handle = std::move(handle)]() mutable {
-    grpc::Status status = StoppedStatus(context);
-    if (status.ok()) status = handle(CancelCheckOf(context));
-    if (status.ok()) status = CheckResponseSize(*response, max);
-    // Work cut short by the caller going away reports why, not how it was cut.
-    if (!status.ok()) {
-      if (grpc::Status stopped = StoppedStatus(context); !stopped.ok()) status = stopped;
-    }
-    reactor->Finish(status);
-  };
-  if (cost->run_inline) {
-    run();
-  } else {
-    runtime_.pool->Submit(cost->lane, std::move(run));
-  }
+  Run(cost, Slot::kCall, /*request_id=*/"", [context] { return StoppedStatus(context); },
+      *response, std::move(handle), [reactor, call = std::move(call)](CallOutcome outcome) {
+        call->ticket = std::move(outcome.ticket);
+        reactor->Finish(outcome.status);
+      });
   return reactor;
+}
+
+template <typename Response, typename Work, typename Done>
+void CallRunner::RunMessage(Method method, SchemeLabel scheme,
+                            std::chrono::steady_clock::time_point start,
+                            const std::string& request_id, const absl::StatusOr<CallCost>& cost,
+                            Response& response, Work work, Done done) const {
+  Run(cost, Slot::kStreamMessage, request_id, [] { return grpc::Status::OK; }, response,
+      std::move(work),
+      [metrics = metrics_, method, scheme, start, done = std::move(done)](
+          CallOutcome outcome) mutable {
+        RecordMessage(metrics, method, scheme, outcome.status, start);
+        std::move(done)(std::move(outcome));
+      });
 }
 
 }  // namespace posenc

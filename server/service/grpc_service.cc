@@ -25,13 +25,12 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
     SchemeLabel scheme = kNoScheme;
     absl::StatusOr<int64_t> rows = service_->handlers().PlanTable(*request_, &scheme);
     absl::StatusOr<CallCost> cost = rows.ok() ? CostOf(*request_, *rows) : rows.status();
-    absl::StatusOr<Admission::Ticket> ticket =
-        cost.ok() ? service_->runtime().admission->Admit(cost->bytes) : cost.status();
-    if (!ticket.ok()) {
-      Finish(ToGrpcStatus(ticket.status()));
+    CallOutcome admitted;
+    if (!service_->runner().Admit(cost, CallRunner::Slot::kCall, /*request_id=*/"", admitted)) {
+      Finish(admitted.status);
       return;
     }
-    call_->ticket = std::move(*ticket);
+    call_->ticket = std::move(admitted.ticket);
     rows_per_chunk_ = *rows;
     lane_ = cost->lane;
     WriteNext();
@@ -97,50 +96,33 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
                     });
 }
 
-// Each message is admitted, run (inline or on the pool, as its cost says) and counted with
-// its scheme; the stream itself
+// Each message's cost is computed once; the message is admitted, run (inline or on the
+// pool, as its cost says) and counted with its scheme by the CallRunner. The stream itself
 // is counted (by the CallTracker) only when it ends in an error no message carried.
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
-  ServiceMetrics* metrics = handlers_.state().metrics;
+  using Reactor = OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>;
   std::shared_ptr<TrackedCall> call = CallOf(runtime(), context, kNoScheme);
-  auto handle = [this, metrics, owner = SharedMemoryOwner(context)](
-                    v1::EncodeRequest& request, v1::EncodeResponse& response,
-                    Admission::Ticket& held) {
+  auto handle = [this, owner = SharedMemoryOwner(context)](v1::EncodeRequest& request,
+                                                          v1::EncodeResponse& response,
+                                                          Reactor::Reply reply) {
     const auto start = std::chrono::steady_clock::now();
-    SchemeLabel scheme = LabelOf(request);
-    absl::StatusOr<CallCost> cost = CostOf(request);
-    absl::StatusOr<Admission::Ticket> ticket =
-        cost.ok() ? runtime().admission->AdmitBytes(cost->bytes) : cost.status();
-    grpc::Status status =
-        ticket.ok() ? ToGrpcStatus(handlers_.Encode(request, response, &scheme, owner),
-                                   request.request_id())
-                    : ToGrpcStatus(ticket.status(), request.request_id());
-    if (status.ok()) {
-      status = CheckResponseSize(response, handlers_.state().max_message_bytes);
-    }
-    if (metrics) {
-      metrics->RecordRequest(
-          Method::kEncodeStream, scheme, static_cast<int>(status.error_code()),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    if (ticket.ok()) held = std::move(*ticket);  // until the response is written
-    return status;
-  };
-  // A small message (or one refused by its cost) is answered on the reactor's thread.
-  auto schedule = [this](const v1::EncodeRequest& request, WorkPool::Job job) {
-    absl::StatusOr<CallCost> cost = CostOf(request);
-    if (!cost.ok() || cost->run_inline) {
-      std::move(job)();
-      return;
-    }
-    runtime().pool->Submit(cost->lane, std::move(job));
+    runner_.RunMessage(
+        Method::kEncodeStream, LabelOf(request), start, request.request_id(), CostOf(request),
+        response,
+        [this, &request, &response, &owner](const CancelCheck&) {
+          SchemeLabel scheme;
+          return ToGrpcStatus(handlers_.Encode(request, response, &scheme, owner),
+                              request.request_id());
+        },
+        [reply = std::move(reply)](CallOutcome outcome) mutable {
+          std::move(reply)(outcome.status, std::move(outcome.ticket));
+        });
   };
   auto on_finish = [call](const grpc::Status& status, bool from_handler) {
     if (status.ok() || from_handler) call->counted.store(true);
   };
-  return new OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>(
-      kStreamWindow, handle, schedule, on_finish, OpenStream(runtime(), *call));
+  return new Reactor(kStreamWindow, handle, on_finish, runner_.OpenStream(*call));
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(

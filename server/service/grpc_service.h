@@ -1,7 +1,8 @@
 // posenc.v1.PositionalEncoding on gRPC's callback API. Handlers stay thin: each computes the
-// call's cost from the request and hands it to the CallRunner (refuse while draining, admit
-// or refuse at once, run RequestHandlers on the WorkPool, finish); the shared-memory rpcs are
-// answered on gRPC's thread. Thread-safe; owns nothing but its handlers.
+// call's (or stream message's) cost from the request once and hands it to the CallRunner
+// (refuse while draining, admit or refuse at once, run RequestHandlers inline or on the
+// WorkPool, check the response size, finish); the shared-memory rpcs are answered on
+// gRPC's thread. Thread-safe; owns nothing but its handlers.
 #pragma once
 
 #include "posenc/v1/posenc.grpc.pb.h"
@@ -13,9 +14,9 @@ namespace posenc {
 
 class PositionalEncodingService final : public v1::PositionalEncoding::CallbackService {
  public:
-  // REQUIRES: every runtime member is non-null.
-  PositionalEncodingService(const ServiceState& state, const ServiceRuntime& runtime)
-      : handlers_(state), runner_(runtime, state.max_message_bytes) {
+  // `runner` must outlive the service.
+  PositionalEncodingService(const ServiceState& state, const CallRunner& runner)
+      : handlers_(state), runner_(runner) {
     SetMessageAllocatorFor_Encode(&encode_messages_);
     SetMessageAllocatorFor_AttentionBias(&bias_messages_);
     SetMessageAllocatorFor_GraphEncode(&graph_messages_);
@@ -53,11 +54,12 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
       v1::SharedMemoryStatusResponse* response) override;
 
   const RequestHandlers& handlers() const { return handlers_; }
+  const CallRunner& runner() const { return runner_; }
   const ServiceRuntime& runtime() const { return runner_.runtime(); }
 
  private:
   RequestHandlers handlers_;
-  const CallRunner runner_;
+  const CallRunner& runner_;
   // The unary rpcs that work in place own their messages (owned_messages.h).
   OwnedMessages<v1::EncodeRequest, v1::EncodeResponse> encode_messages_;
   OwnedMessages<v1::BiasRequest, v1::BiasResponse> bias_messages_;

@@ -1,8 +1,10 @@
 #include "server/service/inference_service.h"
 
 #include <chrono>
-#include <future>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,9 +49,9 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const grp
 
 }  // namespace
 
-InferenceService::InferenceService(const ServiceState& state, const ServiceRuntime& runtime,
+InferenceService::InferenceService(const ServiceState& state, const CallRunner& runner,
                                    const InferenceServiceOptions& options)
-    : handlers_(state), runner_(runtime, state.max_message_bytes), options_(options),
+    : handlers_(state), runner_(runner), options_(options),
       convert_(ConvertOptions{options.shm_enabled}) {
   SetMessageAllocatorFor_ModelInfer(&infer_messages_);
 }
@@ -107,90 +109,80 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                             });
 }
 
-FrontInferResult InferenceService::Infer(ModelInferRequest& request,
-                                         const CancelCheck& cancelled,
-                                         ModelInferResponse& response) const {
-  FrontInferResult result;
+CallOutcome InferenceService::Infer(ModelInferRequest& request, const CancelCheck& cancelled,
+                                    ModelInferResponse& response) const {
   absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
   absl::StatusOr<CallCost> cost =
       native.ok() ? CostOfNative(**native) : WithId(native.status(), request.id());
-  if (!cost.ok()) {
-    result.status = ToGrpcStatus(cost.status());
-    return result;
-  }
-  absl::StatusOr<Admission::Ticket> ticket = runner_.runtime().admission->Admit(cost->bytes);
-  if (!ticket.ok()) {  // refused before anything was allocated for it
-    result.status = ToGrpcStatus(ticket.status());
-    result.refused = true;
-    return result;
-  }
-  result.ticket = std::move(*ticket);
-  auto run = [&] {
-    grpc::Status s = cancelled() ? grpc::Status(grpc::StatusCode::CANCELLED,
-                                                "the call was cancelled")
-                                 : Run(**native, cancelled, response);
-    if (s.ok()) s = CheckResponseSize(response, runner_.max_message_bytes());
-    return s;
-  };
-  if (cost->run_inline) {  // as ServeUnary: a few microseconds, right on this thread
-    result.status = run();
-    return result;
-  }
-  std::promise<grpc::Status> done;
-  std::future<grpc::Status> status = done.get_future();
-  runner_.runtime().pool->Submit(cost->lane, [&] { done.set_value(run()); });
-  result.status = status.get();
-  return result;
+  // Filled by whichever thread ran the call (this one, for an inline call).
+  struct {
+    std::mutex mu;
+    std::condition_variable ready;
+    std::optional<CallOutcome> outcome;
+  } done;
+  runner_.Run(
+      cost, CallRunner::Slot::kCall, /*request_id=*/"",
+      [&cancelled] {
+        return cancelled() ? grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled")
+                           : grpc::Status::OK;
+      },
+      response,
+      [this, &native, &response](const CancelCheck& stopped) {
+        return Run(**native, stopped, response);
+      },
+      [&done](CallOutcome outcome) {
+        std::lock_guard<std::mutex> lock(done.mu);
+        done.outcome = std::move(outcome);
+        done.ready.notify_one();  // under the lock: Infer may return as soon as it is free
+      });
+  std::unique_lock<std::mutex> lock(done.mu);
+  done.ready.wait(lock, [&done] { return done.outcome.has_value(); });
+  return std::move(*done.outcome);
 }
 
-// Each message is converted, admitted and run (a small one inline, else on the pool), and
-// counted with its model's scheme. As in Triton, a failed request answers with
+// Each message is placed (inline or on the pool) before it is converted, since the
+// conversion is work too; converted, it is admitted and run right there by the CallRunner
+// and counted with its model's scheme. As in Triton, a failed request answers with
 // error_message and the stream goes on.
 grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  ServiceMetrics* metrics = handlers_.state().metrics;
+  using Reactor = OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse>;
   std::shared_ptr<TrackedCall> call = CallOf(runner_.runtime(), context, kNoScheme);
-  auto handle = [this, context, metrics](ModelInferRequest& request,
-                                         ModelStreamInferResponse& response,
-                                         Admission::Ticket& held) {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
-    absl::StatusOr<CallCost> cost = native.ok() ? CostOfNative(**native) : native.status();
-    if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
-    absl::StatusOr<Admission::Ticket> ticket =
-        cost.ok() ? runner_.runtime().admission->AdmitBytes(cost->bytes) : cost.status();
-    grpc::Status status = ticket.ok() ? Run(**native, CancelCheckOf(context),
-                                            *response.mutable_infer_response())
-                                      : ToGrpcStatus(ticket.status(), request.id());
-    if (status.ok()) status = CheckResponseSize(response, runner_.max_message_bytes());
-    if (!status.ok()) {
-      response.Clear();
-      response.set_error_message(status.error_message());
-      response.mutable_infer_response()->set_model_name(request.model_name());
-      response.mutable_infer_response()->set_id(request.id());
-    }
-    if (metrics) {
-      metrics->RecordRequest(
-          Method::kModelStreamInfer, LabelOfModel(request.model_name()),
-          static_cast<int>(status.error_code()),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    if (ticket.ok()) held = std::move(*ticket);  // until the response is written
-    return grpc::Status::OK;
-  };
-  auto schedule = [this](const ModelInferRequest& request, WorkPool::Job job) {
+  auto handle = [this, context](ModelInferRequest& request, ModelStreamInferResponse& response,
+                                Reactor::Reply reply) {
+    auto job = [this, context, &request, &response, reply = std::move(reply)]() mutable {
+      const auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
+      absl::StatusOr<CallCost> cost = native.ok() ? CostOfNative(**native) : native.status();
+      if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
+      if (cost.ok()) cost->run_inline = true;  // already where PlacementOf put it
+      runner_.RunMessage(
+          Method::kModelStreamInfer, LabelOfModel(request.model_name()), start, request.id(),
+          cost, response,
+          [this, context, &native, &response](const CancelCheck&) {
+            return Run(**native, CancelCheckOf(context), *response.mutable_infer_response());
+          },
+          [&request, &response, reply = std::move(reply)](CallOutcome outcome) mutable {
+            if (!outcome.status.ok()) {
+              response.Clear();
+              response.set_error_message(outcome.status.error_message());
+              response.mutable_infer_response()->set_model_name(request.model_name());
+              response.mutable_infer_response()->set_id(request.id());
+            }
+            std::move(reply)(grpc::Status::OK, std::move(outcome.ticket));
+          });
+    };
     const CallCost placement = PlacementOf(request);
     if (placement.run_inline) {
       std::move(job)();
-      return;
+    } else {
+      runner_.runtime().pool->Submit(placement.lane, std::move(job));
     }
-    runner_.runtime().pool->Submit(placement.lane, std::move(job));
   };
   auto on_finish = [call](const grpc::Status& status, bool from_handler) {
     if (status.ok() || from_handler) call->counted.store(true);
   };
-  return new OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse>(
-      kStreamWindow, handle, schedule, on_finish, OpenStream(runner_.runtime(), *call));
+  return new Reactor(kStreamWindow, handle, on_finish, runner_.OpenStream(*call));
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,

@@ -1,8 +1,8 @@
 // inference.GRPCInferenceService: the Open Inference Protocol (KServe v2, Triton's gRPC
 // API) served beside posenc.v1 on the same port, on the same engine. Each model is a
 // scheme; ModelInfer converts its request to the native one (inference_convert.h) and runs
-// it through the same RequestHandlers, cost, admission and work pool as posenc.v1's
-// Encode, AttentionBias and GraphEncode (CallRunner). Metadata rpcs answer on gRPC's thread.
+// it through the same RequestHandlers and CallRunner (cost, admission, work pool, response
+// size) as posenc.v1's Encode, AttentionBias and GraphEncode. Metadata rpcs answer on gRPC's thread.
 // Thread-safe; owns nothing but its handlers.
 #pragma once
 
@@ -23,30 +23,20 @@ struct InferenceServiceOptions {
   bool shm_enabled = false;
 };
 
-// The outcome of an inference run for another front (the HTTP binding).
-struct FrontInferResult {
-  grpc::Status status;
-  // The status is admission's refusal (RESOURCE_EXHAUSTED for a full budget, not a size
-  // limit), which HTTP answers 429 rather than 413.
-  bool refused = false;
-  // The call's admission, held by the front until its response has been written, since the
-  // cost it was admitted for includes the response.
-  Admission::Ticket ticket;
-};
-
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // REQUIRES: every runtime member is non-null.
-  InferenceService(const ServiceState& state, const ServiceRuntime& runtime,
+  // `runner` must outlive the service.
+  InferenceService(const ServiceState& state, const CallRunner& runner,
                    const InferenceServiceOptions& options);
 
   // The path ModelInfer takes, for a front that is not gRPC (server/http): converts
-  // `request` (taking its raw bytes), admits its cost or refuses it at once, runs it (on
-  // this thread when its cost says it runs inline, else on the work pool) and checks the
-  // response fits --max_message_bytes. Blocks the calling thread until `response` is
-  // filled or the call has failed. `cancelled` is polled by long work.
-  FrontInferResult Infer(inference::ModelInferRequest& request, const CancelCheck& cancelled,
-                         inference::ModelInferResponse& response) const;
+  // `request` (taking its raw bytes) and runs it through CallRunner::Run (admitted or
+  // refused at once, on this thread when its cost says it runs inline, else on the work
+  // pool, the response checked against --max_message_bytes). Blocks the calling thread
+  // until `response` is filled or the call has failed; the outcome's ticket is for the
+  // front to hold until the response has been written. `cancelled` is polled by long work.
+  CallOutcome Infer(inference::ModelInferRequest& request, const CancelCheck& cancelled,
+                    inference::ModelInferResponse& response) const;
 
   // What the metadata rpcs answer, for every front. NOT_FOUND for an unknown model.
   void FillServerMetadata(inference::ServerMetadataResponse& response) const;
@@ -111,7 +101,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   static absl::StatusOr<CallCost> CostOfNative(const NativeRequest& native);
 
   RequestHandlers handlers_;
-  const CallRunner runner_;
+  const CallRunner& runner_;
   const InferenceServiceOptions options_;
   const ConvertOptions convert_;
   // ModelInfer takes its request's bytes, so it owns its messages (owned_messages.h).

@@ -4,12 +4,11 @@
 // The reactor owns itself and is deleted when gRPC is done with it. Thread-safe: reads and
 // writes may complete on different threads; all state changes happen under one mutex.
 //
-// The handler runs where `schedule` puts it (a worker pool, or inline for a small request);
-// without a scheduler, inline. One request of a stream is handled at a time, so order is
-// kept.
+// The handler answers where it chooses (on the reactor's thread, or on a worker pool) by
+// calling its Reply. One request of a stream is handled at a time, so order is kept.
 //
 //   return new OrderedStreamReactor<Req, Resp>(
-//       2, [](Req& in, Resp& out, Admission::Ticket& ticket) { ...; return OK; });
+//       2, OrderedStreamReactor<Req, Resp>::Inline([](Req& in, Resp& out) { ...; return OK; }));
 #pragma once
 
 #include <cstddef>
@@ -29,23 +28,32 @@ namespace posenc {
 template <typename Request, typename Response>
 class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  // Answers one request. It may take the request's bytes (the request is cleared before the
-  // next read). A non-OK status ends the stream with it once the earlier answers are out.
-  // The admission the answer was computed under goes into the Ticket: the stream holds it
-  // until that answer has been written (or dropped), so a client that does not read keeps
-  // its buffered answers charged to the budget.
-  using Handler = std::function<grpc::Status(Request&, Response&, Admission::Ticket&)>;
+  // Delivers one answer, exactly once, from any thread: its status (a non-OK status ends
+  // the stream with it once the earlier answers are out) and the admission the answer was
+  // computed under, which the stream holds until that answer has been written (or
+  // dropped), so a client that does not read keeps its buffered answers charged to the
+  // budget.
+  using Reply = absl::AnyInvocable<void(grpc::Status, Admission::Ticket) &&>;
+  // Answers one request into the response, now or later on another thread, by calling the
+  // Reply. It may take the request's bytes; the request and the response stay untouched
+  // by the reactor until the Reply (the request is cleared before the next read).
+  using Handler = std::function<void(Request&, Response&, Reply)>;
   // Runs once, just before Finish, with the final status and whether a Handler returned it.
   using OnFinish = std::function<void(const grpc::Status&, bool from_handler)>;
-  // Runs `job` (which calls the Handler on the request) now or on another thread.
-  using Schedule = std::function<void(const Request&, absl::AnyInvocable<void() &&>)>;
 
-  // With a non-OK `refuse`, the stream finishes at once with it and reads nothing. A null
-  // `schedule` runs the handler inline.
-  OrderedStreamReactor(size_t window, Handler handler, Schedule schedule = nullptr,
-                       OnFinish on_finish = nullptr, grpc::Status refuse = grpc::Status::OK)
-      : window_(window), handler_(std::move(handler)), schedule_(std::move(schedule)),
-        on_finish_(std::move(on_finish)) {
+  // A Handler that answers on the reactor's thread with answer(Request&, Response&) ->
+  // grpc::Status, holding no admission.
+  template <typename Answer>
+  static Handler Inline(Answer answer) {
+    return [answer = std::move(answer)](Request& request, Response& response, Reply reply) {
+      std::move(reply)(answer(request, response), Admission::Ticket());
+    };
+  }
+
+  // With a non-OK `refuse`, the stream finishes at once with it and reads nothing.
+  OrderedStreamReactor(size_t window, Handler handler, OnFinish on_finish = nullptr,
+                       grpc::Status refuse = grpc::Status::OK)
+      : window_(window), handler_(std::move(handler)), on_finish_(std::move(on_finish)) {
     if (!refuse.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -65,17 +73,14 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       Handled(ok, Pending(), grpc::Status::OK);
       return;
     }
-    // Handled outside the lock: nothing touches request_ until the job calls Handled.
-    auto job = [this] {
-      Pending pending{std::make_unique<Response>(), Admission::Ticket()};
-      grpc::Status status = handler_(request_, *pending.response, pending.ticket);
-      Handled(true, std::move(pending), status);
-    };
-    if (schedule_) {
-      schedule_(request_, std::move(job));
-    } else {
-      job();
-    }
+    // Handled outside the lock: nothing touches request_ until the Reply calls Handled.
+    auto response = std::make_unique<Response>();
+    Response& out = *response;
+    handler_(request_, out,
+             [this, response = std::move(response)](grpc::Status status,
+                                                    Admission::Ticket ticket) mutable {
+               Handled(true, Pending{std::move(response), std::move(ticket)}, status);
+             });
   }
 
   void OnWriteDone(bool ok) override {
@@ -167,7 +172,6 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
 
   const size_t window_;
   const Handler handler_;
-  const Schedule schedule_;
   const OnFinish on_finish_;
   Request request_;
   std::mutex mu_;

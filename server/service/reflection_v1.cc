@@ -90,12 +90,12 @@ ServerReflectionResponse ReflectionV1Service::Answer(const ServerReflectionReque
 
 grpc::ServerBidiReactor<ServerReflectionRequest, ServerReflectionResponse>*
 ReflectionV1Service::ServerReflectionInfo(grpc::CallbackServerContext*) {
-  return new OrderedStreamReactor<ServerReflectionRequest, ServerReflectionResponse>(
-      /*window=*/2, [this](ServerReflectionRequest& in, ServerReflectionResponse& out,
-                            Admission::Ticket&) {
-        out = Answer(in);
-        return grpc::Status::OK;
-      });
+  using Reactor = OrderedStreamReactor<ServerReflectionRequest, ServerReflectionResponse>;
+  return new Reactor(/*window=*/2, Reactor::Inline([this](ServerReflectionRequest& in,
+                                                          ServerReflectionResponse& out) {
+                       out = Answer(in);
+                       return grpc::Status::OK;
+                     }));
 }
 
 }  // namespace posenc

@@ -319,8 +319,9 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
   }
   RETURN_IF_ERROR(scheme->check_table(request));
   const int64_t row_bytes = request.dim() * static_cast<int64_t>(DTypeSize(dtype));
-  // Leave room for the chunk's framing inside the message limit.
-  const int64_t budget = static_cast<int64_t>(state_.limits.max_output_bytes) - 4096;
+  // A chunk's rows are its tensor: max_output_bytes already leaves the message limit room
+  // for the chunk's other fields.
+  const int64_t budget = static_cast<int64_t>(state_.limits.max_output_bytes);
   if (row_bytes > budget) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "one row of dim ", request.dim(), " is ", row_bytes, " bytes, over the message limit"));

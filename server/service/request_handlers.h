@@ -30,8 +30,9 @@ struct ServiceState {
   const NamedTables* tables = nullptr;  // not owned; read-only while serving
   ServiceMetrics* metrics = nullptr;    // not owned; may be null in tests
   const SharedMemoryRegistry* shm = nullptr;  // not owned; null: no shared memory
+  // limits.max_output_bytes: a response's tensor bytes (--max_message_bytes less the room
+  // kept for the response's own fields); the whole message is checked by the CallRunner.
   SchemeLimits limits;
-  size_t max_message_bytes = size_t{64} << 20;  // a whole response, framing included
   // GraphEncode's bounds; max_output_elements is always taken from limits.max_output_bytes.
   GraphLimits graph_limits;
   std::string version;

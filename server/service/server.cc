@@ -219,12 +219,12 @@ void PosencServer::CreateServices(const ServerOptions& options) {
   state.metrics = metrics_;
   state.shm = shm_.get();
   state.limits.max_output_bytes = options.max_message_bytes - kResponseFramingBytes;
-  state.max_message_bytes = options.max_message_bytes;
   state.version = kVersion;
   const ServiceRuntime runtime{pool_.get(), admission_.get(), tracker_.get(), shm_.get()};
-  service_ = std::make_unique<PositionalEncodingService>(state, runtime);
+  runner_ = std::make_unique<CallRunner>(runtime, options.max_message_bytes, metrics_);
+  service_ = std::make_unique<PositionalEncodingService>(state, *runner_);
   inference_ = std::make_unique<InferenceService>(
-      state, runtime, InferenceServiceOptions{/*shm_enabled=*/options.shm.enabled});
+      state, *runner_, InferenceServiceOptions{/*shm_enabled=*/options.shm.enabled});
   reflection_v1_ = std::make_unique<ReflectionV1Service>(std::vector<std::string>{
       v1::PositionalEncoding::service_full_name(),
       inference::GRPCInferenceService::service_full_name(),

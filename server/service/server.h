@@ -135,6 +135,7 @@ class PosencServer {
   std::unique_ptr<SharedMemoryRegistry> shm_;
   std::unique_ptr<WorkPool> pool_;
   std::unique_ptr<HealthService> health_;
+  std::unique_ptr<CallRunner> runner_;  // the one call path of every service and front
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<PositionalEncodingService> service_;
   std::unique_ptr<InferenceService> inference_;

@@ -21,7 +21,8 @@ if [ "${1:-}" = "--examples" ]; then
     golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
     protoc-gen-go-grpc  # client/go/build.sh
     default-jdk-headless libgrpc-java protobuf-compiler-grpc-java-plugin libprotobuf-java
-    libnetty-java libperfmark-java libgoogle-gson-java libgeronimo-annotation-1.3-spec-java  # client/java
+    libnetty-java libperfmark-java libgoogle-gson-java libgeronimo-annotation-1.3-spec-java
+    libguava-java libjsr305-java liberror-prone-java  # client/java (classpath.sh)
   )
 fi
 missing=()

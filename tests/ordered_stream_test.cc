@@ -94,6 +94,29 @@ class OrderedStreamTest : public ::testing::Test {
   static void SetDeadline(grpc::ClientContext& context) {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   }
+  // One stream: writes requests 0..n-1 from another thread while reading every answer;
+  // returns the answers' hosts in order and the stream's status.
+  struct Exchange {
+    std::vector<std::string> hosts;
+    grpc::Status status;
+  };
+  Exchange WriteAndReadAll(int n) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    auto stream = stub_->ServerReflectionInfo(&context);
+    std::thread writer([&] {
+      for (int i = 0; i < n; ++i) {
+        if (!stream->Write(Request(i))) break;
+      }
+      stream->WritesDone();
+    });
+    Exchange exchange;
+    ServerReflectionResponse response;
+    while (stream->Read(&response)) exchange.hosts.push_back(response.valid_host());
+    writer.join();
+    exchange.status = stream->Finish();
+    return exchange;
+  }
   // Waits until handled_ has not changed for 300 ms (or 10 s passed); returns it.
   int SettledHandled() {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -140,20 +163,7 @@ TEST_F(OrderedStreamTest, AnswersInRequestOrderWhenHandledOnOtherThreads) {
   };
   Start();
   constexpr int kRequests = 40;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  auto stream = stub_->ServerReflectionInfo(&context);
-  std::thread writer([&] {
-    for (int i = 0; i < kRequests; ++i) {
-      if (!stream->Write(Request(i))) break;
-    }
-    stream->WritesDone();
-  });
-  std::vector<std::string> hosts;
-  ServerReflectionResponse response;
-  while (stream->Read(&response)) hosts.push_back(response.valid_host());
-  writer.join();
-  const grpc::Status status = stream->Finish();
+  const auto [hosts, status] = WriteAndReadAll(kRequests);
   {
     std::lock_guard<std::mutex> lock(random_mu);
     for (std::thread& job : jobs) job.join();
@@ -208,20 +218,7 @@ TEST_F(OrderedStreamTest, AHandlerErrorEndsTheStreamAfterTheEarlierAnswers) {
     return grpc::Status::OK;
   };
   Start();
-  grpc::ClientContext context;
-  SetDeadline(context);
-  auto stream = stub_->ServerReflectionInfo(&context);
-  std::thread writer([&] {
-    for (int i = 0; i < 10; ++i) {
-      if (!stream->Write(Request(i))) break;
-    }
-    stream->WritesDone();
-  });
-  std::vector<std::string> hosts;
-  ServerReflectionResponse response;
-  while (stream->Read(&response)) hosts.push_back(response.valid_host());
-  writer.join();
-  const grpc::Status status = stream->Finish();
+  const auto [hosts, status] = WriteAndReadAll(10);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(status.error_message(), "host 3");
   EXPECT_THAT(hosts, ::testing::ElementsAre("0", "1", "2"));

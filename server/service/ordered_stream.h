@@ -55,12 +55,14 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
                        grpc::Status refuse = grpc::Status::OK)
       : window_(window), handler_(std::move(handler)), on_finish_(std::move(on_finish)) {
     if (!refuse.ok()) {
+      Finishing finishing;
       {
         std::lock_guard<std::mutex> lock(mu_);
         final_status_ = refuse;
         reads_done_ = true;
+        finishing = TakeFinishLocked();
       }
-      MaybeFinish();
+      if (finishing.finish) FinishWith(finishing);
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -84,11 +86,13 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   }
 
   void OnWriteDone(bool ok) override {
+    Finishing finishing;
     {
       std::lock_guard<std::mutex> lock(mu_);
       WriteDoneLocked(ok);
+      finishing = TakeFinishLocked();
     }
-    MaybeFinish();
+    if (finishing.finish) FinishWith(finishing);
   }
 
   void OnDone() override { delete this; }
@@ -117,13 +121,18 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
     MaybeReadLocked();
   }
 
-  // A read has completed (ok) and been handled, or the reads are over (!ok).
+  // A read has completed (ok) and been handled, or the reads are over (!ok). It may run on
+  // a thread of the handler's, outside any reaction of gRPC's: once the lock is released,
+  // a write completing on a gRPC thread may finish the stream and delete this, so whether
+  // to finish is decided under the same lock as the state change.
   void Handled(bool ok, Pending pending, const grpc::Status& status) {
+    Finishing finishing;
     {
       std::lock_guard<std::mutex> lock(mu_);
       HandledLocked(ok, std::move(pending), status);
+      finishing = TakeFinishLocked();
     }
-    MaybeFinish();
+    if (finishing.finish) FinishWith(finishing);
   }
 
   // REQUIRES: mu_ held.
@@ -153,21 +162,33 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       this->StartRead(&request_);
     }
   }
-  // Finishes the stream once nothing is read, queued or written. REQUIRES: mu_ not held:
-  // Finish lets gRPC run OnDone, which deletes this, possibly on another thread before
-  // this call returns, so nothing of this object is touched after it.
-  void MaybeFinish() {
+  // Whether the caller is the one to finish the stream, and with what.
+  struct Finishing {
+    bool finish = false;
     grpc::Status status;
     bool from_handler = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!reads_done_ || reading_ || writing_ || !queue_.empty() || finished_) return;
-      finished_ = true;
-      status = final_status_;
-      from_handler = from_handler_;
-    }
-    if (on_finish_) on_finish_(status, from_handler);
-    this->Finish(status);
+  };
+  // Claims the finish once nothing is read, queued or written; exactly one caller gets
+  // finish == true. REQUIRES: mu_ held, in the same critical section as the state change
+  // that made the stream finishable (a caller that released the lock in between could
+  // find this already deleted).
+  Finishing TakeFinishLocked() {
+    Finishing finishing;
+    if (!reads_done_ || reading_ || writing_ || !queue_.empty() || finished_) return finishing;
+    finished_ = true;
+    finishing.finish = true;
+    finishing.status = final_status_;
+    finishing.from_handler = from_handler_;
+    return finishing;
+  }
+  // Called only by the caller whose TakeFinishLocked returned finish == true; the others
+  // must not touch this at all once they release the lock, not even to call a member
+  // function. REQUIRES: mu_ not held. Finish lets gRPC run OnDone, which deletes this,
+  // possibly on another thread before this call returns, so nothing of this object is
+  // touched after it.
+  void FinishWith(const Finishing& finishing) {
+    if (on_finish_) on_finish_(finishing.status, finishing.from_handler);
+    this->Finish(finishing.status);
   }
 
   const size_t window_;

@@ -2,7 +2,9 @@
 // count as arrivals and running, not in flight); calls arriving after StartDrain are late,
 // earlier ones are not; WaitIdle returns at once when idle, times out while a call runs and
 // returns when the last one ends. Then through its interceptor on an in-process server
-// (port 0): a posenc call is tracked while its handler runs and forgotten when it ends.
+// (port 0): a posenc call is tracked while its handler runs and forgotten when it ends; a
+// bidirectional stream is left to its reactor's CallRecord. A CallRecord tracks a call for
+// its lifetime and cuts the status it sends to size.
 #include "server/service/call_tracker.h"
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "server/common/client_text.h"
 
 namespace posenc {
 namespace {
@@ -95,12 +98,56 @@ TEST(CallTrackerTest, WaitIdleWaitsForTheLastCallToEnd) {
   tracker.EndOther(&other);
 }
 
+TEST(CallTrackerTest, ACallRecordTracksFromConstructionToDestruction) {
+  CallTracker tracker(nullptr);
+  grpc::ServerContext context;
+  {
+    CallRecord record(&tracker, &context, Method::kEncodeStream);
+    EXPECT_EQ(tracker.Find(&context), record.call());
+    EXPECT_EQ(record.call()->method, Method::kEncodeStream);
+    EXPECT_EQ(tracker.inflight(), 1u);
+    // A status echoing a client string is cut to what a client accepts as metadata.
+    const grpc::Status sent = record.Closing(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT, "request_id " + std::string(100000, 'x')));
+    EXPECT_EQ(sent.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_LE(sent.error_message().size(), kMaxStatusMessageBytes + 24);  // Elide's marker
+    EXPECT_THAT(sent.error_message(), ::testing::StartsWith("request_id xxx"));
+    const grpc::Status short_status(grpc::StatusCode::NOT_FOUND, "no such scheme");
+    EXPECT_EQ(record.Closing(short_status).error_message(), "no such scheme");
+    EXPECT_EQ(tracker.inflight(), 1u);  // a status sent is not yet the end
+  }
+  EXPECT_EQ(tracker.inflight(), 0u);
+  EXPECT_EQ(tracker.Find(&context), nullptr);
+  EXPECT_EQ(tracker.arrivals(), 1);
+}
+
 // ListSchemes answers only when the test finishes its reactor, and reports what the tracker
 // saw of the call meanwhile.
 class HeldService final : public v1::PositionalEncoding::CallbackService {
  public:
   explicit HeldService(CallTracker* tracker) : tracker_(tracker) {}
   std::promise<std::pair<std::shared_ptr<TrackedCall>, grpc::ServerUnaryReactor*>> seen;
+
+  // A bidirectional stream that answers nothing and ends when the client's writes do.
+  grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>* EncodeStream(
+      grpc::CallbackServerContext*) override {
+    class Drain final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse> {
+     public:
+      Drain() { StartRead(&request_); }
+      void OnReadDone(bool ok) override {
+        if (ok) {
+          StartRead(&request_);
+        } else {
+          Finish(grpc::Status::OK);
+        }
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      v1::EncodeRequest request_;
+    };
+    return new Drain();
+  }
 
   grpc::ServerUnaryReactor* ListSchemes(grpc::CallbackServerContext* context,
                                         const v1::ListSchemesRequest*,
@@ -148,6 +195,18 @@ TEST(CallTrackerTest, TheInterceptorTracksACallWhileItRuns) {
   // The call ends (the interceptor is destroyed) just after the client has its answer.
   EXPECT_TRUE(tracker.WaitIdle(Clock::now() + std::chrono::seconds(30)));
   EXPECT_EQ(tracker.inflight(), 0u);
+  EXPECT_EQ(tracker.arrivals(), 1);
+
+  // A bidirectional stream gets no interceptor: its reactor keeps its own CallRecord
+  // (which this test service's does not), so the tracker never sees it.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = stub->EncodeStream(&context);
+    ASSERT_TRUE(stream->Write(v1::EncodeRequest()));
+    ASSERT_TRUE(stream->WritesDone());
+    EXPECT_TRUE(stream->Finish().ok());
+  }
   EXPECT_EQ(tracker.arrivals(), 1);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }

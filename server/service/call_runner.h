@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -162,16 +163,37 @@ class CallRunner {
     return true;
   }
 
-  // A stream's own late check and admission: one --max_concurrent_calls slot for its whole
-  // life, kept in its TrackedCall; each message then holds only its bytes (RunMessage).
-  // The status a new stream is refused with: UNAVAILABLE while draining,
-  // RESOURCE_EXHAUSTED when no slot is free.
-  grpc::Status OpenStream(TrackedCall& call) const {
-    if (call.late) return kShuttingDown;
-    CallOutcome opened;
-    if (!Admit(CallCost{}, Slot::kCall, /*request_id=*/"", opened)) return opened.status;
-    call.ticket = std::move(opened.ticket);
-    return grpc::Status::OK;
+  // A bidirectional stream, as its reactor is made (the stream's own rpc, `method`): its
+  // CallRecord (the tracking an interceptor does for the unary rpcs) and its own late
+  // check and admission: one --max_concurrent_calls slot for its whole life, kept in its
+  // TrackedCall; each message then holds only its bytes (RunMessage).
+  struct OpenedStream {
+    std::shared_ptr<TrackedCall> call;
+    // What a new stream is refused with: UNAVAILABLE while draining, RESOURCE_EXHAUSTED
+    // when no slot is free; OK when it is open.
+    grpc::Status refusal;
+    // The reactor's OnFinish: counts the stream's end (unless its messages were counted
+    // one by one: a clean end, or a handler's error that a message carried) and its final
+    // status, which it cuts to size. Holds the CallRecord, so the record ends (for the drain)
+    // when the reactor is deleted, once gRPC is done with the call.
+    std::function<void(grpc::Status& status, bool from_handler)> on_finish;
+  };
+  OpenedStream OpenStream(grpc::CallbackServerContext* context, Method method) const {
+    auto record = std::make_shared<CallRecord>(runtime_.tracker, context, method);
+    OpenedStream opened{record->call(), grpc::Status::OK, nullptr};
+    opened.on_finish = [record](grpc::Status& status, bool from_handler) {
+      if (status.ok() || from_handler) record->call()->counted.store(true);
+      status = record->Closing(std::move(status));
+    };
+    CallOutcome admitted;
+    if (opened.call->late) {
+      opened.refusal = kShuttingDown;
+    } else if (Admit(CallCost{}, Slot::kCall, /*request_id=*/"", admitted)) {
+      opened.call->ticket = std::move(admitted.ticket);
+    } else {
+      opened.refusal = admitted.status;
+    }
+    return opened;
   }
 
   // A unary rpc: the drain's late check, then Run (its own slot) with the call's deadline

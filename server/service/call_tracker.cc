@@ -38,85 +38,55 @@ std::optional<Method> TrackedMethod(const char* full_name) {
   return std::nullopt;
 }
 
+// A unary rpc's (or GetTable's) CallRecord, fed by gRPC's interceptor hooks.
 class TrackingInterceptor final : public grpc::experimental::Interceptor {
  public:
   TrackingInterceptor(CallTracker* tracker, grpc::experimental::ServerRpcInfo* info,
                       Method method)
-      : tracker_(tracker), context_(info->server_context()),
-        call_(tracker->Arrive(context_, method)) {
-    if (ServiceMetrics* m = tracker_->metrics()) m->InflightAdd(1);
-  }
+      : context_(info->server_context()), record_(tracker, context_, method) {}
 
   ~TrackingInterceptor() override {
-    if (!status_sent_) Count(grpc::StatusCode::CANCELLED);  // ended without a status
-    if (unparsed_) Count(unparsed_status_.error_code());    // no close was reported
-    tracker_->End(context_);
+    if (unparsed_) record_.Count(unparsed_status_.error_code());  // no close was reported
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-      grpc::Status status = methods->GetSendStatus();
+      const grpc::Status status = methods->GetSendStatus();
       // gRPC answers a request without a valid message with a bare UNIMPLEMENTED before
       // any handler runs: a message that does not parse, or none at all because the client
       // gave up while uploading. The first deserves to know what was wrong; which of the
       // two it was is known when the call closes (POST_RECV_CLOSE below).
       if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
           status.error_message().empty()) {
-        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              absl::StrCat("the request is not a valid message for ",
-                                           MethodName(call_->method)));
-        methods->ModifySendStatus(status);
+        unparsed_status_ = grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("the request is not a valid message for ",
+                         MethodName(record_.call()->method)));
+        methods->ModifySendStatus(unparsed_status_);
         unparsed_ = true;
-      } else if (status.error_message().size() > kMaxStatusMessageBytes) {
-        // Messages repeat client strings; a huge grpc-message header would be refused by
-        // the client as oversized metadata, hiding the real code.
-        status = grpc::Status(status.error_code(),
-                              Elide(status.error_message(), kMaxStatusMessageBytes),
-                              status.error_details());
-        methods->ModifySendStatus(status);
-      }
-      status_sent_ = true;
-      if (!unparsed_) {
-        Count(status.error_code());
-        tracker_->LogEnd(*call_, status, Seconds());
       } else {
-        unparsed_status_ = status;
+        const grpc::Status sent = record_.Closing(status);
+        if (sent.error_message().size() != status.error_message().size()) {
+          methods->ModifySendStatus(sent);
+        }
       }
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_CLOSE) &&
-        unparsed_ && !counted_) {
+        unparsed_) {
       const grpc::Status status =
           context_->IsCancelled()
               ? grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the upload")
               : unparsed_status_;
-      Count(status.error_code());
-      tracker_->LogEnd(*call_, status, Seconds());
+      record_.Count(status.error_code());
+      record_.Log(status);
+      unparsed_ = false;
     }
     methods->Proceed();
   }
 
  private:
-  // Counted before the status leaves, so a client that has its answer sees its call counted
-  // and no longer in flight.
-  void Count(grpc::StatusCode code) {
-    if (counted_) return;
-    counted_ = true;
-    ServiceMetrics* metrics = tracker_->metrics();
-    if (metrics == nullptr) return;
-    metrics->InflightAdd(-1);
-    if (call_->counted.load()) return;
-    metrics->RecordRequest(call_->method, call_->scheme.load(), static_cast<int>(code),
-                           Seconds());
-  }
-  double Seconds() const {
-    return std::chrono::duration<double>(CallTracker::Clock::now() - call_->arrival).count();
-  }
-
-  CallTracker* const tracker_;
   const grpc::ServerContextBase* const context_;
-  const std::shared_ptr<TrackedCall> call_;
-  bool status_sent_ = false;
-  bool counted_ = false;
+  CallRecord record_;
   bool unparsed_ = false;          // the bare UNIMPLEMENTED: counted when the call closes
   grpc::Status unparsed_status_;   // what the client was sent for it
 };
@@ -154,6 +124,10 @@ class TrackingFactory final : public grpc::experimental::ServerInterceptorFactor
       grpc::experimental::ServerRpcInfo* info) override {
     const std::optional<Method> method = TrackedMethod(info->method());
     if (!method) return new PeerInterceptor(tracker_, info);
+    // A bidirectional stream's reactor keeps its own CallRecord: no hooks on its reads and
+    // writes. (An unparseable stream message ends the reads; there is no bare
+    // UNIMPLEMENTED to rewrite.)
+    if (*method == Method::kEncodeStream || *method == Method::kModelStreamInfer) return nullptr;
     return new TrackingInterceptor(tracker_, info, *method);
   }
 
@@ -166,6 +140,46 @@ class TrackingFactory final : public grpc::experimental::ServerInterceptorFactor
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 CallTracker::NewInterceptorFactory() {
   return std::make_unique<TrackingFactory>(this);
+}
+
+CallRecord::CallRecord(CallTracker* tracker, const grpc::ServerContextBase* context,
+                       Method method)
+    : tracker_(tracker), context_(context), call_(tracker->Arrive(context, method)) {
+  if (ServiceMetrics* m = tracker_->metrics()) m->InflightAdd(1);
+}
+
+CallRecord::~CallRecord() {
+  Count(grpc::StatusCode::CANCELLED);  // when it ended without a status
+  tracker_->End(context_);
+}
+
+grpc::Status CallRecord::Closing(grpc::Status status) {
+  if (status.error_message().size() > kMaxStatusMessageBytes) {
+    status = grpc::Status(status.error_code(),
+                          Elide(status.error_message(), kMaxStatusMessageBytes),
+                          status.error_details());
+  }
+  Count(status.error_code());
+  Log(status);
+  return status;
+}
+
+void CallRecord::Count(grpc::StatusCode code) {
+  if (counted_) return;
+  counted_ = true;
+  ServiceMetrics* metrics = tracker_->metrics();
+  if (metrics == nullptr) return;
+  metrics->InflightAdd(-1);
+  if (call_->counted.load()) return;
+  metrics->RecordRequest(call_->method, call_->scheme.load(), static_cast<int>(code), Seconds());
+}
+
+void CallRecord::Log(const grpc::Status& status) const {
+  tracker_->LogEnd(*call_, status, Seconds());
+}
+
+double CallRecord::Seconds() const {
+  return std::chrono::duration<double>(CallTracker::Clock::now() - call_->arrival).count();
 }
 
 std::shared_ptr<TrackedCall> CallTracker::Arrive(const grpc::ServerContextBase* context,

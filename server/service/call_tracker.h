@@ -1,5 +1,7 @@
 // Every posenc call from its arrival (headers received, before its message is read) to its
-// end, seen through a gRPC server interceptor. It is the one place that:
+// end: unary rpcs through a gRPC server interceptor, bidirectional streams through their
+// reactor's CallRecord (an interceptor costs every completed read and write of a call an
+// extra round trip through gRPC's core). It is the one place that:
 //   - counts calls in flight (posenc_inflight_requests) and every call's final code in
 //     posenc_requests_total, including calls no handler saw (an unparseable message, which
 //     it answers INVALID_ARGUMENT instead of gRPC's bare UNIMPLEMENTED);
@@ -40,6 +42,39 @@ struct TrackedCall {
   // The call's admission, held until the call has fully ended (its response serialized and
   // sent), since the cost it was admitted for includes that.
   Admission::Ticket ticket;
+};
+
+class CallTracker;
+
+// One tracked call's accounting, from its arrival (construction) to its end (destruction):
+// posenc_inflight_requests, the call's final count in posenc_requests_total (unless a
+// stream counted its messages one by one: TrackedCall::counted), its log line, and the
+// tracker's record that the drain waits on. Used by one thread at a time.
+class CallRecord {
+ public:
+  CallRecord(CallTracker* tracker, const grpc::ServerContextBase* context, Method method);
+  // A call that ended without a status is counted CANCELLED.
+  ~CallRecord();
+  CallRecord(const CallRecord&) = delete;
+  CallRecord& operator=(const CallRecord&) = delete;
+
+  const std::shared_ptr<TrackedCall>& call() const { return call_; }
+  // The status about to be sent, as it is to be sent: its message cut to
+  // kMaxStatusMessageBytes (messages repeat client strings, and a huge grpc-message header
+  // would be refused by the client as oversized metadata, hiding the real code). Counted
+  // and logged here, before it leaves, so a client that has its answer sees its call
+  // counted and no longer in flight.
+  grpc::Status Closing(grpc::Status status);
+  // Counts the call's end with `code` (once; later calls do nothing).
+  void Count(grpc::StatusCode code);
+  void Log(const grpc::Status& status) const;
+  double Seconds() const;
+
+ private:
+  CallTracker* const tracker_;
+  const grpc::ServerContextBase* const context_;
+  const std::shared_ptr<TrackedCall> call_;
+  bool counted_ = false;
 };
 
 class CallTracker {

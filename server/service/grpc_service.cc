@@ -102,7 +102,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   using Reactor = OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>;
-  std::shared_ptr<TrackedCall> call = CallOf(runtime(), context, kNoScheme);
+  CallRunner::OpenedStream stream = runner_.OpenStream(context, Method::kEncodeStream);
   auto handle = [this, owner = SharedMemoryOwner(context)](v1::EncodeRequest& request,
                                                           v1::EncodeResponse& response,
                                                           Reactor::Reply reply) {
@@ -119,10 +119,7 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
           std::move(reply)(outcome.status, std::move(outcome.ticket));
         });
   };
-  auto on_finish = [call](const grpc::Status& status, bool from_handler) {
-    if (status.ok() || from_handler) call->counted.store(true);
-  };
-  return new Reactor(kStreamWindow, handle, on_finish, runner_.OpenStream(*call));
+  return new Reactor(kStreamWindow, handle, std::move(stream.on_finish), stream.refusal);
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(

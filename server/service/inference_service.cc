@@ -147,7 +147,7 @@ CallOutcome InferenceService::Infer(ModelInferRequest& request, const CancelChec
 grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   using Reactor = OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse>;
-  std::shared_ptr<TrackedCall> call = CallOf(runner_.runtime(), context, kNoScheme);
+  CallRunner::OpenedStream stream = runner_.OpenStream(context, Method::kModelStreamInfer);
   auto handle = [this, context](ModelInferRequest& request, ModelStreamInferResponse& response,
                                 Reactor::Reply reply) {
     auto job = [this, context, &request, &response, reply = std::move(reply)]() mutable {
@@ -179,10 +179,7 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
       runner_.runtime().pool->Submit(placement.lane, std::move(job));
     }
   };
-  auto on_finish = [call](const grpc::Status& status, bool from_handler) {
-    if (status.ok() || from_handler) call->counted.store(true);
-  };
-  return new Reactor(kStreamWindow, handle, on_finish, runner_.OpenStream(*call));
+  return new Reactor(kStreamWindow, handle, std::move(stream.on_finish), stream.refusal);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,

@@ -38,8 +38,9 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   // Reply. It may take the request's bytes; the request and the response stay untouched
   // by the reactor until the Reply (the request is cleared before the next read).
   using Handler = std::function<void(Request&, Response&, Reply)>;
-  // Runs once, just before Finish, with the final status and whether a Handler returned it.
-  using OnFinish = std::function<void(const grpc::Status&, bool from_handler)>;
+  // Runs once, just before Finish, with the final status (which it may rewrite: what it
+  // leaves is sent) and whether a Handler returned it.
+  using OnFinish = std::function<void(grpc::Status& status, bool from_handler)>;
 
   // A Handler that answers on the reactor's thread with answer(Request&, Response&) ->
   // grpc::Status, holding no admission.
@@ -186,7 +187,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   // function. REQUIRES: mu_ not held. Finish lets gRPC run OnDone, which deletes this,
   // possibly on another thread before this call returns, so nothing of this object is
   // touched after it.
-  void FinishWith(const Finishing& finishing) {
+  void FinishWith(Finishing& finishing) {
     if (on_finish_) on_finish_(finishing.status, finishing.from_handler);
     this->Finish(finishing.status);
   }

@@ -447,7 +447,7 @@ std::vector<std::string> ServerArgs(const Options& o, std::vector<std::string> e
 
 std::vector<size_t> Payloads(const Options& o) {
   if (o.quick) return {16 << 10, 1 << 20};
-  return {1 << 10, 4 << 10, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 48 << 20};
+  return {1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 48 << 20};
 }
 
 // Concurrency 64 up to 1 MiB: 64 calls of 48 MiB would not fit a default admission budget

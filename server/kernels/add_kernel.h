@@ -50,7 +50,7 @@ struct LaidOutRows {
 // oneDNN has a JIT kernel for the dtype, else the loop. kAvx512 runs AVX2 rows for a dtype
 // without AVX-512 rows. kOneDnn: oneDNN's binary_add, not bit-identical to the loop (within
 // rounding); where oneDNN has no JIT kernel for the dtype, kAuto's rows.
-// Tensors under 32 KiB of float32-equivalent work run on the calling thread, larger ones
+// Tensors under 256 KiB of float32-equivalent work run on the calling thread, larger ones
 // on KernelThreads() threads.
 // laid_out: optionally the same rows in AddRowLayoutFor(x.dtype, implementation)'s layout;
 // read instead of pe where the chosen rows read that layout and the scales are not NaN.

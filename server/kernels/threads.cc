@@ -23,7 +23,7 @@ std::atomic<int> kernel_threads{0};
 // Whether some kernel call holds the pool (see KernelThreadLease).
 std::atomic<bool> pool_busy{false};
 
-constexpr size_t kParallelBytes = size_t{32} << 10;
+constexpr size_t kParallelBytes = size_t{256} << 10;
 
 // The workers behind ParallelFor, started on first use (KernelThreads() - 1 of them, at
 // least one) and never stopped. One call at a time owns the team (run_mu_); another that

@@ -18,8 +18,9 @@ void SetKernelThreads(int n);
 int KernelThreads();
 
 // The threads one kernel call may use, held for the call's lifetime:
-//  - 1 below 32 KiB of work (below it, waking the team costs more than it saves;
-//    docs/performance.md, "Kernel choices");
+//  - 1 below 256 KiB of work: below it the team saves a call a microsecond or two, and
+//    its worker then spins on a core the call's own gRPC threads (and a client on the
+//    same host) need (docs/performance.md, "Kernel choices");
 //  - else the whole kernel pool, if no other call holds it;
 //  - else 1: concurrent requests each run on their own (gRPC) thread instead of stacking
 //    thread teams on the same cores.

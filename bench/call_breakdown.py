@@ -3,7 +3,7 @@
 
 For one end-to-end cell at concurrency 1 it runs each server twice, driven from outside by
 `posenc-bench --target` (one call at a time):
-  - under `perf stat -p` (software events): CPU time and context switches per call;
+  - under `perf stat -p` (software events): CPU time, context switches and page faults per call;
   - under valgrind's callgrind, counters zeroed after a warm-up and dumped after --calls
     calls: instructions per call in all, and inclusive in each step of the call path.
 Instruction counts repeat to within a few percent on a loaded machine; CPU time does not.
@@ -107,7 +107,7 @@ def perf_pass(cmd, bench, cell, calls):
     try:
         address = start_line(proc)
         drive(bench, address, cell, max(100, calls // 10))
-        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "task-clock,context-switches",
+        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "task-clock,context-switches,page-faults",
                                  "-p", str(proc.pid)], stderr=subprocess.PIPE, text=True)
         time.sleep(0.2)
         row = drive(bench, address, cell, calls)
@@ -122,6 +122,7 @@ def perf_pass(cmd, bench, cell, calls):
             values[parts[2]] = float(parts[0])
     return {"cpu_us_per_call": values.get("task-clock", 0) * 1e3 / calls,
             "context_switches_per_call": values.get("context-switches", 0) / calls,
+            "page_faults_per_call": values.get("page-faults", 0) / calls,
             "client_p50_us": row["p50_ms"] * 1e3}
 
 
@@ -248,6 +249,9 @@ def main():
     print(f"| context switches | {p['context_switches_per_call']:.2f} | "
           f"{e['context_switches_per_call']:.2f} | "
           f"{p['context_switches_per_call'] - e['context_switches_per_call']:.2f} |")
+    print(f"| page faults | {p['page_faults_per_call']:.2f} | "
+          f"{e['page_faults_per_call']:.2f} | "
+          f"{p['page_faults_per_call'] - e['page_faults_per_call']:.2f} |")
     print(f"| client p50 (us) | {p['client_p50_us']:.1f} | {e['client_p50_us']:.1f} | "
           f"{p['client_p50_us'] - e['client_p50_us']:.1f} |")
     print("\n| step (inclusive) | posenc-server | posenc-bench-echo |")

@@ -246,7 +246,7 @@ class CallRunner {
   }
 
   // A bidirectional stream, as its reactor is made (the stream's own rpc, `method`): its
-  // CallRecord (the tracking an interceptor does for the unary rpcs) and its own late
+  // CallRecord (the tracking an interceptor does for the small rpcs) and its own late
   // check and admission: one --max_concurrent_calls slot for its whole life, kept in its
   // TrackedCall; each message then holds only its bytes (RunMessage).
   struct OpenedStream {

@@ -22,7 +22,7 @@ std::map<std::string, int64_t> OpenStreamsByPeer();
 std::optional<std::set<std::string>> ConnectedPeers();
 
 // Calls gRPC's servers in this process have started, and streams open now. With the calls
-// the interceptors saw, they tell how many the transport ended before any handler saw them
+// the tracker saw arrive, they tell how many the transport ended before any handler saw them
 // (a message over the size limit is refused as it arrives, and channelz counts it as
 // started, never as failed).
 struct ServerCalls {

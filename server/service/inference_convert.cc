@@ -10,6 +10,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
+#include "server/service/positions_json.h"
 
 namespace posenc {
 
@@ -341,11 +342,10 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
   ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "positions"));
   if (json) RETURN_IF_ERROR(CheckJsonSize(*json, "positions", kMaxPositionsJsonBytes));
   if (json) {
-    const auto status = google::protobuf::util::JsonStringToMessage(*json, &positions);
-    if (!status.ok()) {
+    if (absl::Status status = ParsePositionsJson(*json, positions); !status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter 'positions' is not a Positions message in protobuf JSON: ",
-          std::string(status.message())));
+          status.message()));
     }
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "position_offset"));

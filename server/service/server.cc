@@ -368,7 +368,7 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     }
     if (metrics_) {
       metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
-      // Calls gRPC started that no interceptor saw, less those still uploading: the
+      // Calls gRPC started that no CallRecord saw, less those still uploading: the
       // transport ended them before any handler.
       const ServerCalls calls = CountServerCalls();
       const int64_t uploading = std::max<int64_t>(0, calls.open_streams - tracker_->running());

@@ -191,6 +191,12 @@ class SerializedUnaryCall final : public grpc::ServerUnaryReactor {
   }
 
   void OnDone() override { delete this; }
+  // OnDone only ends the record (a map erase), frees the messages and releases the
+  // admission; OnCancel does nothing. So gRPC may run them where the call completes, as it
+  // does for its own DefaultReactor. Otherwise it schedules OnDone on its executor, and
+  // under load the call's --max_concurrent_calls slot outlives the answered call by a
+  // scheduler round trip: dozens of answered calls can hold every slot.
+  bool InternalInlineable() override { return true; }
 
  private:
   CallRecord record_;

@@ -3,32 +3,26 @@
 // where the cost says (CallCost::run_inline: a few microseconds, right there; any other on
 // the WorkPool, so gRPC's and HTTP's threads never wait for a long call), stop it when the
 // caller has gone, check the response fits --max_message_bytes, and hand back the outcome
-// with the admission it holds. posenc.v1's and the Open Inference Protocol's tensor rpcs
-// (ServeUnary: from the serialized request to the serialized response, with the drain's
-// late check), their streams' messages (RunMessage, whose ticket the stream holds until the
-// answer is written) and the HTTP front (InferenceService::Infer) all go through it. Also
-// the small pieces streams share. Thread-safe; owns nothing.
+// with the admission it holds. posenc.v1's and the Open Inference Protocol's unary rpcs
+// (ServeUnary, which adds the drain's late check and finishes the call), their streams'
+// messages (RunMessage, whose ticket the stream holds until the answer is written) and the
+// HTTP front (InferenceService::Infer) all go through it. Also the small pieces streams
+// share. Thread-safe; owns nothing.
 //
-//   return runner_.ServeUnary<v1::EncodeRequest, v1::EncodeResponse>(
-//       context, Method::kEncode, in, out, [=](v1::EncodeRequest& r, v1::EncodeResponse& out) {
-//         return PlanUnary(LabelOf(r), r.request_id(), CostOf(r),
-//                          [&](const CancelCheck&) { return ...; });
-//       });
+//   return runner_.ServeUnary(context, scheme, request->request_id(), CostOf(*request), response,
+//                             [=](const CancelCheck&) { return ...; });
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/support/time.h"
-#include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/server_context.h"
-#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 #include "server/common/cancel.h"
@@ -123,88 +117,6 @@ inline void RecordMessage(ServiceMetrics* metrics, Method method, SchemeLabel sc
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-// What ServeUnary's handler makes of a parsed request: the scheme that labels its count,
-// the request id its log line carries, its cost, and its work(const CancelCheck&) ->
-// grpc::Status (which fills the response).
-template <typename Work>
-struct UnaryPlan {
-  SchemeLabel scheme;
-  std::string request_id;
-  absl::StatusOr<CallCost> cost;
-  Work work;
-};
-template <typename Work>
-UnaryPlan<Work> PlanUnary(SchemeLabel scheme, std::string request_id,
-                          absl::StatusOr<CallCost> cost, Work work) {
-  return UnaryPlan<Work>{scheme, std::move(request_id), std::move(cost), std::move(work)};
-}
-
-// One unary rpc on gRPC's raw callback API (WithRawCallbackMethod_*): it owns the call's
-// request and response, parses the one and serializes the other itself, and keeps its own
-// CallRecord. So the call has no interceptor, whose hooks would cost each of its batches
-// an extra round trip through gRPC's core, and a request that does not parse is answered
-// INVALID_ARGUMENT by name instead of gRPC's bare UNIMPLEMENTED. Deleted when gRPC is done
-// with the call, which ends its record (and releases its admission, kept in the record's
-// TrackedCall) only once the response has been sent.
-template <typename Request, typename Response>
-class SerializedUnaryCall final : public grpc::ServerUnaryReactor {
- public:
-  SerializedUnaryCall(CallTracker* tracker, grpc::CallbackServerContext* context,
-                      Method method, grpc::ByteBuffer* out)
-      : record_(tracker, context, method), out_(out) {}
-
-  TrackedCall& call() { return *record_.call(); }
-  Request& request() { return request_; }
-  Response& response() { return response_; }
-
-  // Parses the rpc's serialized request into request(); else why not: the client gave up
-  // while uploading (no message), or the bytes are not a Request.
-  grpc::Status Parse(const grpc::ByteBuffer* in) {
-    if (in == nullptr || !in->Valid()) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the upload");
-    }
-    grpc::ByteBuffer bytes(*in);  // shares the slices; Deserialize consumes its buffer
-    if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, &request_).ok()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("the request is not a valid message for ",
-                                       MethodName(call().method)));
-    }
-    return grpc::Status::OK;
-  }
-
-  // Serializes response() into the rpc's response when `status` is OK, counts and logs the
-  // call (CallRecord::Closing) and finishes it. Once, from any thread.
-  void Finish(grpc::Status status) {
-    if (status.ok()) {
-      bool own_buffer = false;
-      const grpc::Status serialized =
-          grpc::SerializationTraits<Response>::Serialize(response_, out_, &own_buffer);
-      if (!serialized.ok()) {
-        status = grpc::Status(grpc::StatusCode::INTERNAL,
-                              absl::StrCat("the response could not be serialized: ",
-                                           serialized.error_message()));
-      }
-    }
-    Response().Swap(&response_);  // its bytes are in the serialized copy now: free them
-    status = record_.Closing(std::move(status));
-    grpc::ServerUnaryReactor::Finish(status);
-  }
-
-  void OnDone() override { delete this; }
-  // OnDone only ends the record (a map erase), frees the messages and releases the
-  // admission; OnCancel does nothing. So gRPC may run them where the call completes, as it
-  // does for its own DefaultReactor. Otherwise it schedules OnDone on its executor, and
-  // under load the call's --max_concurrent_calls slot outlives the answered call by a
-  // scheduler round trip: dozens of answered calls can hold every slot.
-  bool InternalInlineable() override { return true; }
-
- private:
-  CallRecord record_;
-  grpc::ByteBuffer* const out_;
-  Request request_;
-  Response response_;
-};
-
 class CallRunner {
  public:
   // A call holds a --max_concurrent_calls slot of its own; a stream's message only its
@@ -252,7 +164,7 @@ class CallRunner {
   }
 
   // A bidirectional stream, as its reactor is made (the stream's own rpc, `method`): its
-  // CallRecord (the tracking an interceptor does for the small rpcs) and its own late
+  // CallRecord (the tracking an interceptor does for the unary rpcs) and its own late
   // check and admission: one --max_concurrent_calls slot for its whole life, kept in its
   // TrackedCall; each message then holds only its bytes (RunMessage).
   struct OpenedStream {
@@ -284,15 +196,15 @@ class CallRunner {
     return opened;
   }
 
-  // A unary tensor rpc, from its serialized request `in` to its serialized response `out`
-  // (SerializedUnaryCall): parses the request, asks handle(Request&, Response&) for its
-  // UnaryPlan (PlanUnary), refuses it while draining, then Run (its own slot) with the
-  // call's deadline and cancellation as stopped(); the admission is kept until the call has
-  // ended, and the call finished with the outcome.
-  template <typename Request, typename Response, typename Handle>
-  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, Method method,
-                                       const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-                                       Handle handle) const;
+  // A unary rpc: the drain's late check, then Run (its own slot) with the call's deadline
+  // and cancellation as stopped(); the admission is kept by the call's TrackedCall until
+  // the call has ended, and the call finished with the outcome. `request_id` labels the
+  // call's log line.
+  template <typename Response, typename Handle>
+  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
+                                       SchemeLabel scheme, const std::string& request_id,
+                                       const absl::StatusOr<CallCost>& cost,
+                                       Response* response, Handle handle) const;
 
   // One message of a stream: Run with the message's bytes alone, and the message counted
   // under `method` and `scheme` from `start` before done(CallOutcome) gets it. A message is
@@ -340,28 +252,25 @@ void CallRunner::Run(const absl::StatusOr<CallCost>& cost, Slot slot,
   }
 }
 
-template <typename Request, typename Response, typename Handle>
+template <typename Response, typename Handle>
 grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* context,
-                                                 Method method, const grpc::ByteBuffer* in,
-                                                 grpc::ByteBuffer* out, Handle handle) const {
-  auto* call = new SerializedUnaryCall<Request, Response>(runtime_.tracker, context, method, out);
-  if (grpc::Status parsed = call->Parse(in); !parsed.ok()) {
-    call->Finish(std::move(parsed));
-    return call;
+                                                 SchemeLabel scheme,
+                                                 const std::string& request_id,
+                                                 const absl::StatusOr<CallCost>& cost,
+                                                 Response* response, Handle handle) const {
+  auto* reactor = context->DefaultReactor();
+  std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, scheme);
+  call->request_id = Elide(request_id);
+  if (call->late) {
+    reactor->Finish(kShuttingDown);
+    return reactor;
   }
-  auto plan = handle(call->request(), call->response());
-  call->call().scheme.store(plan.scheme);
-  call->call().request_id = Elide(plan.request_id);
-  if (call->call().late) {
-    call->Finish(kShuttingDown);
-    return call;
-  }
-  Run(plan.cost, Slot::kCall, /*request_id=*/"", [context] { return StoppedStatus(context); },
-      call->response(), std::move(plan.work), [call](CallOutcome outcome) {
-        call->call().ticket = std::move(outcome.ticket);
-        call->Finish(std::move(outcome.status));
+  Run(cost, Slot::kCall, /*request_id=*/"", [context] { return StoppedStatus(context); },
+      *response, std::move(handle), [reactor, call = std::move(call)](CallOutcome outcome) {
+        call->ticket = std::move(outcome.ticket);
+        reactor->Finish(outcome.status);
       });
-  return call;
+  return reactor;
 }
 
 template <typename Response, typename Work, typename Done>

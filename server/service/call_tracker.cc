@@ -38,28 +38,7 @@ std::optional<Method> TrackedMethod(const char* full_name) {
   return std::nullopt;
 }
 
-// The CallRecord of an rpc that does not track itself (GetTable, ListSchemes, the shared
-// memory and metadata rpcs), fed by gRPC's interceptor hooks.
-// The rpcs that keep their own CallRecord, so that gRPC runs no interceptor hooks on their
-// batches: the tensor rpcs served from their serialized messages (CallRunner::ServeUnary,
-// which answers a request that does not parse itself) and the bidirectional streams
-// (CallRunner::OpenStream; an unparseable stream message ends the reads, there is no bare
-// UNIMPLEMENTED to rewrite). A service that serves one of these any other way would leave
-// it untracked.
-bool TracksItself(Method method) {
-  switch (method) {
-    case Method::kEncode:
-    case Method::kAttentionBias:
-    case Method::kGraphEncode:
-    case Method::kModelInfer:
-    case Method::kEncodeStream:
-    case Method::kModelStreamInfer:
-      return true;
-    default:
-      return false;
-  }
-}
-
+// A unary rpc's (or GetTable's) CallRecord, fed by gRPC's interceptor hooks.
 class TrackingInterceptor final : public grpc::experimental::Interceptor {
  public:
   TrackingInterceptor(CallTracker* tracker, grpc::experimental::ServerRpcInfo* info,
@@ -145,7 +124,10 @@ class TrackingFactory final : public grpc::experimental::ServerInterceptorFactor
       grpc::experimental::ServerRpcInfo* info) override {
     const std::optional<Method> method = TrackedMethod(info->method());
     if (!method) return new PeerInterceptor(tracker_, info);
-    if (TracksItself(*method)) return nullptr;
+    // A bidirectional stream's reactor keeps its own CallRecord: no hooks on its reads and
+    // writes. (An unparseable stream message ends the reads; there is no bare
+    // UNIMPLEMENTED to rewrite.)
+    if (*method == Method::kEncodeStream || *method == Method::kModelStreamInfer) return nullptr;
     return new TrackingInterceptor(tracker_, info, *method);
   }
 

@@ -1,8 +1,7 @@
 // Every posenc call from its arrival (headers received, before its message is read) to its
-// end, through its CallRecord: the tensor rpcs and the streams make their own (an
-// interceptor costs every completed batch of a call an extra round trip through gRPC's
-// core), the other posenc rpcs get theirs from a gRPC server interceptor. It is the one
-// place that:
+// end: unary rpcs through a gRPC server interceptor, bidirectional streams through their
+// reactor's CallRecord (an interceptor costs every completed read and write of a call an
+// extra round trip through gRPC's core). It is the one place that:
 //   - counts calls in flight (posenc_inflight_requests) and every call's final code in
 //     posenc_requests_total, including calls no handler saw (an unparseable message, which
 //     it answers INVALID_ARGUMENT instead of gRPC's bare UNIMPLEMENTED);

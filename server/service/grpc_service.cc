@@ -81,20 +81,19 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
 
 }  // namespace
 
+// The request messages are the service's (OwnedMessages) until the call is done: the
+// handlers work in place on their tensor bytes and move them into the responses.
 grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
-                                                            const grpc::ByteBuffer* in,
-                                                            grpc::ByteBuffer* out) {
-  return runner_.ServeUnary<v1::EncodeRequest, v1::EncodeResponse>(
-      context, Method::kEncode, in, out,
-      [this, context](v1::EncodeRequest& request, v1::EncodeResponse& response) {
-        return PlanUnary(LabelOf(request), request.request_id(), CostOf(request),
-                         [this, context, &request, &response](const CancelCheck&) {
-                           SchemeLabel scheme;
-                           return ToGrpcStatus(handlers_.Encode(request, response, &scheme,
-                                                                SharedMemoryOwner(context)),
-                                               request.request_id());
-                         });
-      });
+                                                            const v1::EncodeRequest*,
+                                                            v1::EncodeResponse* response) {
+  v1::EncodeRequest* request = decltype(encode_messages_)::RequestOf(context);
+  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
+                    response, [this, context, request, response](const CancelCheck&) {
+                      SchemeLabel scheme;
+                      return ToGrpcStatus(handlers_.Encode(*request, *response, &scheme,
+                                                           SharedMemoryOwner(context)),
+                                          request->request_id());
+                    });
 }
 
 // Each message's cost is computed once; the message is admitted, run (inline or on the
@@ -124,19 +123,15 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return runner_.ServeUnary<v1::BiasRequest, v1::BiasResponse>(
-      context, Method::kAttentionBias, in, out,
-      [this, context](v1::BiasRequest& request, v1::BiasResponse& response) {
-        return PlanUnary(LabelOf(request), request.request_id(), CostOf(request),
-                         [this, context, &request, &response](const CancelCheck&) {
-                           SchemeLabel scheme;
-                           return ToGrpcStatus(
-                               handlers_.AttentionBias(request, response, &scheme,
-                                                       SharedMemoryOwner(context)),
-                               request.request_id());
-                         });
-      });
+    grpc::CallbackServerContext* context, const v1::BiasRequest*, v1::BiasResponse* response) {
+  v1::BiasRequest* request = decltype(bias_messages_)::RequestOf(context);
+  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
+                    response, [this, context, request, response](const CancelCheck&) {
+                      SchemeLabel scheme;
+                      return ToGrpcStatus(handlers_.AttentionBias(*request, *response, &scheme,
+                                                                  SharedMemoryOwner(context)),
+                                          request->request_id());
+                    });
 }
 
 grpc::ServerWriteReactor<v1::TableChunk>* PositionalEncodingService::GetTable(
@@ -159,17 +154,14 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return runner_.ServeUnary<v1::GraphRequest, v1::GraphResponse>(
-      context, Method::kGraphEncode, in, out,
-      [this](v1::GraphRequest& request, v1::GraphResponse& response) {
-        return PlanUnary(LabelOf(request), request.request_id(), CostOf(request),
-                         [this, &request, &response](const CancelCheck& cancelled) {
-                           return ToGrpcStatus(
-                               handlers_.GraphEncode(request, response, cancelled),
-                               request.request_id());
-                         });
-      });
+    grpc::CallbackServerContext* context, const v1::GraphRequest*, v1::GraphResponse* response) {
+  v1::GraphRequest* request = decltype(graph_messages_)::RequestOf(context);
+  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(),
+                    CostOf(*request), response,
+                    [this, request, response](const CancelCheck& cancelled) {
+                      return ToGrpcStatus(handlers_.GraphEncode(*request, *response, cancelled),
+                                          request->request_id());
+                    });
 }
 
 // Region bookkeeping is answered on gRPC's thread: an mmap or a map lookup, no tensor work.

@@ -7,44 +7,41 @@
 
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/service/call_runner.h"
+#include "server/service/owned_messages.h"
 #include "server/service/request_handlers.h"
 
 namespace posenc {
 
-// The tensor rpcs (Encode, AttentionBias, GraphEncode) are served from their serialized
-// messages (CallRunner::ServeUnary): the handlers work in place on the request's tensor
-// bytes and move them into the response.
-using PositionalEncodingBase = v1::PositionalEncoding::WithRawCallbackMethod_Encode<
-    v1::PositionalEncoding::WithRawCallbackMethod_AttentionBias<
-        v1::PositionalEncoding::WithRawCallbackMethod_GraphEncode<
-            v1::PositionalEncoding::CallbackService>>>;
-
-class PositionalEncodingService final : public PositionalEncodingBase {
+class PositionalEncodingService final : public v1::PositionalEncoding::CallbackService {
  public:
   // `runner` must outlive the service.
   PositionalEncodingService(const ServiceState& state, const CallRunner& runner)
-      : handlers_(state), runner_(runner) {}
+      : handlers_(state), runner_(runner) {
+    SetMessageAllocatorFor_Encode(&encode_messages_);
+    SetMessageAllocatorFor_AttentionBias(&bias_messages_);
+    SetMessageAllocatorFor_GraphEncode(&graph_messages_);
+  }
 
   // Requests an EncodeStream keeps read ahead of its writes; a client that does not read
   // makes the server stop reading, so memory per stream stays bounded.
   static constexpr size_t kStreamWindow = 2;
 
   grpc::ServerUnaryReactor* Encode(grpc::CallbackServerContext* context,
-                                   const grpc::ByteBuffer* request,
-                                   grpc::ByteBuffer* response) override;
+                                   const v1::EncodeRequest* request,
+                                   v1::EncodeResponse* response) override;
   grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>* EncodeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* AttentionBias(grpc::CallbackServerContext* context,
-                                          const grpc::ByteBuffer* request,
-                                          grpc::ByteBuffer* response) override;
+                                          const v1::BiasRequest* request,
+                                          v1::BiasResponse* response) override;
   grpc::ServerWriteReactor<v1::TableChunk>* GetTable(grpc::CallbackServerContext* context,
                                                      const v1::TableRequest* request) override;
   grpc::ServerUnaryReactor* ListSchemes(grpc::CallbackServerContext* context,
                                         const v1::ListSchemesRequest* request,
                                         v1::ListSchemesResponse* response) override;
   grpc::ServerUnaryReactor* GraphEncode(grpc::CallbackServerContext* context,
-                                        const grpc::ByteBuffer* request,
-                                        grpc::ByteBuffer* response) override;
+                                        const v1::GraphRequest* request,
+                                        v1::GraphResponse* response) override;
   // Shared memory: the region registry (server/shm); FAILED_PRECONDITION without --shm.
   grpc::ServerUnaryReactor* RegisterSharedMemory(
       grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
@@ -63,6 +60,10 @@ class PositionalEncodingService final : public PositionalEncodingBase {
  private:
   RequestHandlers handlers_;
   const CallRunner& runner_;
+  // The unary rpcs that work in place own their messages (owned_messages.h).
+  OwnedMessages<v1::EncodeRequest, v1::EncodeResponse> encode_messages_;
+  OwnedMessages<v1::BiasRequest, v1::BiasResponse> bias_messages_;
+  OwnedMessages<v1::GraphRequest, v1::GraphResponse> graph_messages_;
 };
 
 }  // namespace posenc

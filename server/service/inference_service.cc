@@ -52,7 +52,9 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const grp
 InferenceService::InferenceService(const ServiceState& state, const CallRunner& runner,
                                    const InferenceServiceOptions& options)
     : handlers_(state), runner_(runner), options_(options),
-      convert_(ConvertOptions{options.shm_enabled}) {}
+      convert_(ConvertOptions{options.shm_enabled}) {
+  SetMessageAllocatorFor_ModelInfer(&infer_messages_);
+}
 
 absl::StatusOr<CallCost> InferenceService::CostOfNative(const NativeRequest& native) {
   switch (KindOf(*native.model)) {
@@ -89,24 +91,22 @@ grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& can
   return ToGrpcStatus(status, native.id);
 }
 
-// The request's raw bytes move into the native request.
+// The request message is the service's (OwnedMessages) until the call is done: its raw
+// bytes move into the native request.
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const grpc::ByteBuffer* in,
-                                                       grpc::ByteBuffer* out) {
-  return runner_.ServeUnary<ModelInferRequest, ModelInferResponse>(
-      context, Method::kModelInfer, in, out,
-      [this, context](ModelInferRequest& request, ModelInferResponse& response) {
-        absl::StatusOr<std::unique_ptr<NativeRequest>> native =
-            ToNativeRequest(request, convert_);
-        absl::StatusOr<CallCost> cost =
-            native.ok() ? CostOfNative(**native) : WithId(native.status(), request.id());
-        if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
-        std::shared_ptr<NativeRequest> call(native.ok() ? std::move(*native) : nullptr);
-        return PlanUnary(LabelOfModel(request.model_name()), request.id(), std::move(cost),
-                         [this, call, &response](const CancelCheck& cancelled) {
-                           return Run(*call, cancelled, response);
-                         });
-      });
+                                                       const ModelInferRequest*,
+                                                       ModelInferResponse* response) {
+  ModelInferRequest* request = decltype(infer_messages_)::RequestOf(context);
+  absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(*request, convert_);
+  absl::StatusOr<CallCost> cost =
+      native.ok() ? CostOfNative(**native) : WithId(native.status(), request->id());
+  if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
+  std::shared_ptr<NativeRequest> call(native.ok() ? std::move(*native) : nullptr);
+  return runner_.ServeUnary(context, LabelOfModel(request->model_name()), request->id(), cost,
+                            response,
+                            [this, call, response](const CancelCheck& cancelled) {
+                              return Run(*call, cancelled, *response);
+                            });
 }
 
 CallOutcome InferenceService::Infer(ModelInferRequest& request, const CancelCheck& cancelled,

@@ -11,6 +11,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/service/call_runner.h"
 #include "server/service/inference_convert.h"
+#include "server/service/owned_messages.h"
 #include "server/service/request_handlers.h"
 
 namespace posenc {
@@ -22,12 +23,7 @@ struct InferenceServiceOptions {
   bool shm_enabled = false;
 };
 
-// ModelInfer is served from its serialized messages (CallRunner::ServeUnary): it takes its
-// request's raw bytes into the native request.
-using InferenceServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-    inference::GRPCInferenceService::CallbackService>;
-
-class InferenceService final : public InferenceServiceBase {
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
   // `runner` must outlive the service.
   InferenceService(const ServiceState& state, const CallRunner& runner,
@@ -74,8 +70,8 @@ class InferenceService final : public InferenceServiceBase {
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* request,
-                                       grpc::ByteBuffer* response) override;
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
@@ -108,6 +104,8 @@ class InferenceService final : public InferenceServiceBase {
   const CallRunner& runner_;
   const InferenceServiceOptions options_;
   const ConvertOptions convert_;
+  // ModelInfer takes its request's bytes, so it owns its messages (owned_messages.h).
+  OwnedMessages<inference::ModelInferRequest, inference::ModelInferResponse> infer_messages_;
 };
 
 }  // namespace posenc

@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "server/common/process_tuning.h"
 #include "server/service/grpc_service.h"
 #include "server/service/inference_service.h"
 #include "server/service/ordered_stream.h"
@@ -103,6 +104,7 @@ class InferenceEchoService final : public inference::GRPCInferenceService::Callb
 }  // namespace
 
 int main(int argc, char** argv) {
+  posenc::TuneProcessForServing();
   std::string listen = "127.0.0.1:0";
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--listen=", 9) == 0) {

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "server/common/flags.h"
 #include "server/common/log.h"
+#include "server/common/process_tuning.h"
 #include "server/http/http_server.h"
 #include "server/kernels/kernel_impl.h"
 #include "server/kernels/threads.h"
@@ -256,6 +257,7 @@ std::string StartMetrics(posenc::ServiceMetrics& metrics, const std::string& lis
 }  // namespace
 
 int main(int argc, char** argv) {
+  posenc::TuneProcessForServing();
   const Flags flags = ParseFlags(argc, argv);
   posenc::SetLogFormat(flags.log_format);
 

@@ -39,8 +39,10 @@ TEST(PositionsJson, CommonShapesReadAsProtobufReadsThem) {
            R"({"ids": [0, 1, 2, 3]})", R"({"offsets": [7], "ids": ["5", 6]})",
            R"({"offsets": []})", R"({})", R"( { "offsets" : [ 1 , 2 ] } )",
            R"({"offsets": [9223372036854775807, "-9223372036854775808"]})",
+           "{\t\"offsets\":\r\n[ 1,\n\t2 ]\n}\n", R"({"ids": [], "offsets": [-1]})",
        }) {
     ExpectSameAsProtobuf(json);
+    EXPECT_TRUE(positions_json_internal::ReadsDirectly(json)) << json;
   }
 }
 
@@ -58,6 +60,7 @@ TEST(PositionsJson, OtherSpellingsAreProtobufs) {
            R"({"offsets": [1]} trailing)", R"({"offsets": [[1]]})",
        }) {
     ExpectSameAsProtobuf(json);
+    EXPECT_FALSE(positions_json_internal::ReadsDirectly(json)) << json;
   }
 }
 

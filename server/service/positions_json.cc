@@ -8,70 +8,122 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/util/json_util.h"
-#include "nlohmann/json.hpp"
 
 namespace posenc {
 namespace {
 
-// An int64 the way protobuf's JSON parser reads one from a JSON integer or a decimal string;
-// false for any other spelling (a fraction, an exponent, a sign on a string, spaces), which
-// is left to protobuf to accept or refuse.
-bool ReadInt64(const nlohmann::json& value, int64_t* out) {
-  if (value.is_number_integer() && !value.is_number_unsigned()) {
-    *out = value.get<int64_t>();
+// A cursor over the JSON text for the direct reading. Every method returns false when the
+// text is not of the common shape; the caller then leaves the text to protobuf.
+class Scanner {
+ public:
+  explicit Scanner(absl::string_view text) : rest_(text) {}
+
+  void SkipSpace() {
+    while (!rest_.empty() && (rest_[0] == ' ' || rest_[0] == '\t' || rest_[0] == '\n' ||
+                              rest_[0] == '\r')) {
+      rest_.remove_prefix(1);
+    }
+  }
+  bool Take(char c) {
+    SkipSpace();
+    if (rest_.empty() || rest_[0] != c) return false;
+    rest_.remove_prefix(1);
     return true;
   }
-  if (value.is_number_unsigned()) {
-    const uint64_t u = value.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
-    *out = static_cast<int64_t>(u);
+  bool Peek(char c) {
+    SkipSpace();
+    return !rest_.empty() && rest_[0] == c;
+  }
+  bool AtEnd() {
+    SkipSpace();
+    return rest_.empty();
+  }
+  // A key: a quoted string without escapes.
+  bool Key(absl::string_view* key) {
+    if (!Take('"')) return false;
+    const size_t close = rest_.find('"');
+    if (close == absl::string_view::npos) return false;
+    *key = rest_.substr(0, close);
+    rest_.remove_prefix(close + 1);
     return true;
   }
-  if (!value.is_string()) return false;
-  const std::string& s = value.get_ref<const std::string&>();
-  const absl::string_view digits = !s.empty() && s[0] == '-' ? absl::string_view(s).substr(1) : s;
-  if (digits.empty() || digits.size() > 19 || (digits.size() > 1 && digits[0] == '0')) return false;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return false;
+  // An int64 the way protobuf's JSON parser reads one from a JSON integer or a decimal
+  // string; false for any other spelling (a fraction, an exponent, a sign on a quoted
+  // number's digits other than '-', spaces inside quotes, leading zeros).
+  bool Int64(int64_t* out) {
+    SkipSpace();
+    const bool quoted = !rest_.empty() && rest_[0] == '"';
+    if (quoted) rest_.remove_prefix(1);
+    size_t n = 0;
+    if (n < rest_.size() && rest_[n] == '-') ++n;
+    const size_t first_digit = n;
+    while (n < rest_.size() && rest_[n] >= '0' && rest_[n] <= '9') ++n;
+    const size_t digits = n - first_digit;
+    if (digits == 0 || digits > 19 || (digits > 1 && rest_[first_digit] == '0')) return false;
+    const absl::string_view number = rest_.substr(0, n);
+    rest_.remove_prefix(n);
+    if (quoted) {
+      if (rest_.empty() || rest_[0] != '"') return false;
+      rest_.remove_prefix(1);
+    } else if (!rest_.empty() && (rest_[0] == '.' || rest_[0] == 'e' || rest_[0] == 'E')) {
+      return false;
+    }
+    return absl::SimpleAtoi(number, out);
   }
-  return absl::SimpleAtoi(s, out);
+
+ private:
+  absl::string_view rest_;
+};
+
+// A list of integers into `field`.
+bool ReadList(Scanner& in, google::protobuf::RepeatedField<int64_t>* field) {
+  if (!in.Take('[')) return false;
+  if (in.Take(']')) return true;
+  do {
+    int64_t v = 0;
+    if (!in.Int64(&v)) return false;
+    field->Add(v);
+  } while (in.Take(','));
+  return in.Take(']');
 }
 
 // The direct reading; false when the JSON is not of the common shape (nothing is decided).
 bool ReadCommonShape(const std::string& json, v1::Positions& positions) {
-  nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return false;
+  Scanner in(json);
   v1::Positions read;
-  for (auto it = doc.cbegin(); it != doc.cend(); ++it) {
-    const std::string& key = it.key();
-    const nlohmann::json& list = it.value();
-    google::protobuf::RepeatedField<int64_t>* field = nullptr;
-    if (key == "offsets") {
-      field = read.mutable_offsets();
-    } else if (key == "ids") {
-      field = read.mutable_ids();
-    } else {
-      return false;
-    }
-    // nlohmann keeps the last of repeated keys; protobuf's reading of them is its own.
-    const std::string quoted = "\"" + key + "\"";
-    const size_t first = json.find(quoted);
-    if (first == std::string::npos || json.find(quoted, first + 1) != std::string::npos) {
-      return false;
-    }
-    if (!list.is_array()) return false;
-    field->Reserve(static_cast<int>(list.size()));
-    for (const nlohmann::json& value : list) {
-      int64_t v = 0;
-      if (!ReadInt64(value, &v)) return false;
-      field->Add(v);
-    }
+  bool seen_offsets = false, seen_ids = false;
+  if (!in.Take('{')) return false;
+  if (!in.Peek('}')) {
+    do {
+      absl::string_view key;
+      if (!in.Key(&key) || !in.Take(':')) return false;
+      google::protobuf::RepeatedField<int64_t>* field = nullptr;
+      // A key given twice is left to protobuf, whose reading of it is its own.
+      if (key == "offsets" && !seen_offsets) {
+        seen_offsets = true;
+        field = read.mutable_offsets();
+      } else if (key == "ids" && !seen_ids) {
+        seen_ids = true;
+        field = read.mutable_ids();
+      } else {
+        return false;
+      }
+      if (!ReadList(in, field)) return false;
+    } while (in.Take(','));
   }
+  if (!in.Take('}') || !in.AtEnd()) return false;
   positions.Swap(&read);
   return true;
 }
 
 }  // namespace
+
+namespace positions_json_internal {
+bool ReadsDirectly(const std::string& json) {
+  v1::Positions positions;
+  return !absl::StrContains(json, '\\') && ReadCommonShape(json, positions);
+}
+}  // namespace positions_json_internal
 
 absl::Status ParsePositionsJson(const std::string& json, v1::Positions& positions) {
   // Escapes could spell a key another way ("\u006fffsets"): protobuf's reading decides.

@@ -17,4 +17,9 @@ namespace posenc {
 // the message is protobuf's.
 absl::Status ParsePositionsJson(const std::string& json, v1::Positions& positions);
 
+namespace positions_json_internal {
+// Whether `json` takes the direct reading (for tests).
+bool ReadsDirectly(const std::string& json);
+}  // namespace positions_json_internal
+
 }  // namespace posenc

@@ -159,6 +159,7 @@ grpc::Status CallRecord::Closing(grpc::Status status) {
                           Elide(status.error_message(), kMaxStatusMessageBytes),
                           status.error_details());
   }
+  call_->closing.store(true);
   Count(status.error_code());
   Log(status);
   return status;
@@ -247,10 +248,16 @@ void CallTracker::StartDrain() {
   std::map<std::string, int64_t> open = OpenStreamsByPeer();
   std::lock_guard<std::mutex> lock(mu_);
   // Streams the service already sees, and other services' (a health Watch), are not uploads.
+  // A call whose status is already on its way may have closed its stream in the transport
+  // before its record ends; counting it here would take one real upload's place, and that
+  // upload would be refused when it lands. Left in, at worst an upload too many is waited
+  // for, until WaitIdle sees the connection has no stream left beyond the tracked calls.
   auto not_an_upload = [&](const std::string& peer) {
     if (auto it = open.find(peer); it != open.end() && it->second > 0) --it->second;
   };
-  for (const auto& [context, call] : calls_) not_an_upload(call->peer);
+  for (const auto& [context, call] : calls_) {
+    if (!call->closing.load()) not_an_upload(call->peer);
+  }
   for (const auto& [context, peer] : others_) not_an_upload(peer);
   uploading_at_drain_ = std::move(open);
   draining_.store(true);

@@ -39,6 +39,10 @@ struct TrackedCall {
   std::atomic<SchemeLabel> scheme{kNoScheme};
   // Set by a stream whose messages were counted one by one: the end is not counted again.
   std::atomic<bool> counted{false};
+  // Set once the call's final status is decided (CallRecord::Closing). From then on its
+  // stream may close in the transport before the record ends: the drain does not count
+  // such a call against its connection's open streams (StartDrain).
+  std::atomic<bool> closing{false};
   // The call's admission, held until the call has fully ended (its response serialized and
   // sent), since the cost it was admitted for includes that.
   Admission::Ticket ticket;

@@ -608,6 +608,21 @@ void AddOutputs(const NativeRequest& n, std::vector<Output> outputs,
 
 }  // namespace
 
+namespace {
+google::protobuf::ArenaOptions FirstBlock(char* block, size_t bytes) {
+  google::protobuf::ArenaOptions options;
+  options.initial_block = block;
+  options.initial_block_size = bytes;
+  return options;
+}
+}  // namespace
+
+NativeRequest::NativeRequest()
+    : arena(FirstBlock(first_block_, kFirstBlockBytes)),
+      encode(*google::protobuf::Arena::CreateMessage<v1::EncodeRequest>(&arena)),
+      bias(*google::protobuf::Arena::CreateMessage<v1::BiasRequest>(&arena)),
+      graph(*google::protobuf::Arena::CreateMessage<v1::GraphRequest>(&arena)) {}
+
 ModelKind KindOf(const SchemeDescriptor& scheme) {
   switch (scheme.family) {
     case SchemeFamily::kBias: return ModelKind::kBias;

@@ -12,6 +12,7 @@
 // native tensors, and the native outputs are swapped into raw_output_contents.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/arena.h"
 #include "inference/grpc_service.pb.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/schemes/scheme_registry.h"
@@ -43,12 +45,31 @@ const std::vector<ModelInfo>& Models();
 absl::StatusOr<const ModelInfo*> FindModel(absl::string_view name, absl::string_view version);
 
 // The native request a ModelInferRequest stands for; exactly the one of `kind` is used.
+// The native messages live on the request's own arena (its first block part of the
+// request), with the native response the service builds (NewResponse): their small fields
+// cost no allocation each. Not copyable.
 struct NativeRequest {
+  NativeRequest();
+  NativeRequest(const NativeRequest&) = delete;
+  NativeRequest& operator=(const NativeRequest&) = delete;
+
+  // A native response on the request's arena, freed with it.
+  template <typename Response>
+  Response& NewResponse() {
+    return *google::protobuf::Arena::CreateMessage<Response>(&arena);
+  }
+
+ private:
+  static constexpr size_t kFirstBlockBytes = 2048;
+  alignas(std::max_align_t) char first_block_[kFirstBlockBytes];
+
+ public:
+  google::protobuf::Arena arena;  // after the block it starts in; destroyed before it
   const ModelInfo* model = nullptr;
   std::string id;
-  v1::EncodeRequest encode;
-  v1::BiasRequest bias;
-  v1::GraphRequest graph;
+  v1::EncodeRequest& encode;
+  v1::BiasRequest& bias;
+  v1::GraphRequest& graph;
   std::vector<std::string> outputs;  // the outputs to return, in order
   std::string shm_owner;  // whose shared-memory regions it may use (set by the front)
 };

@@ -70,19 +70,19 @@ grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& can
   absl::Status status;
   switch (KindOf(*native.model)) {
     case ModelKind::kEncode: {
-      v1::EncodeResponse response;
+      auto& response = native.NewResponse<v1::EncodeResponse>();
       status = handlers_.Encode(native.encode, response, &scheme, native.shm_owner);
       if (status.ok()) ToInferResponse(native, response, out);
       break;
     }
     case ModelKind::kBias: {
-      v1::BiasResponse response;
+      auto& response = native.NewResponse<v1::BiasResponse>();
       status = handlers_.AttentionBias(native.bias, response, &scheme, native.shm_owner);
       if (status.ok()) ToInferResponse(native, response, out);
       break;
     }
     case ModelKind::kGraph: {
-      v1::GraphResponse response;
+      auto& response = native.NewResponse<v1::GraphResponse>();
       status = handlers_.GraphEncode(native.graph, response, cancelled);
       if (status.ok()) ToInferResponse(native, response, out);
       break;

@@ -90,7 +90,10 @@ bool ReadList(Scanner& in, google::protobuf::RepeatedField<int64_t>* field) {
 // The direct reading; false when the JSON is not of the common shape (nothing is decided).
 bool ReadCommonShape(const std::string& json, v1::Positions& positions) {
   Scanner in(json);
-  v1::Positions read;
+  // Read in place (a swap with a message of another arena would copy it); on a false
+  // return the caller clears it.
+  v1::Positions& read = positions;
+  read.Clear();
   bool seen_offsets = false, seen_ids = false;
   if (!in.Take('{')) return false;
   if (!in.Peek('}')) {
@@ -111,9 +114,7 @@ bool ReadCommonShape(const std::string& json, v1::Positions& positions) {
       if (!ReadList(in, field)) return false;
     } while (in.Take(','));
   }
-  if (!in.Take('}') || !in.AtEnd()) return false;
-  positions.Swap(&read);
-  return true;
+  return in.Take('}') && in.AtEnd();
 }
 
 }  // namespace

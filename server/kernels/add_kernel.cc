@@ -183,15 +183,26 @@ __attribute__((target("avx2"))) inline __m256 ScaledPe8(const float* pe, __m256 
   return _mm256_mul_ps(_mm256_loadu_ps(pe), vb);
 }
 
-template <int kRows>
+// kUnit (a == 1 and b == 1): x + pe, the same float32 result as x * 1 + pe * 1 (both
+// products are exact) without the two multiplies.
+template <bool kUnit>
+__attribute__((target("avx2"))) inline __m256 Pe8(const float* pe, __m256 vb) {
+  return kUnit ? _mm256_loadu_ps(pe) : ScaledPe8(pe, vb);
+}
+template <bool kUnit>
+__attribute__((target("avx2"))) inline __m256 Add8(__m256 x, __m256 pb, __m256 va) {
+  return kUnit ? _mm256_add_ps(x, pb) : Combine8(x, pb, va);
+}
+
+template <bool kUnit, int kRows>
 __attribute__((target("avx2"))) void AddRowsF32Avx2(void* const* xs, const char* const* ahead,
                                                     const float* pe, int64_t dim, float a,
                                                     float b) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
   for (; c + 32 <= dim; c += 32) {  // four independent vectors per step keep loads in flight
-    const __m256 p0 = ScaledPe8(pe + c, vb), p1 = ScaledPe8(pe + c + 8, vb);
-    const __m256 p2 = ScaledPe8(pe + c + 16, vb), p3 = ScaledPe8(pe + c + 24, vb);
+    const __m256 p0 = Pe8<kUnit>(pe + c, vb), p1 = Pe8<kUnit>(pe + c + 8, vb);
+    const __m256 p2 = Pe8<kUnit>(pe + c + 16, vb), p3 = Pe8<kUnit>(pe + c + 24, vb);
     for (int g = 0; g < kRows; ++g) {
       float* x = static_cast<float*>(xs[g]);
       if (ahead[g] != nullptr) {
@@ -200,23 +211,23 @@ __attribute__((target("avx2"))) void AddRowsF32Avx2(void* const* xs, const char*
       }
       const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
       const __m256 x2 = _mm256_loadu_ps(x + c + 16), x3 = _mm256_loadu_ps(x + c + 24);
-      _mm256_storeu_ps(x + c, Combine8(x0, p0, va));
-      _mm256_storeu_ps(x + c + 8, Combine8(x1, p1, va));
-      _mm256_storeu_ps(x + c + 16, Combine8(x2, p2, va));
-      _mm256_storeu_ps(x + c + 24, Combine8(x3, p3, va));
+      _mm256_storeu_ps(x + c, Add8<kUnit>(x0, p0, va));
+      _mm256_storeu_ps(x + c + 8, Add8<kUnit>(x1, p1, va));
+      _mm256_storeu_ps(x + c + 16, Add8<kUnit>(x2, p2, va));
+      _mm256_storeu_ps(x + c + 24, Add8<kUnit>(x3, p3, va));
     }
   }
   for (; c + 8 <= dim; c += 8) {
-    const __m256 p = ScaledPe8(pe + c, vb);
+    const __m256 p = Pe8<kUnit>(pe + c, vb);
     for (int g = 0; g < kRows; ++g) {
       float* x = static_cast<float*>(xs[g]);
-      _mm256_storeu_ps(x + c, Combine8(_mm256_loadu_ps(x + c), p, va));
+      _mm256_storeu_ps(x + c, Add8<kUnit>(_mm256_loadu_ps(x + c), p, va));
     }
   }
   for (; c < dim; ++c) {
     for (int g = 0; g < kRows; ++g) {
       float* x = static_cast<float*>(xs[g]);
-      x[c] = x[c] * a + pe[c] * b;
+      x[c] = kUnit ? x[c] + pe[c] : x[c] * a + pe[c] * b;
     }
   }
 }
@@ -572,7 +583,8 @@ void AddRowsBlocked(TensorView x, const float* pe, LaidOutRows laid_out, float a
                          !std::isnan(b);
   const bool unit = a == 1.0f && b == 1.0f;
   RowFns fns = x.dtype == DType::kFloat32
-                   ? RowFns{AddRowsF32Avx2<2>, AddRowsF32Avx2<1>}
+                   ? (unit ? RowFns{AddRowsF32Avx2<true, 2>, AddRowsF32Avx2<true, 1>}
+                           : RowFns{AddRowsF32Avx2<false, 2>, AddRowsF32Avx2<false, 1>})
                : x.dtype == DType::kBFloat16
                    ? (unit ? Bf16Avx2RowFns<true>(by_parity) : Bf16Avx2RowFns<false>(by_parity))
                    : RowFns{AddRowsF16Avx2<2>, AddRowsF16Avx2<1>};

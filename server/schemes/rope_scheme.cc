@@ -62,7 +62,7 @@ absl::StatusOr<Dims> ReadDims(const TensorView& t, Layout layout, absl::string_v
                                                    rank));
   }
   ASSIGN_OR_RETURN(const int64_t elements,
-                   CheckedNumElements(t.shape, absl::StrCat(name, ".shape")));
+                   CheckedNumElements(t.shape, name));
   if (elements > 0 && t.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name, ".data is missing"));
   }

@@ -131,6 +131,8 @@ struct ServiceMetrics::Impl {
   std::array<std::array<prometheus::Counter*, 2>, 2> bytes{};
   prometheus::Counter* transport_failed = nullptr;
   std::atomic<int64_t> transport_failed_seen{0};
+  prometheus::Counter* transport_started = nullptr;
+  std::atomic<int64_t> transport_started_seen{0};
   prometheus::Gauge* shm_regions = nullptr;
   prometheus::Gauge* shm_mapped_bytes = nullptr;
   prometheus::Gauge* inflight = nullptr;
@@ -217,6 +219,11 @@ std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(
       "Calls gRPC's transport ended before any handler saw them: mostly messages over "
       "--max_message_bytes (RESOURCE_EXHAUSTED), or clients that gave up while uploading. "
       "From channelz; not in posenc_requests_total, whose method and code they have none of.");
+  impl->transport_started = AddCounter(
+      reg, "posenc_transport_calls_started_total",
+      "Calls gRPC's transport started: streams whose headers the server has read, uploads "
+      "still arriving included. From channelz, every 100 ms. A call the server had not yet "
+      "seen when it began to drain is refused UNAVAILABLE, to be retried elsewhere.");
   impl->shm_regions =
       AddGauge(reg, "posenc_shm_regions", "Shared-memory regions registered (--shm).");
   impl->shm_mapped_bytes = AddGauge(reg, "posenc_shm_mapped_bytes",
@@ -266,11 +273,22 @@ void ServiceMetrics::AddBytes(Transport transport, uint64_t in, uint64_t out) {
   if (out) counters[1]->Increment(static_cast<double>(out));
 }
 
-void ServiceMetrics::SetTransportFailedCalls(int64_t total) {
-  int64_t seen = impl_->transport_failed_seen.load();
-  while (total > seen && !impl_->transport_failed_seen.compare_exchange_weak(seen, total)) {
+namespace {
+// Raises `counter` to `total` (a running total read elsewhere); a smaller total is ignored.
+void RaiseTo(prometheus::Counter* counter, std::atomic<int64_t>& seen_total, int64_t total) {
+  int64_t seen = seen_total.load();
+  while (total > seen && !seen_total.compare_exchange_weak(seen, total)) {
   }
-  if (total > seen) impl_->transport_failed->Increment(static_cast<double>(total - seen));
+  if (total > seen) counter->Increment(static_cast<double>(total - seen));
+}
+}  // namespace
+
+void ServiceMetrics::SetTransportFailedCalls(int64_t total) {
+  RaiseTo(impl_->transport_failed, impl_->transport_failed_seen, total);
+}
+
+void ServiceMetrics::SetTransportStartedCalls(int64_t total) {
+  RaiseTo(impl_->transport_started, impl_->transport_started_seen, total);
 }
 
 void ServiceMetrics::SetSharedMemory(int64_t regions, uint64_t mapped_bytes) {

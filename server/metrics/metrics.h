@@ -54,6 +54,8 @@ class ServiceMetrics : public TableCacheObserver {
   // --max_message_bytes, a client that gave up mid-upload), counted so far. The counter only
   // rises: a smaller value (calls still ending) is ignored.
   void SetTransportFailedCalls(int64_t total);
+  // Calls gRPC's transport started (headers read), counted so far; only rises, likewise.
+  void SetTransportStartedCalls(int64_t total);
   void InflightAdd(int delta);
 
   // TableCacheObserver

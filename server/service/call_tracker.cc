@@ -244,7 +244,7 @@ void CallTracker::EndOther(const grpc::ServerContextBase* context) {
   others_.erase(context);
 }
 
-void CallTracker::StartDrain() {
+int64_t CallTracker::StartDrain() {
   std::map<std::string, int64_t> open = OpenStreamsByPeer();
   std::lock_guard<std::mutex> lock(mu_);
   // Streams the service already sees, and other services' (a health Watch), are not uploads.
@@ -259,8 +259,11 @@ void CallTracker::StartDrain() {
     if (!call->closing.load()) not_an_upload(call->peer);
   }
   for (const auto& [context, peer] : others_) not_an_upload(peer);
+  int64_t uploads = 0;
+  for (const auto& [peer, streams] : open) uploads += streams;
   uploading_at_drain_ = std::move(open);
   draining_.store(true);
+  return uploads;
 }
 
 void CallTracker::End(const grpc::ServerContextBase* context) {

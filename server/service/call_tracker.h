@@ -100,7 +100,8 @@ class CallTracker {
 
   // Calls arriving from now on are marked late, except as many per client connection as
   // it had streams open (uploading) at this moment beyond the calls already tracked.
-  void StartDrain();
+  // Returns how many uploads that accepts in all.
+  int64_t StartDrain();
   bool draining() const { return draining_.load(); }
 
   // Blocks until no tracked call is in progress and every upload StartDrain accepted has

@@ -22,6 +22,7 @@
 #include "grpc/support/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/resource_quota.h"
+#include "server/common/log.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/common/status_macros.h"
@@ -373,6 +374,7 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
       const ServerCalls calls = CountServerCalls();
       const int64_t uploading = std::max<int64_t>(0, calls.open_streams - tracker_->running());
       metrics_->SetTransportFailedCalls(calls.started - tracker_->arrivals() - uploading);
+      metrics_->SetTransportStartedCalls(calls.started);
     }
     health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
     // glibc keeps freed large buffers in its arenas; hand them back when idle: after calls
@@ -394,7 +396,10 @@ void PosencServer::Shutdown(std::chrono::milliseconds grace) {
     // The drain's snapshot of open streams first: a health Watch that Shutdown ends must
     // still be counted as the tracked stream it is, not taken for a call still uploading
     // (which would let one new call from that client through).
-    tracker_->StartDrain();
+    const int64_t uploads = tracker_->StartDrain();
+    Log(LogLevel::kInfo, "drain_started",
+        {{"calls_in_progress", static_cast<int64_t>(tracker_->inflight())},
+         {"uploads_accepted", uploads}});
     std::vector<ServerFront*> fronts;
     {
       std::lock_guard<std::mutex> lock(fronts_mu_);

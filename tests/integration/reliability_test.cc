@@ -168,7 +168,14 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
     return GraphEncode(*stub, SlowGraph(15), nullptr, std::chrono::seconds(60));
   });
   // 20 calls of 32 MiB, all started (their messages serialized and handed to the
-  // transport) before SIGTERM; most are still uploading when it comes.
+  // transport, their headers read by the server) before SIGTERM; most are still uploading
+  // when it comes. A call whose headers the server has not read is not one it accepted
+  // (it is refused UNAVAILABLE, retryably), so the test waits for the server to have seen
+  // all of them: posenc_transport_calls_started_total, from channelz every 100 ms, counted
+  // from after the calls above.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double started_before =
+      ScrapeMetric(server, "posenc_transport_calls_started_total", {});
   constexpr int kCalls = 20;
   const v1::EncodeRequest big = SinusoidalRequest(1, 2048, 4096);
   struct Call {
@@ -185,7 +192,15 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
     stub->async()->Encode(&c->ctx, &big, &c->resp,
                           [c](grpc::Status s) { c->done.set_value(std::move(s)); });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // their headers are out
+  const auto seen_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ScrapeMetric(server, "posenc_transport_calls_started_total", {}) <
+             started_before + kCalls &&
+         std::chrono::steady_clock::now() < seen_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(ScrapeMetric(server, "posenc_transport_calls_started_total", {}),
+            started_before + kCalls)
+      << "the server did not see the calls' headers";
   server.Signal(SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(Health(server), HealthCheckResponse::NOT_SERVING);

@@ -10,6 +10,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
+#include "server/service/arena_block.h"
 #include "server/service/positions_json.h"
 
 namespace posenc {
@@ -608,17 +609,8 @@ void AddOutputs(const NativeRequest& n, std::vector<Output> outputs,
 
 }  // namespace
 
-namespace {
-google::protobuf::ArenaOptions FirstBlock(char* block, size_t bytes) {
-  google::protobuf::ArenaOptions options;
-  options.initial_block = block;
-  options.initial_block_size = bytes;
-  return options;
-}
-}  // namespace
-
 NativeRequest::NativeRequest()
-    : arena(FirstBlock(first_block_, kFirstBlockBytes)),
+    : arena(FirstBlockOptions(first_block_, kFirstBlockBytes)),
       encode(*google::protobuf::Arena::CreateMessage<v1::EncodeRequest>(&arena)),
       bias(*google::protobuf::Arena::CreateMessage<v1::BiasRequest>(&arena)),
       graph(*google::protobuf::Arena::CreateMessage<v1::GraphRequest>(&arena)) {}

@@ -15,6 +15,7 @@
 #include "google/protobuf/arena.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/message_allocator.h"
+#include "server/service/arena_block.h"
 
 namespace posenc {
 
@@ -38,20 +39,13 @@ class OwnedMessages final : public grpc::MessageAllocator<Request, Response> {
 
   class Holder final : public grpc::MessageHolder<Request, Response> {
    public:
-    Holder() : arena_(Options(first_block_)) {
+    Holder() : arena_(FirstBlockOptions(first_block_, kFirstBlockBytes)) {
       this->set_request(google::protobuf::Arena::CreateMessage<Request>(&arena_));
       this->set_response(google::protobuf::Arena::CreateMessage<Response>(&arena_));
     }
     void Release() override { delete this; }
 
    private:
-    static google::protobuf::ArenaOptions Options(char* block) {
-      google::protobuf::ArenaOptions options;
-      options.initial_block = block;
-      options.initial_block_size = kFirstBlockBytes;
-      return options;
-    }
-
     alignas(std::max_align_t) char first_block_[kFirstBlockBytes];
     google::protobuf::Arena arena_;  // after the block it starts in; destroyed before it
   };

@@ -1,7 +1,6 @@
 #include "server/service/positions_json.h"
 
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -87,13 +86,14 @@ bool ReadList(Scanner& in, google::protobuf::RepeatedField<int64_t>* field) {
   return in.Take(']');
 }
 
-// The direct reading; false when the JSON is not of the common shape (nothing is decided).
+// The direct reading, in place (a swap with a message of another arena would copy it);
+// false when the JSON is not of the common shape (nothing is decided, `positions` is left
+// partly read). Escapes could spell a key another way ("\u006fffsets"): protobuf's reading
+// decides those.
 bool ReadCommonShape(const std::string& json, v1::Positions& positions) {
+  if (absl::StrContains(json, '\\')) return false;
   Scanner in(json);
-  // Read in place (a swap with a message of another arena would copy it); on a false
-  // return the caller clears it.
-  v1::Positions& read = positions;
-  read.Clear();
+  positions.Clear();
   bool seen_offsets = false, seen_ids = false;
   if (!in.Take('{')) return false;
   if (!in.Peek('}')) {
@@ -104,10 +104,10 @@ bool ReadCommonShape(const std::string& json, v1::Positions& positions) {
       // A key given twice is left to protobuf, whose reading of it is its own.
       if (key == "offsets" && !seen_offsets) {
         seen_offsets = true;
-        field = read.mutable_offsets();
+        field = positions.mutable_offsets();
       } else if (key == "ids" && !seen_ids) {
         seen_ids = true;
-        field = read.mutable_ids();
+        field = positions.mutable_ids();
       } else {
         return false;
       }
@@ -122,15 +122,12 @@ bool ReadCommonShape(const std::string& json, v1::Positions& positions) {
 namespace positions_json_internal {
 bool ReadsDirectly(const std::string& json) {
   v1::Positions positions;
-  return !absl::StrContains(json, '\\') && ReadCommonShape(json, positions);
+  return ReadCommonShape(json, positions);
 }
 }  // namespace positions_json_internal
 
 absl::Status ParsePositionsJson(const std::string& json, v1::Positions& positions) {
-  // Escapes could spell a key another way ("\u006fffsets"): protobuf's reading decides.
-  if (!absl::StrContains(json, '\\') && ReadCommonShape(json, positions)) {
-    return absl::OkStatus();
-  }
+  if (ReadCommonShape(json, positions)) return absl::OkStatus();
   positions.Clear();
   const auto status = google::protobuf::util::JsonStringToMessage(json, &positions);
   if (status.ok()) return absl::OkStatus();

@@ -15,19 +15,18 @@ namespace posenc {
 // thousand instructions per call and a lock every thread shares; a serving process turns
 // it off. The tests and the sanitizer builds keep it.
 //
-// glibc's malloc gives freed memory back to the kernel as soon as a heap's free top passes
-// the trim threshold (by default twice the dynamic mmap threshold, a few MiB at most), and
-// serves each block over the mmap threshold (128 KiB at first) with a fresh mapping. A
+// glibc's malloc starts with a 128 KiB mmap threshold and a trim threshold of twice that,
+// and raises both only as large blocks are freed (to at most 32 and 64 MiB). Until then a
 // large call's buffers (the receive slices, the parsed tensor, the serialised response)
-// were then page-faulted in again on every call: at 48 MiB a third of the call's CPU time
-// went to faults and zeroing pages. Blocks up to 32 MiB (glibc's largest mmap threshold)
-// now come from the heaps, and up to 256 MiB of free heap stays mapped for the next call.
-// Only what was freed stays: the process never holds more than its peak, which admission
-// (--max_inflight_bytes) bounds.
+// are fresh mappings, or heap that the last call's frees trimmed, and each call faults its
+// pages in again: at 48 MiB that was a third of a call's CPU time. The two are set to those ceilings from the start, so blocks up
+// to 32 MiB come from the heaps and up to 64 MiB of free heap top stays mapped for the next
+// call. The server's monitor hands free memory back (malloc_trim) once it has been idle
+// for a second (server.cc).
 inline void TuneProcessForServing() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
 }  // namespace posenc

@@ -353,6 +353,8 @@ PosencServer::~PosencServer() {
 void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
   bool busy_since_trim = false;
   int64_t ticks = 0;
+  int64_t idle_ticks = 0;
+  int64_t last_arrivals = tracker_->arrivals();
   std::unique_lock<std::mutex> lock(monitor_mu_);
   while (!monitor_wake_.wait_for(lock, std::chrono::milliseconds(100),
                                  [&] { return monitor_stop_; })) {
@@ -377,12 +379,21 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
       metrics_->SetTransportStartedCalls(calls.started);
     }
     health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
-    // glibc keeps freed large buffers in its arenas; hand them back when idle: after calls
-    // ran, and every 10 s anyway (the transport frees memory too, e.g. after a flood of
-    // streams or headers that no call saw).
-    if (admission_->inflight_calls() > 0) {
+    // glibc keeps freed memory in its arenas for the next call (TuneProcessForServing);
+    // hand it back once the server has been idle for a second (no call in progress and none
+    // arrived at 10 ticks in a row) after calls ran, and every 10 s anyway while idle (the
+    // transport frees memory too, e.g. after a flood of streams or headers that no call
+    // saw). Not at the first tick that falls between two calls: a client calling one at a
+    // time would then page its next call's buffers in again.
+    const int64_t arrivals = tracker_->arrivals();
+    if (admission_->inflight_calls() > 0 || arrivals != last_arrivals) {
       busy_since_trim = true;
-    } else if (busy_since_trim || ticks % 100 == 0) {
+      idle_ticks = 0;
+    } else {
+      ++idle_ticks;
+    }
+    last_arrivals = arrivals;
+    if (idle_ticks >= 10 && (busy_since_trim || ticks % 100 == 0)) {
       malloc_trim(0);
       busy_since_trim = false;
     }

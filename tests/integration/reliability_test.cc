@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -131,6 +132,32 @@ TEST(Reliability, OverTheByteBudgetIsRefusedAtOnceAndCounted) {
   // What fits still runs.
   req.mutable_sinusoidal()->set_pe_dim(1000);
   EXPECT_THAT(Encode(*stub, req), IsOk());
+}
+
+// Between calls the server keeps what a large call freed, so the next one does not page it
+// all in again (a client calling one at a time leaves gaps that a trim must not fall into),
+// and what it keeps is bounded: twelve such calls leave less than three calls' worth.
+TEST(Reliability, FreedMemoryIsKeptBetweenCallsAndBounded) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  auto stub = v1::PositionalEncoding::NewStub(server.Channel());
+  ASSERT_THAT(Encode(*stub, SinusoidalRequest(1, 4, 64)), IsOk());
+  const long baseline = server.RssKib();
+  // 16 MiB of input whose table is 16 rows, so the table cache holds almost nothing. A call
+  // holds about three times its size: the received slices, the tensor, the response.
+  const v1::EncodeRequest large = SinusoidalRequest(256, 16, 1024);
+  constexpr long kCallKib = 3 * 16 * 1024;
+  for (int i = 0; i < 3; ++i) ASSERT_THAT(Encode(*stub, large), IsOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const long kept = server.RssKib();
+  for (int i = 0; i < 9; ++i) ASSERT_THAT(Encode(*stub, large), IsOk());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const long idle = server.RssKib();
+  std::printf("RSS %ld KiB before the 16 MiB calls, %ld 300 ms after three, %ld idle after 12\n",
+              baseline, kept, idle);
+  EXPECT_GT(kept - baseline, 16 * 1024) << "a 16 MiB call's buffers were handed back between calls";
+  EXPECT_LT(idle - baseline, 3 * kCallKib) << "RSS " << baseline << " KiB before, " << idle
+                                           << " idle after twelve calls";
 }
 
 TEST(Reliability, ConcurrentCallLimitRefusesTheExtraCall) {

@@ -11,9 +11,11 @@ What a server runs with time rather than calls is taken off: posenc-server's mon
 (every 100 ms) by name, the rest (gRPC's timers) at the rate measured over an idle interval.
 
   bench/call_breakdown.py [--build=build] [--cell="Encode 16 KiB x1"] [--calls=2000]
-                          [--server-arg=--threads=1 ...] [--json]
+                          [--server-arg=--threads=1 ...] [--perf-only] [--json]
 
-Prints a Markdown table (or with --json one JSON document). Needs valgrind and perf.
+Prints a Markdown table (or with --json one JSON document). Needs valgrind and perf;
+--perf-only skips callgrind (for large cells, which it would take minutes a call to run)
+and needs only perf.
 """
 import argparse
 import glob
@@ -206,10 +208,14 @@ def main():
     ap.add_argument("--cell", default="Encode 16 KiB x1")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--server-arg", action="append", default=[])
+    ap.add_argument("--perf-only", action="store_true",
+                    help="only the perf stat pass: CPU time, context switches, page faults")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", help="keep the callgrind dumps in this directory")
     a = ap.parse_args()
-    for tool in ("valgrind", "callgrind_control", "callgrind_annotate", "perf"):
+    tools = ("perf",) if a.perf_only else ("valgrind", "callgrind_control", "callgrind_annotate",
+                                             "perf")
+    for tool in tools:
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed")
     bench = os.path.join(a.build, "bench/posenc-bench")
@@ -224,6 +230,9 @@ def main():
         os.makedirs(workdir, exist_ok=True)
         for name, cmd in servers.items():
             result = perf_pass(cmd, bench, a.cell, a.calls)
+            if a.perf_only:
+                doc["servers"][name] = result
+                continue
             per_call, call_path, functions = callgrind_pass(cmd, bench, a.cell, a.calls,
                                                             workdir, name)
             result["instructions_per_call"] = per_call
@@ -237,6 +246,18 @@ def main():
     print(f"cell: {a.cell}, {a.calls} calls, one at a time\n")
     print("| per call | posenc-server | posenc-bench-echo | posenc's own |")
     print("| --- | ---: | ---: | ---: |")
+    if not a.perf_only:
+        print_instructions(p, e)
+    print_perf(p, e)
+    if a.perf_only:
+        return
+    print("\n| step (inclusive) | posenc-server | posenc-bench-echo |")
+    print("| --- | ---: | ---: |")
+    for label, value in p["steps"].items():
+        print(f"| {label} | {value:,.0f} | {e['steps'][label]:,.0f} |")
+
+
+def print_instructions(p, e):
     print(f"| instructions in the call path (gRPC callbacks, pool) | "
           f"{p['call_path_instructions_per_call']:,.0f} | "
           f"{e['call_path_instructions_per_call']:,.0f} | "
@@ -244,6 +265,9 @@ def main():
     print(f"| instructions in all threads, net of idle (+-15 %) | {p['instructions_per_call']:,.0f} | "
           f"{e['instructions_per_call']:,.0f} | "
           f"{p['instructions_per_call'] - e['instructions_per_call']:,.0f} |")
+
+
+def print_perf(p, e):
     print(f"| CPU time (us, perf task-clock) | {p['cpu_us_per_call']:.1f} | "
           f"{e['cpu_us_per_call']:.1f} | {p['cpu_us_per_call'] - e['cpu_us_per_call']:.1f} |")
     print(f"| context switches | {p['context_switches_per_call']:.2f} | "
@@ -254,10 +278,6 @@ def main():
           f"{p['page_faults_per_call'] - e['page_faults_per_call']:.2f} |")
     print(f"| client p50 (us) | {p['client_p50_us']:.1f} | {e['client_p50_us']:.1f} | "
           f"{p['client_p50_us'] - e['client_p50_us']:.1f} |")
-    print("\n| step (inclusive) | posenc-server | posenc-bench-echo |")
-    print("| --- | ---: | ---: |")
-    for label, value in p["steps"].items():
-        print(f"| {label} | {value:,.0f} | {e['steps'][label]:,.0f} |")
 
 
 if __name__ == "__main__":

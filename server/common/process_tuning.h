@@ -15,11 +15,11 @@ namespace posenc {
 // thousand instructions per call and a lock every thread shares; a serving process turns
 // it off. The tests and the sanitizer builds keep it.
 //
-// glibc's malloc starts with a 128 KiB mmap threshold and a trim threshold of twice that,
-// and raises both only as large blocks are freed (to at most 32 and 64 MiB). Until then a
-// large call's buffers (the receive slices, the parsed tensor, the serialised response)
-// are fresh mappings, or heap that the last call's frees trimmed, and each call faults its
-// pages in again: at 48 MiB that was a third of a call's CPU time. The two are set to those ceilings from the start, so blocks up
+// glibc's malloc starts with mmap and trim thresholds of 128 KiB and raises them only as
+// large blocks are freed (to at most 32 and 64 MiB). Until then a large call's buffers (the
+// receive slices, the parsed tensor, the serialised response) are fresh mappings, or heap
+// that earlier frees trimmed, and each call faults its pages in again: at 48 MiB that was
+// a third of a call's CPU time. Both are set to those ceilings from the start, so blocks up
 // to 32 MiB come from the heaps and up to 64 MiB of free heap top stays mapped for the next
 // call. The server's monitor hands free memory back (malloc_trim) once it has been idle
 // for a second (server.cc).

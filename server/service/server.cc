@@ -351,7 +351,6 @@ PosencServer::~PosencServer() {
 }
 
 void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
-  bool busy_since_trim = false;
   int64_t ticks = 0;
   int64_t idle_ticks = 0;
   int64_t last_arrivals = tracker_->arrivals();
@@ -381,22 +380,15 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
     // glibc keeps freed memory in its arenas for the next call (TuneProcessForServing);
     // hand it back once the server has been idle for a second (no call in progress and none
-    // arrived at 10 ticks in a row) after calls ran, and every 10 s anyway while idle (the
-    // transport frees memory too, e.g. after a flood of streams or headers that no call
-    // saw). Not at the first tick that falls between two calls: a client calling one at a
-    // time would then page its next call's buffers in again.
+    // arrived at 10 ticks in a row), and every 10 s while it stays idle (the transport frees
+    // memory too, e.g. after a flood of streams or headers that no call saw). Not at the
+    // first tick that falls between two calls: a client calling one at a time would then
+    // page its next call's buffers in again.
     const int64_t arrivals = tracker_->arrivals();
-    if (admission_->inflight_calls() > 0 || arrivals != last_arrivals) {
-      busy_since_trim = true;
-      idle_ticks = 0;
-    } else {
-      ++idle_ticks;
-    }
+    const bool busy = admission_->inflight_calls() > 0 || arrivals != last_arrivals;
     last_arrivals = arrivals;
-    if (idle_ticks >= 10 && (busy_since_trim || ticks % 100 == 0)) {
-      malloc_trim(0);
-      busy_since_trim = false;
-    }
+    idle_ticks = busy ? 0 : idle_ticks + 1;
+    if (idle_ticks == 10 || (idle_ticks > 10 && ticks % 100 == 0)) malloc_trim(0);
   }
 }
 

@@ -155,7 +155,8 @@ TEST(Reliability, FreedMemoryIsKeptBetweenCallsAndBounded) {
   const long idle = server.RssKib();
   std::printf("RSS %ld KiB before the 16 MiB calls, %ld 300 ms after three, %ld idle after 12\n",
               baseline, kept, idle);
-  EXPECT_GT(kept - baseline, 16 * 1024) << "a 16 MiB call's buffers were handed back between calls";
+  EXPECT_GT(kept - baseline, 16 * 1024)
+      << "a 16 MiB call's buffers were handed back between calls";
   EXPECT_LT(idle - baseline, 3 * kCallKib) << "RSS " << baseline << " KiB before, " << idle
                                            << " idle after twelve calls";
 }

@@ -88,8 +88,10 @@ absl::Status AddFloatInput(const Flags& f, ModelInferRequest& r, const std::stri
   const std::string datatype = f.Str("datatype");
   if (f.Has(file_flag)) {
     ASSIGN_OR_RETURN(NpyArray a, ReadNpyFile(f.Str(file_flag)));
-    if (!IsFloat(a.dtype)) return absl::InvalidArgumentError(f.Str(file_flag) + " is not a float array");
-    DType want = a.dtype;
+    if (!IsFloat(a.dtype) && a.dtype != DType::kFloat64) {
+      return absl::InvalidArgumentError(f.Str(file_flag) + " is not a float array");
+    }
+    DType want = a.dtype == DType::kFloat64 ? DType::kFloat32 : a.dtype;  // no FP64 input
     if (!datatype.empty()) { ASSIGN_OR_RETURN(want, FloatType(datatype)); }
     std::vector<float> values(a.data.size() / DTypeSize(a.dtype));
     ToFloat32(a.dtype, a.data.data(), values.data(), values.size());

@@ -14,11 +14,13 @@ namespace posenc::client {
 
 absl::StatusOr<v1::Tensor> TensorFromNpy(const std::string& path, std::optional<v1::DType> dtype) {
   ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
-  if (!IsFloat(array.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " holds ", DTypeName(array.dtype),
-                                                   "; a float32 or float16 array is needed"));
+  if (!IsFloat(array.dtype) && array.dtype != DType::kFloat64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " holds ", DTypeName(array.dtype), "; a float32, float64 or float16 array is needed"));
   }
-  const v1::DType want = dtype.value_or(ToProtoDType(array.dtype));
+  // float64 goes as float32 unless a dtype is asked for (the wire has no float64).
+  const v1::DType want = dtype.value_or(
+      array.dtype == DType::kFloat64 ? v1::FLOAT32 : ToProtoDType(array.dtype));
   if (want == ToProtoDType(array.dtype)) return MakeTensorFromBytes(array.dtype, array.shape, array.data);
   std::vector<float> values(array.data.size() / DTypeSize(array.dtype));
   ToFloat32(array.dtype, array.data.data(), values.data(), values.size());

@@ -26,6 +26,7 @@ v1::DType DTypeToProto(DType dtype) {
     case DType::kBFloat16: return v1::BFLOAT16;
     case DType::kInt32: return v1::INT32;
     case DType::kInt64: return v1::INT64;
+    case DType::kFloat64: break;  // a file type only; the wire has no float64
   }
   return v1::DTYPE_UNSPECIFIED;
 }

@@ -12,6 +12,7 @@ namespace posenc {
 // INVALID_ARGUMENT naming `field`: "input.dtype is DTYPE_UNSPECIFIED; set it", or
 // "input.dtype is 99, not a known DType".
 absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field);
+// DTYPE_UNSPECIFIED for kFloat64, which has no wire dtype.
 v1::DType DTypeToProto(DType dtype);
 
 }  // namespace posenc

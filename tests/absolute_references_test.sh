@@ -17,14 +17,17 @@ import sys, numpy as np
 rng = np.random.default_rng(5)
 np.save(sys.argv[1] + "/learned.npy", rng.uniform(-1, 1, size=(64, 16)).astype(np.float32))
 np.save(sys.argv[1] + "/fourier_b.npy", rng.normal(0, 3, size=(6, 2)).astype(np.float32))
+np.save(sys.argv[1] + "/fourier_b64.npy", rng.normal(0, 30, size=(5, 1)))  # float64, as numpy makes it
 PY
 "$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen= --threads=1 --shm=true \
-  --table="pos=$work/learned.npy" --table="fourier_b=$work/fourier_b.npy" >"$work/out" 2>&1 &
+  --table="pos=$work/learned.npy" --table="fourier_b=$work/fourier_b.npy" \
+  --table="fourier_b64=$work/fourier_b64.npy" >"$work/out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q " listening " "$work/out" && break; sleep 0.1; done
 line=$(grep " listening " "$work/out") || { cat "$work/out" >&2; exit 1; }
 export POSENC_TARGET="127.0.0.1:$(sed -E 's/.* grpc=[^ ]*:([0-9]+) .*/\1/' <<<"$line")"
-export POSENC_SOURCE_DIR="$src" POSENC_LEARNED="$work/learned.npy" POSENC_FOURIER_B="$work/fourier_b.npy"
+export POSENC_SOURCE_DIR="$src" POSENC_LEARNED="$work/learned.npy" POSENC_FOURIER_B="$work/fourier_b.npy" \
+  POSENC_FOURIER_B64="$work/fourier_b64.npy"
 PYTHONPATH="$build/client/python" /usr/bin/python3 "$src/tests/python/test_absolute_references.py" -v
 # The calls above are counted under their schemes' labels, failures under their codes.
 metrics=$(sed -E 's/.* metrics=([^ ]+).*/\1/' <<<"$line")

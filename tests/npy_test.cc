@@ -122,7 +122,7 @@ TEST(NpyTest, RejectsMalformedInput) {
       {"", "magic"},
       {"\x93NUMPX\x01\x00\x10\x00", "magic"},
       {Image("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", Bytes(four)), "'>f4'"},
-      {Image("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", Bytes(four)), "'<f8'"},
+      {Image("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", Bytes(four)), "'<c8'"},
       {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", Bytes(four)), "needs 20"},
       {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", Bytes(four)), "needs 12"},
       {Image("{'descr': '<f4', 'shape': (4,), }", Bytes(four)), "lacks"},

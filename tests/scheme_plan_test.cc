@@ -24,7 +24,7 @@ NamedTables TablesWithT5(int64_t buckets, int64_t heads) {
   t->rows = buckets;
   t->cols = heads;
   t->data.assign(static_cast<size_t>(buckets * heads), 0.5f);
-  EXPECT_THAT(tables.Add({"t5", t, DType::kFloat32}), IsOk());
+  EXPECT_THAT(tables.Add({"t5", t, DType::kFloat32, nullptr}), IsOk());
   return tables;
 }
 
@@ -118,7 +118,7 @@ NamedTables TablesWith(const std::string& name, int64_t rows, int64_t cols) {
   t->rows = rows;
   t->cols = cols;
   t->data.assign(static_cast<size_t>(rows * cols), 0.25f);
-  EXPECT_THAT(tables.Add({name, t, DType::kFloat32}), IsOk());
+  EXPECT_THAT(tables.Add({name, t, DType::kFloat32, nullptr}), IsOk());
   return tables;
 }
 

@@ -100,6 +100,25 @@ TEST(LoadTableSpecTest, NpyFloat32AndFloat16) {
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(table->data[i], HalfToFloat(halves[i]));
 }
 
+// float64 files are held as float32 (rounded once) and keep their own values beside.
+TEST(LoadTableSpecTest, NpyFloat64KeepsItsValues) {
+  std::vector<double> values(kRows * kCols);
+  for (int i = 0; i < kRows * kCols; ++i) values[i] = i / 7.0 - 3.0 + 1e-12 * i;
+  const std::string path = TempPath("f64.npy");
+  ASSERT_THAT(WriteNpyFile(path, DType::kFloat64, {kRows, kCols},
+                           std::string(reinterpret_cast<const char*>(values.data()),
+                                       values.size() * sizeof(double))),
+              IsOk());
+  auto table = LoadTableSpec("b=" + path);
+  ASSERT_THAT(table, IsOk());
+  EXPECT_EQ(table->source_dtype, DType::kFloat64);
+  EXPECT_EQ(table->shape, (Shape{kRows, kCols}));
+  EXPECT_EQ(table->float64_data, values);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(table->data[i], static_cast<float>(values[i]));
+  }
+}
+
 TEST(LoadTableSpecTest, NpyErrors) {
   auto missing = LoadTableSpec("x=" + TempPath("missing.npy"));
   EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound,
@@ -142,12 +161,17 @@ TEST(LoadTableSpecTest, SafetensorsDtypes) {
     f16.append(reinterpret_cast<const char*>(&h), 2);
     bf16.append(reinterpret_cast<const char*>(&b), 2);
   }
-  const std::string data = FloatBytes(expected) + f16 + bf16;
+  std::vector<double> f64(expected.begin(), expected.end());
+  f64[1] = 0.1;  // not a float32 value
+  const std::string data =
+      FloatBytes(expected) + f16 + bf16 +
+      std::string(reinterpret_cast<const char*>(f64.data()), f64.size() * sizeof(double));
   const std::string header =
       R"({"__metadata__":{"format":"pt"},)"
       R"("a":{"dtype":"F32","shape":[5,6],"data_offsets":[0,120]},)"
       R"("b":{"dtype":"F16","shape":[5,6],"data_offsets":[120,180]},)"
-      R"("c":{"dtype":"BF16","shape":[5,6],"data_offsets":[180,240]}})";
+      R"("c":{"dtype":"BF16","shape":[5,6],"data_offsets":[180,240]},)"
+      R"("d":{"dtype":"F64","shape":[5,6],"data_offsets":[240,480]}})";
   const std::string path = TempPath("dtypes.safetensors");
   WriteFile(path, Safetensors(header, data));
 
@@ -165,6 +189,11 @@ TEST(LoadTableSpecTest, SafetensorsDtypes) {
     EXPECT_EQ(b->data[i], HalfToFloat(FloatToHalf(expected[i])));
     EXPECT_EQ(c->data[i], BFloat16ToFloat(FloatToBFloat16(expected[i])));
   }
+  auto d = LoadTableSpec("d=" + path + ":d");
+  ASSERT_THAT(d, IsOk());
+  EXPECT_EQ(d->source_dtype, DType::kFloat64);
+  EXPECT_EQ(d->float64_data, f64);
+  EXPECT_EQ(d->data[1], 0.1f);
 }
 
 TEST(LoadTableSpecTest, SafetensorsUnknownTensorListsTheOthers) {

@@ -222,9 +222,14 @@ absl::StatusOr<AbsoluteResult> AddFourier(const SchemeEnv& env, const v1::Encode
         "fourier.frequencies_table '", f.frequencies_table(), "' has ", b.rows,
         " frequencies (F); at most ", kMaxFourierFeatures, " are served"));
   }
-  // float32 in memory (named_tables.h): exact as float64.
-  const std::vector<double> frequencies(b.data.begin(), b.data.end());
-  spec.frequencies = frequencies;
+  // A float64 file's own values; otherwise the float32 table, exact as float64.
+  std::vector<double> widened;
+  if (named->float64_values) {
+    spec.frequencies = *named->float64_values;
+  } else {
+    widened.assign(b.data.begin(), b.data.end());
+    spec.frequencies = widened;
+  }
   spec.field = absl::StrCat("fourier.frequencies_table '", f.frequencies_table(), "'");
   return ApplyFourier(spec, combine, input, positions, *env.cache, env.limits);
 }

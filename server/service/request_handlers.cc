@@ -291,7 +291,10 @@ void RequestHandlers::ListSchemes(v1::ListSchemesResponse& response) const {
     t->set_name(name);
     t->add_shape(named.table->rows);
     t->add_shape(named.table->cols);
-    t->set_dtype(DTypeToProto(named.source_dtype));
+    // A float64 file's table is served as float32 (its float64 values only feed Fourier
+    // frequencies); the wire has no float64 dtype.
+    t->set_dtype(named.source_dtype == DType::kFloat64 ? v1::FLOAT32
+                                                       : DTypeToProto(named.source_dtype));
   }
   response.set_version(state_.version);
 }

@@ -99,7 +99,12 @@ absl::Status LoadTables(const std::vector<std::string>& specs, NamedTables& tabl
     table->rows = loaded->shape[0];
     table->cols = loaded->shape[1];
     table->data = std::move(loaded->data);
-    absl::Status added = tables.Add(NamedTable{loaded->name, std::move(table), loaded->source_dtype});
+    std::shared_ptr<const std::vector<double>> float64_values;
+    if (!loaded->float64_data.empty()) {
+      float64_values = std::make_shared<const std::vector<double>>(std::move(loaded->float64_data));
+    }
+    absl::Status added = tables.Add(NamedTable{loaded->name, std::move(table),
+                                               loaded->source_dtype, std::move(float64_values)});
     if (!added.ok()) {
       return absl::Status(added.code(), absl::StrCat("--table=", spec, ": ", added.message()));
     }

@@ -36,8 +36,9 @@ absl::StatusOr<DType> SafetensorsDType(const std::string& dtype, const std::stri
   if (dtype == "F32") return DType::kFloat32;
   if (dtype == "F16") return DType::kFloat16;
   if (dtype == "BF16") return DType::kBFloat16;
+  if (dtype == "F64") return DType::kFloat64;
   return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", tensor, "' has dtype ", dtype,
-                                                 "; a table must be F32, F16 or BF16"));
+                                                 "; a table must be F32, F64, F16 or BF16"));
 }
 
 // Rank, emptiness and finiteness checks shared by both formats; converts to float32.
@@ -58,6 +59,10 @@ absl::StatusOr<NamedTableData> MakeTable(absl::string_view name, const std::stri
   table.source_dtype = dtype;
   table.data.resize(static_cast<size_t>(shape[0] * shape[1]));
   ToFloat32(dtype, bytes, table.data.data(), table.data.size());
+  if (dtype == DType::kFloat64) {
+    table.float64_data.resize(table.data.size());
+    std::memcpy(table.float64_data.data(), bytes, table.float64_data.size() * sizeof(double));
+  }
   for (size_t i = 0; i < table.data.size(); ++i) {
     if (!std::isfinite(table.data[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -118,10 +123,11 @@ absl::StatusOr<TableSpec> ParseTableSpec(absl::string_view spec) {
 
 absl::StatusOr<NamedTableData> LoadNpyTable(const std::string& path, absl::string_view name) {
   ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
-  if (array.dtype != DType::kFloat32 && array.dtype != DType::kFloat16) {
+  if (array.dtype != DType::kFloat32 && array.dtype != DType::kFloat64 &&
+      array.dtype != DType::kFloat16) {
     return absl::InvalidArgumentError(absl::StrCat("table '", name, "' (", path, ") has dtype ",
                                                    DTypeName(array.dtype),
-                                                   "; a table must be float32 or float16"));
+                                                   "; a table must be float32, float64 or float16"));
   }
   return MakeTable(name, path, array.dtype, array.shape, array.data.data());
 }

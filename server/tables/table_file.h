@@ -21,11 +21,12 @@ struct NamedTableData {
   Shape shape;                           // [rows, cols], both >= 1
   DType source_dtype = DType::kFloat32;  // as stored in the file
   std::vector<float> data;               // float32, row-major [rows, cols]
+  std::vector<double> float64_data;      // the values as read when the file held float64
 };
 
 // Spec grammar: NAME=PATH.npy | NAME=PATH.safetensors:TENSOR. NAME is non-empty and has no
 // whitespace, '=' or ':'. The table must be 2-D with at least one row and column, and hold
-// finite values: .npy float32/float16 in C order; safetensors F32/F16/BF16.
+// finite values: .npy float32/float64/float16 in C order; safetensors F32/F64/F16/BF16.
 // Errors: a malformed spec, file, dtype or rank -> INVALID_ARGUMENT; a missing file, or a
 // tensor name the file lacks (the message lists the ones it has) -> NOT_FOUND.
 absl::StatusOr<NamedTableData> LoadTableSpec(absl::string_view spec);
@@ -45,7 +46,7 @@ absl::StatusOr<NamedTableData> LoadSafetensorsTable(const std::string& path,
                                                     const std::string& tensor,
                                                     absl::string_view name);
 
-// Reads a 2-D float32/float16 .npy file.
+// Reads a 2-D float32/float64/float16 .npy file.
 absl::StatusOr<NamedTableData> LoadNpyTable(const std::string& path, absl::string_view name);
 
 }  // namespace posenc

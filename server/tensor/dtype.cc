@@ -9,6 +9,7 @@ absl::string_view DTypeName(DType t) {
     case DType::kBFloat16: return "BFLOAT16";
     case DType::kInt32: return "INT32";
     case DType::kInt64: return "INT64";
+    case DType::kFloat64: return "FLOAT64";
   }
   return "UNKNOWN";
 }
@@ -76,6 +77,15 @@ void ToFloat32(DType src_type, const void* src, float* dst, size_t n) {
     case DType::kBFloat16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(s[i]);
+      return;
+    }
+    case DType::kFloat64: {  // rounded once, to nearest
+      const auto* s = static_cast<const unsigned char*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, s + i * sizeof(double), sizeof(double));  // need not be aligned
+        dst[i] = static_cast<float>(v);
+      }
       return;
     }
     default:

@@ -9,8 +9,9 @@
 
 namespace posenc {
 
-// Mirrors posenc.v1.DType without depending on protobuf.
-enum class DType { kFloat32, kFloat16, kBFloat16, kInt32, kInt64 };
+// Mirrors posenc.v1.DType without depending on protobuf, plus kFloat64: a storage type of
+// files (.npy and safetensors tables, client inputs) that never travels on posenc.v1.
+enum class DType { kFloat32, kFloat16, kBFloat16, kInt32, kInt64, kFloat64 };
 
 // Bytes per element.
 constexpr size_t DTypeSize(DType t) {
@@ -20,10 +21,12 @@ constexpr size_t DTypeSize(DType t) {
     case DType::kBFloat16: return 2;
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
+    case DType::kFloat64: return 8;
   }
   return 0;
 }
 
+// The float types of tensors on the wire (kFloat64 is not one).
 constexpr bool IsFloat(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
 }

@@ -166,10 +166,11 @@ absl::StatusOr<DType> DTypeFromDescr(absl::string_view descr, absl::string_view 
   if (descr == "<f2" || descr == "=f2") return DType::kFloat16;
   if (descr == "<i4" || descr == "=i4") return DType::kInt32;
   if (descr == "<i8" || descr == "=i8") return DType::kInt64;
+  if (descr == "<f8" || descr == "=f8") return DType::kFloat64;
   return absl::InvalidArgumentError(absl::StrCat(
       name, ": .npy dtype '", descr,
-      "' is not supported; use little-endian float32 (<f4), float16 (<f2), int32 (<i4) or "
-      "int64 (<i8)"));
+      "' is not supported; use little-endian float32 (<f4), float64 (<f8), float16 (<f2), "
+      "int32 (<i4) or int64 (<i8)"));
 }
 
 absl::StatusOr<absl::string_view> DescrFromDType(DType dtype) {
@@ -178,6 +179,7 @@ absl::StatusOr<absl::string_view> DescrFromDType(DType dtype) {
     case DType::kFloat16: return absl::string_view("<f2");
     case DType::kInt32: return absl::string_view("<i4");
     case DType::kInt64: return absl::string_view("<i8");
+    case DType::kFloat64: return absl::string_view("<f8");
     case DType::kBFloat16: break;
   }
   return absl::InvalidArgumentError(

@@ -1,5 +1,5 @@
 // NumPy .npy reading and writing (format versions 1.0, 2.0 and 3.0; little-endian float32,
-// float16, int32 and int64; C order only), in memory and on disk.
+// float64, float16, int32 and int64; C order only), in memory and on disk.
 // Pure functions; thread-safe. NpyArray owns its bytes.
 //
 //   ASSIGN_OR_RETURN(NpyArray a, ReadNpyFile("x.npy"));   // a.dtype, a.shape, a.data

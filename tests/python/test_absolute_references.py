@@ -2,8 +2,9 @@
 """Sinusoidal2D, Fourier features, MULTIPLY fusion and tables in relative order
 (Transformer-XL, XLNet) from a real posenc-server, against float64 numpy written here as the
 reference code writes it (tests/absolute_references_test.sh starts the server with
---table fourier_b=<B.npy> --table pos=<learned.npy> --shm and sets POSENC_TARGET,
-POSENC_SOURCE_DIR, POSENC_LEARNED and POSENC_FOURIER_B).
+--table fourier_b=<B.npy> --table fourier_b64=<float64 B.npy> --table pos=<learned.npy> --shm
+and sets POSENC_TARGET, POSENC_SOURCE_DIR, POSENC_LEARNED, POSENC_FOURIER_B and
+POSENC_FOURIER_B64).
 
 References:
 - MAE's util/pos_embed.py get_2d_sincos_pos_embed (grid_size as (H, W) for non-square grids),
@@ -151,6 +152,7 @@ class AbsoluteReferenceTest(unittest.TestCase):
         cls.rng = np.random.default_rng(11)
         cls.learned = np.load(os.environ["POSENC_LEARNED"]).astype(np.float64)
         cls.fourier_b = np.load(os.environ["POSENC_FOURIER_B"]).astype(np.float64)
+        cls.fourier_b64 = np.load(os.environ["POSENC_FOURIER_B64"])
 
     @classmethod
     def tearDownClass(cls):
@@ -257,6 +259,19 @@ class AbsoluteReferenceTest(unittest.TestCase):
                                posenc.Fourier(frequencies_table="fourier_b", num_axes=2),
                                positions={"values": v.reshape(-1)})
         self.assertLessEqual(float(np.max(np.abs(y - fourier_features(v, b)))), TABLE_ERR)
+
+    def test_fourier_float64_frequencies_table_keeps_its_digits(self):
+        # |2 pi B v| reaches about 1e4 here: B rounded to float32 would be off by up to 3e-4.
+        b = self.fourier_b64  # [F, 1], float64 in the file
+        self.assertEqual(b.dtype, np.float64)
+        v = self.rng.uniform(0, 50, size=(9, 1))
+        y = self.client.encode(np.zeros((9, 2 * b.shape[0]), np.float32),
+                               posenc.Fourier(frequencies_table="fourier_b64"),
+                               positions={"values": v.reshape(-1)})
+        self.assertLessEqual(float(np.max(np.abs(y - fourier_features(v, b)))), TABLE_ERR)
+        tables = {t["name"]: t for t in self.client.list_schemes().tables}
+        self.assertEqual(tables["fourier_b64"]["shape"], [b.shape[0], 1])
+        self.assertEqual(tables["fourier_b64"]["dtype"], "FLOAT32")  # as it is held
 
     def test_fourier_bad_input(self):
         INV, RE = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED

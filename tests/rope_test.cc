@@ -1071,6 +1071,12 @@ TEST(AxisPositions, SegmentsLayOutLikeGetRopeIndex) {
                        HasSubstr("positions.mrope_segments cover more than 13 tokens")));
   EXPECT_THAT(ResolveAxisPositions(spec, 2, 1, 14).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("need 3 axes")));
+
+  // A segment with neither text nor grid covers nothing: a mistake, not a no-op.
+  spec.mrope_segments.back() = {0, 0, 0, 0, 1.0};
+  EXPECT_THAT(ResolveAxisPositions(spec, 3, 1, 13).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("positions.mrope_segments[4] is empty")));
 }
 
 // A token whose axes differ gets a row assembled from its axes' positions; on every ISA

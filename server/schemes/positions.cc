@@ -106,6 +106,11 @@ absl::StatusOr<int64_t> SegmentTokens(const MropeSegmentSpec& s, size_t i) {
         s.grid_w, "; a segment is a text run (grid all 0) or a grid (text_length 0, grid_t, "
         "grid_h, grid_w >= 1)"));
   }
+  if (!grid && s.text_length == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " is empty; a segment is a text run (text_length >= 1) or a grid (grid_t, "
+        "grid_h, grid_w >= 1)"));
+  }
   if (!(s.temporal_scale >= 0) || !(s.temporal_scale <= 1e6)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".temporal_scale is ", s.temporal_scale,
                                                    "; it must be in [0, 1e6]"));

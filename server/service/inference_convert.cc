@@ -389,11 +389,39 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
   return absl::OkStatus();
 }
 
+// The input 'axis_ids' is [num_axes, seq] or [num_axes, batch (or 1), seq] of the rope's
+// axes and the input's tokens; Positions.axis_ids, flat, can only be checked by its size.
+// Left to the scheme's own checks when the rope has no axes or the input's rank is off.
+absl::Status CheckAxisIdsShape(const v1::Rope& rope, const std::vector<Input>& inputs) {
+  const Input* axis_ids = Named(inputs, "axis_ids");
+  const Input* input = Named(inputs, "input");
+  const int64_t axes = rope.mrope_section_size() > 0 ? rope.mrope_section_size() : rope.axial_axes();
+  if (axis_ids == nullptr || input == nullptr || axes <= 0) return absl::OkStatus();
+  const auto& in = input->tensor->shape();
+  int64_t batch = 0, seq = 0;
+  if (rope.layout() == v1::THD && in.size() == 3) {
+    batch = 1, seq = in[0];
+  } else if (rope.layout() != v1::THD && in.size() == 4) {
+    batch = in[0], seq = in[rope.layout() == v1::BHSD ? 2 : 1];
+  } else {
+    return absl::OkStatus();
+  }
+  const auto& shape = axis_ids->tensor->shape();
+  const bool fits = shape[0] == axes && shape[shape.size() - 1] == seq &&
+                    (shape.size() == 2 || shape[1] == batch || shape[1] == 1);
+  if (fits) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input 'axis_ids' has shape [", absl::StrJoin(shape, ","), "]; with ", axes,
+      " rope axes and input [", absl::StrJoin(in, ","), "] it must be [", axes, ", ", seq,
+      "] or [", axes, ", ", batch, ", ", seq, "]"));
+}
+
 absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
   v1::EncodeRequest& r = n.encode;
   r.set_request_id(n.id);
   RETURN_IF_ERROR(SchemeMessageOf(*n.model, params, r));
   RETURN_IF_ERROR(PositionsOf(params, inputs, *r.mutable_positions()));
+  if (r.has_rope()) RETURN_IF_ERROR(CheckAxisIdsShape(r.rope(), inputs));
   for (Input& in : inputs) {
     if (in.tensor->name() == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));
     if (in.tensor->name() == "key") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_key()));

@@ -301,12 +301,23 @@ TEST_P(EveryDtype, MultimodalRopeTakesAxisIdsAndSegmentsLikeEncode) {
   SetParameter(oip, "positions", Json(native.positions()));
   ExpectEncodeSame("rope", native, oip);
 
-  // A wrong axis_ids size names the field.
+  // An axis_ids shape that is not [3 axes, (2 rows,) 6 tokens] names the input, also when
+  // its size would fit.
+  native.clear_positions();
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{3, 5}, {6, 6}, {3, 6, 2}, {1, 3, 12}, {3, 3, 6}}) {
+    oip = EncodeAsOip("rope", native);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    AddRaw(oip, "axis_ids", "INT64", shape, Bytes(std::vector<int64_t>(n, 1)));
+    const InferResult bad = Infer(oip);
+    EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << shape[1];
+    EXPECT_THAT(bad.status.error_message(), HasSubstr("input 'axis_ids' has shape"));
+  }
+  // [3, 1, 6]: one row of positions shared by both rows of the batch.
   oip = EncodeAsOip("rope", native);
-  AddRaw(oip, "axis_ids", "INT64", {3, 5}, Bytes(std::vector<int64_t>(15, 1)));
-  const InferResult bad = Infer(oip);
-  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(bad.status.error_message(), HasSubstr("positions.axis_ids"));
+  AddRaw(oip, "axis_ids", "INT64", {3, 1, 6}, Bytes(std::vector<int64_t>(18, 1)));
+  EXPECT_TRUE(Infer(oip).status.ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EveryDtype, ::testing::Values(v1::FLOAT32, v1::BFLOAT16),

@@ -83,9 +83,9 @@ TEST(DebertaBuckets, MatchTorchRunningHfCode) {
     }
   }
   check();
-  EXPECT_EQ(configs, 9);
+  EXPECT_EQ(configs, 10);
   EXPECT_EQ(unbucketed, 3);
-  EXPECT_EQ(checked, int64_t{9} * 8193);
+  EXPECT_EQ(checked, int64_t{10} * 8193);
 }
 
 TEST(DebertaBuckets, DefaultsAreHfs) {

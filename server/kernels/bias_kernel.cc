@@ -466,8 +466,9 @@ std::optional<int32_t> DebertaLogBucket(int64_t relative_position, int32_t bucke
   const int64_t mid = bucket_size / 2;
   const int64_t rel = relative_position;
   const int64_t abs_pos = (rel < mid && rel > -mid) ? mid - 1 : (rel < 0 ? -rel : rel);
-  // where(abs_pos <= mid, rel, ...): rel is exact in float32 there (|rel| <= mid < 2^30).
-  if (abs_pos <= mid) return static_cast<int32_t>(rel);
+  // where(abs_pos <= mid, rel.type_as(log_pos), ...): rel goes through float32 there, which
+  // rounds it once |rel| > 2^24 (buckets over 2^25); |rel| <= mid < 2^30 fits int32 after.
+  if (abs_pos <= mid) return static_cast<int32_t>(static_cast<float>(rel));
   const float sign = rel > 0 ? 1.0f : -1.0f;
   const float bucket = DebertaLogPosition(abs_pos, mid, max_position) * sign;
   // A zero or negative log range (max_position <= mid + 1) can give inf, NaN or huge values

@@ -74,7 +74,7 @@ class HealthService::WatchReactor final : public grpc::ServerWriteReactor<Health
 
 HealthService::HealthService() {
   statuses_[""] = HealthCheckResponse::SERVING;
-  statuses_["liveness"] = HealthCheckResponse::SERVING;
+  statuses_[kLivenessService] = HealthCheckResponse::SERVING;
 }
 
 HealthService::~HealthService() = default;
@@ -100,7 +100,10 @@ void HealthService::Set(const std::string& service, bool serving) {
 void HealthService::Shutdown() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   shut_down_ = true;
-  for (auto& [name, status] : statuses_) status = HealthCheckResponse::NOT_SERVING;
+  // Readiness goes; "liveness" stays SERVING while the accepted calls finish.
+  for (auto& [name, status] : statuses_) {
+    if (name != kLivenessService) status = HealthCheckResponse::NOT_SERVING;
+  }
   const std::set<WatchReactor*> watches = watches_;  // a Finish may erase from watches_
   for (WatchReactor* w : watches) w->NotifyLocked(StatusLocked(w->service_), /*last=*/true);
 }

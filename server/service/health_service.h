@@ -16,6 +16,9 @@
 
 namespace posenc {
 
+// The health service name of the process's liveness.
+inline constexpr char kLivenessService[] = "liveness";
+
 class HealthService final : public grpc::health::v1::Health::CallbackService {
  public:
   using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
@@ -25,8 +28,8 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   // Sets one service's status ("" is the whole server); open Watches of it are told.
   void Set(const std::string& service, bool serving);
-  // NOT_SERVING for every service, and every open Watch ends (status OK) after saying so.
-  // Later Watches get NOT_SERVING and end at once.
+  // NOT_SERVING for every service but "liveness", and every open Watch ends (status OK)
+  // after saying its status. Later Watches get their status and end at once.
   void Shutdown();
 
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,

@@ -215,7 +215,13 @@ void PosencServer::CreateServices(const ServerOptions& options) {
   cache_ = std::make_unique<TableCache>(options.cache_bytes, metrics_);
   tracker_ = std::make_unique<CallTracker>(metrics_, options.log_requests);
   admission_ = std::make_unique<Admission>(options.admission);
-  shm_ = std::make_unique<SharedMemoryRegistry>(options.shm);
+  SharedMemoryRegistry::Options shm_options = options.shm;
+  if (metrics_) {  // the gauges follow every change at once; the monitor catches late unmaps
+    shm_options.on_change = [this] {
+      metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
+    };
+  }
+  shm_ = std::make_unique<SharedMemoryRegistry>(std::move(shm_options));
   const int workers = std::max(1, options.threads);
   pool_ = std::make_unique<WorkPool>(/*cheap_threads=*/std::max(2, workers), workers);
   health_ = std::make_unique<HealthService>();

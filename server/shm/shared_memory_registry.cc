@@ -266,57 +266,72 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
   }
   absl::string_view bare_key = key;
   if (!bare_key.empty() && bare_key.front() == '/') bare_key.remove_prefix(1);
-  std::lock_guard<std::mutex> lock(mutex_);
-  OwnedName owned{std::string(owner), std::string(name)};
-  if (regions_.find(owned) != regions_.end()) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("shared memory region '", name, "' is already registered"));
-  }
-  for (const auto& [other, entry] : regions_) {
-    if (other.first != owner && entry.key == bare_key) {
-      return absl::PermissionDeniedError(
-          Prefix(name) + "the key is registered by another client");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    OwnedName owned{std::string(owner), std::string(name)};
+    if (regions_.find(owned) != regions_.end()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("shared memory region '", name, "' is already registered"));
     }
+    for (const auto& [other, entry] : regions_) {
+      if (other.first != owner && entry.key == bare_key) {
+        return absl::PermissionDeniedError(
+            Prefix(name) + "the key is registered by another client");
+      }
+    }
+    ASSIGN_OR_RETURN(const UniqueFd fd, OpenObject(name, key));
+    RETURN_IF_ERROR(CheckObject(name, fd.get(), offset, byte_size));
+    RETURN_IF_ERROR(CheckRoom(byte_size, owned.first));
+    ASSIGN_OR_RETURN(auto region, MapRegion(name, fd.get(), offset, byte_size, mapped_bytes_));
+    regions_.emplace(std::move(owned), Entry{std::move(region), std::string(bare_key),
+                                            std::chrono::steady_clock::now()});
   }
-  ASSIGN_OR_RETURN(const UniqueFd fd, OpenObject(name, key));
-  RETURN_IF_ERROR(CheckObject(name, fd.get(), offset, byte_size));
-  RETURN_IF_ERROR(CheckRoom(byte_size, owned.first));
-  ASSIGN_OR_RETURN(auto region, MapRegion(name, fd.get(), offset, byte_size, mapped_bytes_));
-  regions_.emplace(std::move(owned), Entry{std::move(region), std::string(bare_key),
-                                          std::chrono::steady_clock::now()});
+  Changed();
   return absl::OkStatus();
+}
+
+void SharedMemoryRegistry::Changed() const {
+  if (options_.on_change) options_.on_change();
 }
 
 absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, absl::string_view owner) {
   if (!options_.enabled) return absl::FailedPreconditionError(kOffMessage);
   // Unmapping happens when `dropped` goes, outside the lock.
-  std::vector<Entry> dropped;
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = regions_.lower_bound({std::string(owner), ""});
-       it != regions_.end() && it->first.first == owner;) {
-    if (name.empty() || it->first.second == name) {
-      dropped.push_back(std::move(it->second));
-      it = regions_.erase(it);
-    } else {
-      ++it;
+  {
+    std::vector<Entry> dropped;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = regions_.lower_bound({std::string(owner), ""});
+         it != regions_.end() && it->first.first == owner;) {
+      if (name.empty() || it->first.second == name) {
+        dropped.push_back(std::move(it->second));
+        it = regions_.erase(it);
+      } else {
+        ++it;
+      }
     }
+    if (dropped.empty()) return absl::OkStatus();
   }
+  Changed();
   return absl::OkStatus();
 }
 
 void SharedMemoryRegistry::ReleaseOwnersExcept(const std::set<std::string>& live,
                                                std::chrono::steady_clock::time_point seen_at) {
-  std::vector<Entry> dropped;
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = regions_.begin(); it != regions_.end();) {
-    if (!it->first.first.empty() && live.count(it->first.first) == 0 &&
-        it->second.registered < seen_at) {
-      dropped.push_back(std::move(it->second));
-      it = regions_.erase(it);
-    } else {
-      ++it;
+  {
+    std::vector<Entry> dropped;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      if (!it->first.first.empty() && live.count(it->first.first) == 0 &&
+          it->second.registered < seen_at) {
+        dropped.push_back(std::move(it->second));
+        it = regions_.erase(it);
+      } else {
+        ++it;
+      }
     }
+    if (dropped.empty()) return;
   }
+  Changed();
 }
 
 absl::StatusOr<std::vector<ShmRegionStatus>> SharedMemoryRegistry::Status(

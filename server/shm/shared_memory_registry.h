@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,6 +88,9 @@ class SharedMemoryRegistry {
     // client cannot exhaust the registry for the others.
     int max_regions_per_owner = 64;
     uint64_t max_bytes_per_owner = uint64_t{4} << 30;
+    // Called after a Register, Unregister or ReleaseOwnersExcept that changed the regions,
+    // outside the registry's lock (it may read regions() and mapped_bytes()); any thread.
+    std::function<void()> on_change;
   };
 
   // Every call below names an owner: a region is seen, used, replaced and unregistered only
@@ -137,6 +141,8 @@ class SharedMemoryRegistry {
 
  private:
   absl::Status CheckKey(absl::string_view key) const;
+  // REQUIRES: mutex_ not held. Tells options_.on_change.
+  void Changed() const;
   // REQUIRES: mutex_ held.
   absl::Status CheckRoom(uint64_t byte_size, const std::string& owner) const;
 

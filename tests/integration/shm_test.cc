@@ -229,6 +229,15 @@ TEST_F(ShmTest, MetricsCountRegionsAndBytesByTransport) {
   ASSERT_TRUE(server_.started());
   auto region = ShmRegion::Create(Key("metrics"), 1 << 20);
   ASSERT_THAT(region, IsOk());
+  // The gauges follow a registration as soon as it is answered.
+  auto other = ShmRegion::Create(Key("metrics2"), 8192);
+  ASSERT_THAT(other, IsOk());
+  ASSERT_THAT(Register("m2", other->key(), 0, other->byte_size()), IsOk());
+  EXPECT_EQ(ScrapeMetric(server_, "posenc_shm_regions", {}), 1);
+  EXPECT_EQ(ScrapeMetric(server_, "posenc_shm_mapped_bytes", {}), 8192);
+  ASSERT_THAT(Unregister("m2"), IsOk());
+  EXPECT_EQ(ScrapeMetric(server_, "posenc_shm_regions", {}), 0);
+  EXPECT_EQ(ScrapeMetric(server_, "posenc_shm_mapped_bytes", {}), 0);
   ASSERT_THAT(Register("m", region->key(), 0, region->byte_size()), IsOk());
   v1::EncodeRequest req;
   req.mutable_sinusoidal();

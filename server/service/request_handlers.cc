@@ -8,12 +8,24 @@
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/convert_kernel.h"
+#include "server/kernels/finite_kernel.h"
 #include "server/service/proto_convert.h"
 #include "server/service/request_tensors.h"
 #include "server/schemes/scheme_proto.h"
 
 namespace posenc {
 namespace {
+
+// A result that is not finite is an error, not an answer: it comes from an inf or NaN in
+// `source` (the input or the key) or from scales or values that overflow its dtype.
+absl::Status CheckFinite(const TensorView& result, const char* source) {
+  const int64_t at = FirstNonFinite(result.dtype, result.data, result.NumElements());
+  if (at < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, " gives a result that is not finite (element ", at, " of the ",
+      DTypeName(result.dtype), " result ", ShapeString(result.shape), " is inf or NaN): ",
+      source, " holds inf or NaN, or the scales and values overflow ", DTypeName(result.dtype)));
+}
 
 class KernelTimer {
  public:
@@ -121,6 +133,8 @@ absl::Status Rotate(const ServiceState& state, const SchemeDescriptor& scheme,
                                   key_placed ? &key_placed->view : nullptr, positions));
   }
   RETURN_IF_ERROR(tensors.CheckIntact());
+  RETURN_IF_ERROR(CheckFinite(placed.view, "input"));
+  if (key_placed) RETURN_IF_ERROR(CheckFinite(key_placed->view, "key"));
   Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
   if (key_placed) {
     Answer(*key_placed, request.mutable_key()->mutable_data(), response.mutable_key_output());
@@ -201,6 +215,10 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
     result = scheme->add(state_.Env(), request, placed.view, positions);
   }
   if (!result.ok()) return result.status();
+  RETURN_IF_ERROR(CheckFinite(result->concat ? TensorView{placed.view.dtype, result->shape,
+                                                          result->concat->data()}
+                                             : placed.view,
+                              "input"));
   RETURN_IF_ERROR(FillResponse(*result, placed, tensors, request, response));
   RETURN_IF_ERROR(tensors.CheckIntact());
   CountBytes(in_bytes, response.output().data().size(), tensors);

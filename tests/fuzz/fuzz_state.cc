@@ -23,11 +23,11 @@ std::shared_ptr<const Table> MakeTable(int64_t rows, int64_t cols) {
 
 NamedTables* MakeTables() {
   auto* tables = new NamedTables;
-  if (!tables->Add({"pos", MakeTable(64, 16), DType::kFloat32}).ok() ||
-      !tables->Add({"t5", MakeTable(32, 4), DType::kFloat32}).ok() ||
-      !tables->Add({"fourier_b", MakeTable(6, 2), DType::kFloat32}).ok() ||
-      !tables->Add({"shaw", MakeTable(9, 8), DType::kFloat32}).ok() ||
-      !tables->Add({"kids", MakeTable(3, 4), DType::kFloat32}).ok()) {
+  if (!tables->Add({"pos", MakeTable(64, 16), DType::kFloat32, nullptr}).ok() ||
+      !tables->Add({"t5", MakeTable(32, 4), DType::kFloat32, nullptr}).ok() ||
+      !tables->Add({"fourier_b", MakeTable(6, 2), DType::kFloat32, nullptr}).ok() ||
+      !tables->Add({"shaw", MakeTable(9, 8), DType::kFloat32, nullptr}).ok() ||
+      !tables->Add({"kids", MakeTable(3, 4), DType::kFloat32, nullptr}).ok()) {
     std::abort();
   }
   return tables;

@@ -3,9 +3,11 @@
 // written directly here, and every refusal with its code and the field it names.
 #include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/tensor/dtype.h"
 #include "tests/integration/v1_helpers.h"
 #include "tests/support/npy_writer.h"
 #include "tests/support/status_matchers.h"
@@ -176,6 +178,55 @@ TEST(Encode, RopeRotatesQueriesAndGqaKeysInPlace) {
   *bad.mutable_input() = FloatTensor({1, 1, 1, 15}, std::vector<float>(15));
   bad.mutable_rope();
   EXPECT_THAT(Encode(*stub, bad), StatusIs(StatusCode::kInvalidArgument, HasSubstr("rotary_dim")));
+}
+
+// A result that is not finite is an error, never an answer: an inf or NaN in the input or
+// the key, or scales that overflow the dtype. The server answers the next request as before.
+TEST(Encode, ResultsThatAreNotFiniteAreRefused) {
+  ServerProcess server;
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  const float inf = std::numeric_limits<float>::infinity();
+  {
+    EncodeRequest req = SinusoidalRequest(1, 2, 8, "overflow");
+    req.mutable_input()->set_dtype(v1::FLOAT16);
+    std::string halves;
+    for (int i = 0; i < 16; ++i) {
+      const uint16_t h = FloatToHalf(60000.0f);
+      halves.append(reinterpret_cast<const char*>(&h), 2);
+    }
+    req.mutable_input()->set_data(halves);
+    req.mutable_sinusoidal()->set_input_scale(2.0f);  // 120000 > FLOAT16's 65504
+    EXPECT_THAT(Encode(*stub, req),
+                StatusIs(StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("input gives a result that is not finite"),
+                               HasSubstr("element 0 of the FLOAT16 result [1,2,8]"))));
+  }
+  for (v1::Fusion fusion : {v1::ADD, v1::CONCAT, v1::MULTIPLY}) {
+    std::vector<float> x(2 * 3 * 8, 0.5f);
+    x[13] = std::nanf("");
+    EncodeRequest req = SinusoidalRequest(2, 3, 8, "nan");
+    *req.mutable_input() = FloatTensor({2, 3, 8}, x);
+    req.mutable_sinusoidal()->set_fusion(fusion);
+    EXPECT_THAT(Encode(*stub, req),
+                StatusIs(StatusCode::kInvalidArgument,
+                         HasSubstr("input gives a result that is not finite (element ")))
+        << fusion;
+  }
+  {
+    EncodeRequest req;
+    std::vector<float> k(1 * 2 * 1 * 8, 1.0f);
+    k[9] = -inf;
+    *req.mutable_input() = FloatTensor({1, 2, 2, 8}, std::vector<float>(32, 1.0f));
+    *req.mutable_key() = FloatTensor({1, 2, 1, 8}, k);
+    req.mutable_rope();
+    EXPECT_THAT(Encode(*stub, req),
+                StatusIs(StatusCode::kInvalidArgument,
+                         HasSubstr("key gives a result that is not finite (element 9 ")));
+  }
+  EncodeResponse resp;
+  ASSERT_THAT(Encode(*stub, SinusoidalRequest(1, 2, 4, "ok"), &resp), IsOk());
+  EXPECT_NEAR(Floats(resp.output())[5], PaperPe(1, 1, 4), 1.2e-7);
 }
 
 TEST(Encode, HierarchicalAndContinuous) {

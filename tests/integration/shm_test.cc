@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "server/tensor/dtype.h"
 #include "tests/integration/v1_helpers.h"
 #include "tests/support/npy_writer.h"
 #include "tests/support/random_values.h"
@@ -74,6 +75,18 @@ class ShmTest : public ::testing::Test {
 std::string RandomBytes(size_t n, uint32_t seed) {
   std::string out = Bytes(RandomFloats(n / 4, seed, -2.0f, 2.0f));
   out.resize(n, '\0');
+  return out;
+}
+
+// `n` bytes of `dtype` values in [-2, 2): FLOAT32 as RandomBytes, BFLOAT16 rounded from them
+// (random bytes read as bfloat16 would hold infinities and NaNs, which posenc refuses).
+std::string RandomValues(size_t n, uint32_t seed, v1::DType dtype) {
+  if (dtype != v1::BFLOAT16) return RandomBytes(n, seed);
+  std::string out;
+  for (float v : RandomFloats(n / 2, seed, -2.0f, 2.0f)) {
+    const uint16_t b = FloatToBFloat16(v);
+    out.append(reinterpret_cast<const char*>(&b), 2);
+  }
   return out;
 }
 
@@ -203,9 +216,10 @@ TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
                                               : std::vector<int64_t>{2, 16, 64};
       const size_t elem = dtype == v1::FLOAT32 ? 4 : 2;
       const size_t bytes = (rope ? 2 * 16 * 4 * 32 : 2 * 16 * 64) * elem;
-      *inline_req.mutable_input() = MakeTensor(shape, dtype, RandomBytes(bytes, i));
+      *inline_req.mutable_input() = MakeTensor(shape, dtype, RandomValues(bytes, i, dtype));
       if (rope) {
-        *inline_req.mutable_key() = MakeTensor({2, 16, 2, 32}, dtype, RandomBytes(bytes / 2, 99));
+        *inline_req.mutable_key() =
+            MakeTensor({2, 16, 2, 32}, dtype, RandomValues(bytes / 2, 99, dtype));
       }
       v1::EncodeResponse inline_resp, ref_resp;
       ASSERT_THAT(Encode(inline_req, &inline_resp), IsOk()) << i;

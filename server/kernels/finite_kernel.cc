@@ -1,0 +1,71 @@
+#include "server/kernels/finite_kernel.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace posenc {
+namespace {
+
+// A value is inf or NaN exactly when its exponent bits are all ones.
+template <typename Bits>
+int64_t FirstNonFiniteLoop(const unsigned char* data, int64_t begin, int64_t n, Bits exponent) {
+  for (int64_t i = begin; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, data + i * sizeof(Bits), sizeof(Bits));  // need not be aligned
+    if ((bits & exponent) == exponent) return i;
+  }
+  return -1;
+}
+
+// 32 bytes a step: 8 float32 or 16 16-bit values; the tail and the found block go to the
+// loop, which names the first element.
+__attribute__((target("avx2"))) int64_t FirstNonFinite32Avx2(const unsigned char* data,
+                                                             int64_t n) {
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  constexpr int64_t kLanes = 8;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(uint32_t)));
+    const __m256i hit = _mm256_cmpeq_epi32(_mm256_and_si256(v, exponent), exponent);
+    if (!_mm256_testz_si256(hit, hit)) break;
+  }
+  return FirstNonFiniteLoop<uint32_t>(data, i, n, 0x7f800000u);
+}
+
+__attribute__((target("avx2"))) int64_t FirstNonFinite16Avx2(const unsigned char* data,
+                                                             int64_t n, uint16_t exponent_bits) {
+  const __m256i exponent = _mm256_set1_epi16(static_cast<int16_t>(exponent_bits));
+  constexpr int64_t kLanes = 16;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(uint16_t)));
+    const __m256i hit = _mm256_cmpeq_epi16(_mm256_and_si256(v, exponent), exponent);
+    if (!_mm256_testz_si256(hit, hit)) break;
+  }
+  return FirstNonFiniteLoop<uint16_t>(data, i, n, exponent_bits);
+}
+
+}  // namespace
+
+int64_t FirstNonFinite(DType dtype, const void* bytes, int64_t n, KernelImpl implementation) {
+  const auto* data = static_cast<const unsigned char*>(bytes);
+  const bool avx2 = IsaBoundFor(implementation) != KernelImpl::kScalar;
+  switch (dtype) {
+    case DType::kFloat32:
+      return avx2 ? FirstNonFinite32Avx2(data, n)
+                  : FirstNonFiniteLoop<uint32_t>(data, 0, n, 0x7f800000u);
+    case DType::kFloat16:
+      return avx2 ? FirstNonFinite16Avx2(data, n, 0x7c00u)
+                  : FirstNonFiniteLoop<uint16_t>(data, 0, n, 0x7c00u);
+    case DType::kBFloat16:
+      return avx2 ? FirstNonFinite16Avx2(data, n, 0x7f80u)
+                  : FirstNonFiniteLoop<uint16_t>(data, 0, n, 0x7f80u);
+    default:
+      return -1;
+  }
+}
+
+}  // namespace posenc

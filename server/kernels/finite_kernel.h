@@ -1,0 +1,21 @@
+// Finds a value that is not finite (inf or NaN) in a float tensor: posenc answers a result
+// that is not finite with an error instead of returning it. One pass over the bytes; the
+// hand-written AVX2 code tests 32 bytes of exponents at a time, the scalar loop one value.
+// `implementation` follows kernel_impl.h: kAuto and kAvx512 run the AVX2 code where the CPU
+// has AVX2 (there is no AVX-512 code: the pass is bound by memory), kScalar the loop.
+// Free functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "server/kernels/kernel_impl.h"
+#include "server/tensor/dtype.h"
+
+namespace posenc {
+
+// The index of the first of the n elements at `data` that is inf or NaN, or -1 when every
+// one is finite. Float dtypes (FLOAT32, FLOAT16, BFLOAT16) only: others give -1.
+int64_t FirstNonFinite(DType dtype, const void* data, int64_t n,
+                       KernelImpl implementation = KernelImpl::kAuto);
+
+}  // namespace posenc

@@ -1,0 +1,78 @@
+// FirstNonFinite on every ISA this CPU has and the scalar loop, for each float dtype,
+// against a per-element reference (std::isfinite of the value widened to float32): inf,
+// -inf and NaN at every position of lengths that cross the 32-byte blocks, and the largest
+// finite values, which must not count.
+#include "server/kernels/finite_kernel.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/kernels/kernel_impl.h"
+#include "server/tensor/dtype.h"
+
+namespace posenc {
+namespace {
+
+std::string Encoded(DType t, const std::vector<float>& values) {
+  std::string out(values.size() * DTypeSize(t), '\0');
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (t == DType::kFloat32) {
+      std::memcpy(&out[i * 4], &values[i], 4);
+    } else {
+      const uint16_t h = t == DType::kFloat16 ? FloatToHalf(values[i]) : FloatToBFloat16(values[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+float Largest(DType t) {
+  if (t == DType::kFloat16) return 65504.0f;
+  if (t == DType::kBFloat16) return BFloat16ToFloat(0x7f7f);
+  return std::numeric_limits<float>::max();
+}
+
+std::vector<KernelImpl> Implementations() {
+  std::vector<KernelImpl> impls = {KernelImpl::kScalar, KernelImpl::kAuto};
+  for (KernelImpl isa : CpuVectorIsas()) impls.push_back(isa);
+  return impls;
+}
+
+TEST(FirstNonFinite, FindsTheFirstInfOrNanAnywhere) {
+  const float bad[] = {std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN()};
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (KernelImpl impl : Implementations()) {
+      for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 100}) {
+        std::vector<float> values(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) values[i] = (i % 3 == 0 ? -1 : 1) * Largest(t);
+        const std::string finite = Encoded(t, values);
+        ASSERT_EQ(FirstNonFinite(t, finite.data(), n, impl), -1)
+            << DTypeName(t) << " " << KernelImplName(impl) << " n " << n;
+        for (int64_t at = 0; at < n; ++at) {
+          for (float b : bad) {
+            std::vector<float> with = values;
+            with[at] = b;
+            if (at + 2 < n) with[at + 2] = b;  // only the first one counts
+            const std::string bytes = Encoded(t, with);
+            ASSERT_EQ(FirstNonFinite(t, bytes.data(), n, impl), at)
+                << DTypeName(t) << " " << KernelImplName(impl) << " n " << n << " value " << b;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FirstNonFinite, IntegerDtypesAreNotChecked) {
+  const std::vector<int32_t> ids = {0x7f800000, -1};
+  EXPECT_EQ(FirstNonFinite(DType::kInt32, ids.data(), 2), -1);
+}
+
+}  // namespace
+}  // namespace posenc

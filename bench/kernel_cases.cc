@@ -13,6 +13,7 @@
 #include "server/kernels/add_kernel.h"
 #include "server/kernels/bias_kernel.h"
 #include "server/kernels/convert_kernel.h"
+#include "server/kernels/finite_kernel.h"
 #include "server/kernels/kernel_impl.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/schemes/rope_scheme.h"
@@ -320,6 +321,18 @@ void AddConvertCases(KernelFixture& f, const std::string& size, std::vector<Kern
                        last, /*comparison=*/true});
     }
   }
+  // The check every Encode result gets (finite_kernel.h): one read of a float32 [seq, dim]
+  // table of finite values, so it scans to the end.
+  const size_t table_bytes = static_cast<size_t>(n) * sizeof(float);
+  cases.push_back({"finite_check", size, Shape{f.seq, f.dim}, DType::kFloat32, table_bytes,
+                   table_bytes,
+                   [=] {
+                     if (FirstNonFinite(DType::kFloat32, table, n) != -1) {
+                       Check(absl::InternalError("a finite table was found not finite"),
+                             "FirstNonFinite");
+                     }
+                   },
+                   nullptr});
 }
 
 std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, KernelImpl isa) {

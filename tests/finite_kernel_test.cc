@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "server/kernels/kernel_impl.h"
+#include "server/kernels/threads.h"
 #include "server/tensor/dtype.h"
 
 namespace posenc {
@@ -65,6 +66,24 @@ TEST(FirstNonFinite, FindsTheFirstInfOrNanAnywhere) {
           }
         }
       }
+    }
+  }
+}
+
+// From 256 KiB of work the kernel threads share the pass: the first element still wins when
+// each thread's part holds one.
+TEST(FirstNonFinite, LargeTensorsOnTheKernelThreads) {
+  SetKernelThreads(4);
+  const int64_t n = int64_t{1} << 20;  // 4 MiB of float32
+  std::vector<float> x(static_cast<size_t>(n), 1.0f);
+  for (KernelImpl impl : Implementations()) {
+    ASSERT_EQ(FirstNonFinite(DType::kFloat32, x.data(), n, impl), -1);
+    for (int64_t at : {int64_t{0}, n / 4 - 1, n / 2 + 3, n - 1}) {
+      std::vector<float> with = x;
+      with[at] = std::numeric_limits<float>::quiet_NaN();
+      with[n - 1] = -std::numeric_limits<float>::infinity();  // in the last part
+      ASSERT_EQ(FirstNonFinite(DType::kFloat32, with.data(), n, impl), at)
+          << KernelImplName(impl);
     }
   }
 }

@@ -2,7 +2,10 @@
 
 #include <immintrin.h>
 
+#include <atomic>
 #include <cstring>
+
+#include "server/kernels/threads.h"
 
 namespace posenc {
 namespace {
@@ -48,11 +51,8 @@ __attribute__((target("avx2"))) int64_t FirstNonFinite16Avx2(const unsigned char
   return FirstNonFiniteLoop<uint16_t>(data, i, n, exponent_bits);
 }
 
-}  // namespace
-
-int64_t FirstNonFinite(DType dtype, const void* bytes, int64_t n, KernelImpl implementation) {
-  const auto* data = static_cast<const unsigned char*>(bytes);
-  const bool avx2 = IsaBoundFor(implementation) != KernelImpl::kScalar;
+// One thread's part: the first non-finite element of [0, n) at `data`, or -1.
+int64_t FirstNonFiniteIn(DType dtype, const unsigned char* data, int64_t n, bool avx2) {
   switch (dtype) {
     case DType::kFloat32:
       return avx2 ? FirstNonFinite32Avx2(data, n)
@@ -66,6 +66,27 @@ int64_t FirstNonFinite(DType dtype, const void* bytes, int64_t n, KernelImpl imp
     default:
       return -1;
   }
+}
+
+}  // namespace
+
+int64_t FirstNonFinite(DType dtype, const void* bytes, int64_t n, KernelImpl implementation) {
+  const auto* data = static_cast<const unsigned char*>(bytes);
+  const bool avx2 = IsaBoundFor(implementation) != KernelImpl::kScalar;
+  if (!IsFloat(dtype) || n <= 0) return -1;
+  // One core reads at a fraction of the memory bandwidth: large results go to the team.
+  KernelThreadLease lease(WorkBytes(n));
+  if (lease.threads() <= 1) return FirstNonFiniteIn(dtype, data, n, avx2);
+  const size_t size = DTypeSize(dtype);
+  std::atomic<int64_t> first{n};
+  ParallelFor(lease.threads(), n, [&](int64_t begin, int64_t end) {
+    const int64_t at = FirstNonFiniteIn(dtype, data + begin * size, end - begin, avx2);
+    if (at < 0) return;
+    int64_t seen = first.load();
+    while (begin + at < seen && !first.compare_exchange_weak(seen, begin + at)) {
+    }
+  });
+  return first.load() < n ? first.load() : -1;
 }
 
 }  // namespace posenc

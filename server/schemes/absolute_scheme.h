@@ -6,15 +6,10 @@
 // Results are finite or refused. Every parameter that could take a row out of float range
 // is bounded below (INVALID_ARGUMENT naming the field), and rows computed per request are
 // checked finite before the add (a backstop, cheap next to their sin/cos); learned rows come
-// from tables checked finite when loaded, and interpolating them stays between. What is not
-// checked, by choice:
-//  - non-finite inputs: a NaN or inf in the embeddings is the client's data; it propagates
-//    elementwise (input * input_scale + pe * pe_scale) and the call is OK;
-//  - the output of the add itself: with |scales| <= kMaxScale an input below 1e32 in
-//    magnitude stays finite in float32 and bfloat16 (below 1e26 for MULTIPLY) (float16 is inf past 65504, as the
-//    model's own float16 arithmetic would be). A scan of every output would be a second
-//    pass over memory after an add that runs at memory bandwidth, comparable to the add's
-//    own time (docs/performance.md, "Kernel choices").
+// from tables checked finite when loaded, and interpolating them stays between. The combined
+// result (a NaN or inf in the input, or scales that overflow the dtype, e.g. float16 past
+// 65504) is not checked here: the service scans every Encode result once, on the kernel
+// threads when it is large (finite_kernel.h), and refuses one that is not finite.
 // Parameters that multiply work have stated bounds (kMaxPeDim, kMaxHierarchicalLevels);
 // over one, or over SchemeLimits, is RESOURCE_EXHAUSTED.
 #pragma once

@@ -296,6 +296,12 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
     KernelTimer timer(state_.metrics, scheme->label);
     ASSIGN_OR_RETURN(result, scheme->graph(state_.Env(), request, input, cancelled));
   }
+  // The encodings are finite by construction (graph_common.h); an input with inf or NaN
+  // would carry them into the concatenated result.
+  if (input) {
+    RETURN_IF_ERROR(CheckFinite(TensorView{result.dtype, result.shape, result.data.data()},
+                                "input"));
+  }
   for (double e : result.eigenvalues) response.add_eigenvalues(e);
   MoveIntoTensor(&result.data, result.shape, result.dtype, response.mutable_output());
   return absl::OkStatus();

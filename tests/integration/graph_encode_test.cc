@@ -54,6 +54,12 @@ TEST(GraphEncode, RingEigenpairsAndConcatenatedInput) {
   }
   EXPECT_EQ(out[0], 10.0f);
   EXPECT_EQ(out[5 * 3], 15.0f);
+  // An input holding NaN would give a result that is not finite: refused.
+  v1::GraphRequest nan_input = req;
+  *nan_input.mutable_input() = FloatTensor({n, 1}, {10, 11, std::nanf(""), 13, 14, 15});
+  EXPECT_THAT(GraphEncode(*stub, nan_input),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("input gives a result that is not finite (element 6 ")));
   req.add_edges(0);
   req.add_edges(n);  // outside [0, n)
   EXPECT_THAT(GraphEncode(*stub, req), StatusIs(StatusCode::kInvalidArgument, HasSubstr("edges[")));

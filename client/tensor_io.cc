@@ -16,7 +16,8 @@ absl::StatusOr<v1::Tensor> TensorFromNpy(const std::string& path, std::optional<
   ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
   if (!IsFloat(array.dtype) && array.dtype != DType::kFloat64) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, " holds ", DTypeName(array.dtype), "; a float32, float64 or float16 array is needed"));
+        path, " holds ", DTypeName(array.dtype),
+        "; a float32, float64 or float16 array is needed"));
   }
   // float64 goes as float32 unless a dtype is asked for (the wire has no float64).
   const v1::DType want = dtype.value_or(

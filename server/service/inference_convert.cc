@@ -395,7 +395,8 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
 absl::Status CheckAxisIdsShape(const v1::Rope& rope, const std::vector<Input>& inputs) {
   const Input* axis_ids = Named(inputs, "axis_ids");
   const Input* input = Named(inputs, "input");
-  const int64_t axes = rope.mrope_section_size() > 0 ? rope.mrope_section_size() : rope.axial_axes();
+  const int64_t axes =
+      rope.mrope_section_size() > 0 ? rope.mrope_section_size() : rope.axial_axes();
   if (axis_ids == nullptr || input == nullptr || axes <= 0) return absl::OkStatus();
   const auto& in = input->tensor->shape();
   int64_t batch = 0, seq = 0;

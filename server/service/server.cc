@@ -101,7 +101,8 @@ absl::Status LoadTables(const std::vector<std::string>& specs, NamedTables& tabl
     table->data = std::move(loaded->data);
     std::shared_ptr<const std::vector<double>> float64_values;
     if (!loaded->float64_data.empty()) {
-      float64_values = std::make_shared<const std::vector<double>>(std::move(loaded->float64_data));
+      float64_values =
+          std::make_shared<const std::vector<double>>(std::move(loaded->float64_data));
     }
     absl::Status added = tables.Add(NamedTable{loaded->name, std::move(table),
                                                loaded->source_dtype, std::move(float64_values)});

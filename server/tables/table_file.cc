@@ -125,9 +125,9 @@ absl::StatusOr<NamedTableData> LoadNpyTable(const std::string& path, absl::strin
   ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
   if (array.dtype != DType::kFloat32 && array.dtype != DType::kFloat64 &&
       array.dtype != DType::kFloat16) {
-    return absl::InvalidArgumentError(absl::StrCat("table '", name, "' (", path, ") has dtype ",
-                                                   DTypeName(array.dtype),
-                                                   "; a table must be float32, float64 or float16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", name, "' (", path, ") has dtype ", DTypeName(array.dtype),
+                     "; a table must be float32, float64 or float16"));
   }
   return MakeTable(name, path, array.dtype, array.shape, array.data.data());
 }

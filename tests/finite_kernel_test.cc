@@ -88,6 +88,29 @@ TEST(FirstNonFinite, LargeTensorsOnTheKernelThreads) {
   }
 }
 
+// FirstNan: infinities (an attention mask's -inf) are not hits; NaNs of either sign are.
+TEST(FirstNan, FindsNanButNotInfinity) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (KernelImpl impl : Implementations()) {
+      for (int64_t n : {1, 15, 16, 17, 40}) {
+        std::vector<float> values(static_cast<size_t>(n), -inf);
+        values[0] = inf;
+        values[n / 2] = -Largest(t);
+        const std::string masked = Encoded(t, values);
+        ASSERT_EQ(FirstNan(t, masked.data(), n, impl), -1) << DTypeName(t) << " n " << n;
+        for (int64_t at = 0; at < n; ++at) {
+          std::vector<float> with = values;
+          with[at] = at % 2 ? std::nanf("") : -std::nanf("");
+          const std::string bytes = Encoded(t, with);
+          ASSERT_EQ(FirstNan(t, bytes.data(), n, impl), at)
+              << DTypeName(t) << " " << KernelImplName(impl) << " n " << n;
+        }
+      }
+    }
+  }
+}
+
 TEST(FirstNonFinite, IntegerDtypesAreNotChecked) {
   const std::vector<int32_t> ids = {0x7f800000, -1};
   EXPECT_EQ(FirstNonFinite(DType::kInt32, ids.data(), 2), -1);

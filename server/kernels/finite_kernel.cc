@@ -10,83 +10,113 @@
 namespace posenc {
 namespace {
 
-// A value is inf or NaN exactly when its exponent bits are all ones.
-template <typename Bits>
-int64_t FirstNonFiniteLoop(const unsigned char* data, int64_t begin, int64_t n, Bits exponent) {
+// What a search looks for: kNonFinite, exponent bits all ones (inf or NaN); kNan, the
+// magnitude bits above infinity's (NaN only).
+enum class Find { kNonFinite, kNan };
+
+template <Find kFind, typename Bits>
+bool Hit(Bits bits, Bits exponent) {
+  if constexpr (kFind == Find::kNonFinite) return (bits & exponent) == exponent;
+  const Bits magnitude = static_cast<Bits>(~(Bits{1} << (8 * sizeof(Bits) - 1)));
+  return (bits & magnitude) > exponent;
+}
+
+template <Find kFind, typename Bits>
+int64_t FirstLoop(const unsigned char* data, int64_t begin, int64_t n, Bits exponent) {
   for (int64_t i = begin; i < n; ++i) {
     Bits bits;
     std::memcpy(&bits, data + i * sizeof(Bits), sizeof(Bits));  // need not be aligned
-    if ((bits & exponent) == exponent) return i;
+    if (Hit<kFind>(bits, exponent)) return i;
   }
   return -1;
 }
 
-// 32 bytes a step: 8 float32 or 16 16-bit values; the tail and the found block go to the
-// loop, which names the first element.
-__attribute__((target("avx2"))) int64_t FirstNonFinite32Avx2(const unsigned char* data,
-                                                             int64_t n) {
+// 32 bytes a step: 8 float32 or 16 16-bit values; the tail and the block with a hit go to
+// the loop, which names the first element. The magnitudes (sign cleared) compare as
+// signed integers.
+template <Find kFind>
+__attribute__((target("avx2"))) int64_t First32Avx2(const unsigned char* data, int64_t n) {
   const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
   constexpr int64_t kLanes = 8;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const __m256i v =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(uint32_t)));
-    const __m256i hit = _mm256_cmpeq_epi32(_mm256_and_si256(v, exponent), exponent);
+    const __m256i hit =
+        kFind == Find::kNonFinite
+            ? _mm256_cmpeq_epi32(_mm256_and_si256(v, exponent), exponent)
+            : _mm256_cmpgt_epi32(_mm256_and_si256(v, magnitude), exponent);
     if (!_mm256_testz_si256(hit, hit)) break;
   }
-  return FirstNonFiniteLoop<uint32_t>(data, i, n, 0x7f800000u);
+  return FirstLoop<kFind, uint32_t>(data, i, n, 0x7f800000u);
 }
 
-__attribute__((target("avx2"))) int64_t FirstNonFinite16Avx2(const unsigned char* data,
-                                                             int64_t n, uint16_t exponent_bits) {
+template <Find kFind>
+__attribute__((target("avx2"))) int64_t First16Avx2(const unsigned char* data, int64_t n,
+                                                    uint16_t exponent_bits) {
   const __m256i exponent = _mm256_set1_epi16(static_cast<int16_t>(exponent_bits));
+  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
   constexpr int64_t kLanes = 16;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const __m256i v =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(uint16_t)));
-    const __m256i hit = _mm256_cmpeq_epi16(_mm256_and_si256(v, exponent), exponent);
+    const __m256i hit =
+        kFind == Find::kNonFinite
+            ? _mm256_cmpeq_epi16(_mm256_and_si256(v, exponent), exponent)
+            : _mm256_cmpgt_epi16(_mm256_and_si256(v, magnitude), exponent);
     if (!_mm256_testz_si256(hit, hit)) break;
   }
-  return FirstNonFiniteLoop<uint16_t>(data, i, n, exponent_bits);
+  return FirstLoop<kFind, uint16_t>(data, i, n, exponent_bits);
 }
 
-// One thread's part: the first non-finite element of [0, n) at `data`, or -1.
-int64_t FirstNonFiniteIn(DType dtype, const unsigned char* data, int64_t n, bool avx2) {
+// One thread's part: the first hit in [0, n) at `data`, or -1.
+template <Find kFind>
+int64_t FirstIn(DType dtype, const unsigned char* data, int64_t n, bool avx2) {
   switch (dtype) {
     case DType::kFloat32:
-      return avx2 ? FirstNonFinite32Avx2(data, n)
-                  : FirstNonFiniteLoop<uint32_t>(data, 0, n, 0x7f800000u);
+      return avx2 ? First32Avx2<kFind>(data, n)
+                  : FirstLoop<kFind, uint32_t>(data, 0, n, 0x7f800000u);
     case DType::kFloat16:
-      return avx2 ? FirstNonFinite16Avx2(data, n, 0x7c00u)
-                  : FirstNonFiniteLoop<uint16_t>(data, 0, n, 0x7c00u);
+      return avx2 ? First16Avx2<kFind>(data, n, 0x7c00u)
+                  : FirstLoop<kFind, uint16_t>(data, 0, n, 0x7c00u);
     case DType::kBFloat16:
-      return avx2 ? FirstNonFinite16Avx2(data, n, 0x7f80u)
-                  : FirstNonFiniteLoop<uint16_t>(data, 0, n, 0x7f80u);
+      return avx2 ? First16Avx2<kFind>(data, n, 0x7f80u)
+                  : FirstLoop<kFind, uint16_t>(data, 0, n, 0x7f80u);
     default:
       return -1;
   }
 }
 
-}  // namespace
-
-int64_t FirstNonFinite(DType dtype, const void* bytes, int64_t n, KernelImpl implementation) {
+template <Find kFind>
+int64_t First(DType dtype, const void* bytes, int64_t n, KernelImpl implementation) {
   const auto* data = static_cast<const unsigned char*>(bytes);
   const bool avx2 = IsaBoundFor(implementation) != KernelImpl::kScalar;
   if (!IsFloat(dtype) || n <= 0) return -1;
-  // One core reads at a fraction of the memory bandwidth: large results go to the team.
+  // One core reads at a fraction of the memory bandwidth: large tensors go to the team.
   KernelThreadLease lease(WorkBytes(n));
-  if (lease.threads() <= 1) return FirstNonFiniteIn(dtype, data, n, avx2);
+  if (lease.threads() <= 1) return FirstIn<kFind>(dtype, data, n, avx2);
   const size_t size = DTypeSize(dtype);
   std::atomic<int64_t> first{n};
   ParallelFor(lease.threads(), n, [&](int64_t begin, int64_t end) {
-    const int64_t at = FirstNonFiniteIn(dtype, data + begin * size, end - begin, avx2);
+    const int64_t at = FirstIn<kFind>(dtype, data + begin * size, end - begin, avx2);
     if (at < 0) return;
     int64_t seen = first.load();
     while (begin + at < seen && !first.compare_exchange_weak(seen, begin + at)) {
     }
   });
   return first.load() < n ? first.load() : -1;
+}
+
+}  // namespace
+
+int64_t FirstNonFinite(DType dtype, const void* data, int64_t n, KernelImpl implementation) {
+  return First<Find::kNonFinite>(dtype, data, n, implementation);
+}
+
+int64_t FirstNan(DType dtype, const void* data, int64_t n, KernelImpl implementation) {
+  return First<Find::kNan>(dtype, data, n, implementation);
 }
 
 }  // namespace posenc

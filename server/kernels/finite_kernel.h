@@ -1,5 +1,5 @@
-// Finds a value that is not finite (inf or NaN) in a float tensor: posenc answers a result
-// that is not finite with an error instead of returning it. One pass over the bytes; the
+// Finds a value that is not finite (inf or NaN), or a NaN, in a float tensor: posenc answers
+// such a result with an error instead of returning it. One pass over the bytes; the
 // hand-written AVX2 code tests 32 bytes of exponents at a time, the scalar loop one value;
 // from 256 KiB of work the kernel threads share the pass (KernelThreadLease).
 // `implementation` follows kernel_impl.h: kAuto and kAvx512 run the AVX2 code where the CPU
@@ -18,5 +18,9 @@ namespace posenc {
 // one is finite. Float dtypes (FLOAT32, FLOAT16, BFLOAT16) only: others give -1.
 int64_t FirstNonFinite(DType dtype, const void* data, int64_t n,
                        KernelImpl implementation = KernelImpl::kAuto);
+
+// The same for NaN only, where infinities are meaningful (an attention mask's -inf).
+int64_t FirstNan(DType dtype, const void* data, int64_t n,
+                 KernelImpl implementation = KernelImpl::kAuto);
 
 }  // namespace posenc

@@ -27,6 +27,17 @@ absl::Status CheckFinite(const TensorView& result, const char* source) {
       source, " holds inf or NaN, or the scales and values overflow ", DTypeName(result.dtype)));
 }
 
+// A bias may hold -inf (ALiBi's causal mask) but never NaN: one comes from a NaN in
+// `source`, or from +inf scores meeting the mask.
+absl::Status CheckNoNan(const TensorView& result, const char* source) {
+  const int64_t at = FirstNan(result.dtype, result.data, result.NumElements());
+  if (at < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, " gives a result that is NaN (element ", at, " of the ", DTypeName(result.dtype),
+      " result ", ShapeString(result.shape), "): ", source,
+      " holds NaN, or +inf that meets the causal mask's -inf"));
+}
+
 class KernelTimer {
  public:
   KernelTimer(ServiceMetrics* metrics, SchemeLabel scheme)
@@ -259,6 +270,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
                                                           request.output_shm(), "output_shm"));
     RETURN_IF_ERROR(AddBias(plan, placed.view, query_ptr));
     RETURN_IF_ERROR(tensors.CheckIntact());
+    RETURN_IF_ERROR(CheckNoNan(placed.view, query ? "scores or query" : "scores"));
     // Added in place: the scores' own buffer (or slice) becomes the output.
     Answer(placed, request.mutable_scores()->mutable_data(), response.mutable_output());
   } else {
@@ -275,6 +287,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
     }
     RETURN_IF_ERROR(BuildBias(plan, placed.view, query_ptr));
     RETURN_IF_ERROR(tensors.CheckIntact());
+    if (query) RETURN_IF_ERROR(CheckNoNan(placed.view, "query"));
     Answer(placed, &out, response.mutable_output());
   }
   CountBytes(in_bytes, response.output().data().size(), tensors);

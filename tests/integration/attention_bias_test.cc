@@ -3,6 +3,7 @@
 // _relative_position_bucket worked by hand and its table lookup, and the refusals.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "gmock/gmock.h"
@@ -54,6 +55,23 @@ TEST(AttentionBias, AlibiBiasAndScoresInPlace) {
   uint16_t v;
   std::memcpy(&v, resp.output().data().data() + 2 * (0 * k + 0), 2);  // h0, q0 (pos 2), k0
   EXPECT_EQ(BFloat16ToFloat(v), BFloat16ToFloat(FloatToBFloat16(1.0f - 2 * 0.5f)));
+  // Masked scores (-inf) keep their mask under the causal bias; a NaN, or +inf meeting the
+  // mask, gives a NaN result: refused, naming the scores.
+  req.mutable_alibi()->set_mode(v1::CAUSAL);
+  std::vector<float> scores(heads * q * k, 0.5f);
+  scores[1] = -std::numeric_limits<float>::infinity();
+  *req.mutable_scores() = FloatTensor({1, heads, q, k}, scores);
+  ASSERT_THAT(AttentionBias(*stub, req, &resp), IsOk());
+  EXPECT_TRUE(std::isinf(Floats(resp.output())[1]));
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    scores[3] = bad;  // query 0 at position 2, key 3: under the mask
+    *req.mutable_scores() = FloatTensor({1, heads, q, k}, scores);
+    EXPECT_THAT(AttentionBias(*stub, req),
+                StatusIs(StatusCode::kInvalidArgument,
+                         HasSubstr("scores gives a result that is NaN (element 3 ")));
+  }
+  req.clear_scores();
+  req.mutable_alibi()->set_mode(v1::SYMMETRIC);
   // Limits and bad parameters.
   v1::BiasRequest big;
   big.set_query_length(100000);

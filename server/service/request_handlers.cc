@@ -16,26 +16,26 @@
 namespace posenc {
 namespace {
 
-// A result that is not finite is an error, not an answer: it comes from an inf or NaN in
-// `source` (the input or the key) or from scales or values that overflow its dtype.
-absl::Status CheckFinite(const TensorView& result, const char* source) {
-  const int64_t at = FirstNonFinite(result.dtype, result.data, result.NumElements());
+// A result that is not finite is an error, not an answer. Encode and graph results must be
+// finite: an inf or NaN comes from `source` (the input or the key) or from scales or values
+// that overflow its dtype. A bias may hold -inf (ALiBi's causal mask), so there only NaN is
+// (from a NaN in `source`, or +inf scores meeting the mask).
+enum class Allowed { kFiniteOnly, kInfinities };
+absl::Status CheckResult(const TensorView& result, const char* source, Allowed allowed) {
+  const bool finite_only = allowed == Allowed::kFiniteOnly;
+  const int64_t n = result.NumElements();
+  const int64_t at = finite_only ? FirstNonFinite(result.dtype, result.data, n)
+                                 : FirstNan(result.dtype, result.data, n);
   if (at < 0) return absl::OkStatus();
+  const std::string cause =
+      finite_only
+          ? absl::StrCat("holds inf or NaN, or the scales and values overflow ",
+                         DTypeName(result.dtype))
+          : std::string("holds NaN, or +inf that meets the causal mask's -inf");
   return absl::InvalidArgumentError(absl::StrCat(
-      source, " gives a result that is not finite (element ", at, " of the ",
-      DTypeName(result.dtype), " result ", ShapeString(result.shape), " is inf or NaN): ",
-      source, " holds inf or NaN, or the scales and values overflow ", DTypeName(result.dtype)));
-}
-
-// A bias may hold -inf (ALiBi's causal mask) but never NaN: one comes from a NaN in
-// `source`, or from +inf scores meeting the mask.
-absl::Status CheckNoNan(const TensorView& result, const char* source) {
-  const int64_t at = FirstNan(result.dtype, result.data, result.NumElements());
-  if (at < 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      source, " gives a result that is NaN (element ", at, " of the ", DTypeName(result.dtype),
-      " result ", ShapeString(result.shape), "): ", source,
-      " holds NaN, or +inf that meets the causal mask's -inf"));
+      source, " gives a result that is ", finite_only ? "not finite" : "NaN", " (element ", at,
+      " of the ", DTypeName(result.dtype), " result ", ShapeString(result.shape), "): ",
+      source, " ", cause));
 }
 
 class KernelTimer {
@@ -144,8 +144,8 @@ absl::Status Rotate(const ServiceState& state, const SchemeDescriptor& scheme,
                                   key_placed ? &key_placed->view : nullptr, positions));
   }
   RETURN_IF_ERROR(tensors.CheckIntact());
-  RETURN_IF_ERROR(CheckFinite(placed.view, "input"));
-  if (key_placed) RETURN_IF_ERROR(CheckFinite(key_placed->view, "key"));
+  RETURN_IF_ERROR(CheckResult(placed.view, "input", Allowed::kFiniteOnly));
+  if (key_placed) RETURN_IF_ERROR(CheckResult(key_placed->view, "key", Allowed::kFiniteOnly));
   Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
   if (key_placed) {
     Answer(*key_placed, request.mutable_key()->mutable_data(), response.mutable_key_output());
@@ -226,10 +226,10 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
     result = scheme->add(state_.Env(), request, placed.view, positions);
   }
   if (!result.ok()) return result.status();
-  RETURN_IF_ERROR(CheckFinite(result->concat ? TensorView{placed.view.dtype, result->shape,
+  RETURN_IF_ERROR(CheckResult(result->concat ? TensorView{placed.view.dtype, result->shape,
                                                           result->concat->data()}
                                              : placed.view,
-                              "input"));
+                              "input", Allowed::kFiniteOnly));
   RETURN_IF_ERROR(FillResponse(*result, placed, tensors, request, response));
   RETURN_IF_ERROR(tensors.CheckIntact());
   CountBytes(in_bytes, response.output().data().size(), tensors);
@@ -270,7 +270,8 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
                                                           request.output_shm(), "output_shm"));
     RETURN_IF_ERROR(AddBias(plan, placed.view, query_ptr));
     RETURN_IF_ERROR(tensors.CheckIntact());
-    RETURN_IF_ERROR(CheckNoNan(placed.view, query ? "scores or query" : "scores"));
+    RETURN_IF_ERROR(
+        CheckResult(placed.view, query ? "scores or query" : "scores", Allowed::kInfinities));
     // Added in place: the scores' own buffer (or slice) becomes the output.
     Answer(placed, request.mutable_scores()->mutable_data(), response.mutable_output());
   } else {
@@ -287,7 +288,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
     }
     RETURN_IF_ERROR(BuildBias(plan, placed.view, query_ptr));
     RETURN_IF_ERROR(tensors.CheckIntact());
-    if (query) RETURN_IF_ERROR(CheckNoNan(placed.view, "query"));
+    if (query) RETURN_IF_ERROR(CheckResult(placed.view, "query", Allowed::kInfinities));
     Answer(placed, &out, response.mutable_output());
   }
   CountBytes(in_bytes, response.output().data().size(), tensors);
@@ -312,8 +313,8 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
   // The encodings are finite by construction (graph_common.h); an input with inf or NaN
   // would carry them into the concatenated result.
   if (input) {
-    RETURN_IF_ERROR(CheckFinite(TensorView{result.dtype, result.shape, result.data.data()},
-                                "input"));
+    RETURN_IF_ERROR(CheckResult(TensorView{result.dtype, result.shape, result.data.data()},
+                                "input", Allowed::kFiniteOnly));
   }
   for (double e : result.eigenvalues) response.add_eigenvalues(e);
   MoveIntoTensor(&result.data, result.shape, result.dtype, response.mutable_output());

@@ -14,11 +14,16 @@ namespace {
 // magnitude bits above infinity's (NaN only).
 enum class Find { kNonFinite, kNan };
 
+// Every bit but the sign.
+template <typename Bits>
+constexpr Bits Magnitude() {
+  return static_cast<Bits>(~(Bits{1} << (8 * sizeof(Bits) - 1)));
+}
+
 template <Find kFind, typename Bits>
 bool Hit(Bits bits, Bits exponent) {
   if constexpr (kFind == Find::kNonFinite) return (bits & exponent) == exponent;
-  const Bits magnitude = static_cast<Bits>(~(Bits{1} << (8 * sizeof(Bits) - 1)));
-  return (bits & magnitude) > exponent;
+  return (bits & Magnitude<Bits>()) > exponent;
 }
 
 template <Find kFind, typename Bits>
@@ -31,61 +36,57 @@ int64_t FirstLoop(const unsigned char* data, int64_t begin, int64_t n, Bits expo
   return -1;
 }
 
-// 32 bytes a step: 8 float32 or 16 16-bit values; the tail and the block with a hit go to
-// the loop, which names the first element. The magnitudes (sign cleared) compare as
-// signed integers.
-template <Find kFind>
-__attribute__((target("avx2"))) int64_t First32Avx2(const unsigned char* data, int64_t n) {
-  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
-  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
-  constexpr int64_t kLanes = 8;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const __m256i v =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(uint32_t)));
-    const __m256i hit =
-        kFind == Find::kNonFinite
-            ? _mm256_cmpeq_epi32(_mm256_and_si256(v, exponent), exponent)
-            : _mm256_cmpgt_epi32(_mm256_and_si256(v, magnitude), exponent);
-    if (!_mm256_testz_si256(hit, hit)) break;
-  }
-  return FirstLoop<kFind, uint32_t>(data, i, n, 0x7f800000u);
+// Lane-wide steps for 32-bit (float32) and 16-bit (float16, bfloat16) values.
+template <typename Bits>
+__attribute__((target("avx2"))) __m256i Set1(Bits v) {
+  if constexpr (sizeof(Bits) == 4) return _mm256_set1_epi32(static_cast<int32_t>(v));
+  return _mm256_set1_epi16(static_cast<int16_t>(v));
+}
+template <typename Bits>
+__attribute__((target("avx2"))) __m256i Equal(__m256i a, __m256i b) {
+  if constexpr (sizeof(Bits) == 4) return _mm256_cmpeq_epi32(a, b);
+  return _mm256_cmpeq_epi16(a, b);
+}
+template <typename Bits>
+__attribute__((target("avx2"))) __m256i Greater(__m256i a, __m256i b) {
+  if constexpr (sizeof(Bits) == 4) return _mm256_cmpgt_epi32(a, b);
+  return _mm256_cmpgt_epi16(a, b);
 }
 
-template <Find kFind>
-__attribute__((target("avx2"))) int64_t First16Avx2(const unsigned char* data, int64_t n,
-                                                    uint16_t exponent_bits) {
-  const __m256i exponent = _mm256_set1_epi16(static_cast<int16_t>(exponent_bits));
-  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
-  constexpr int64_t kLanes = 16;
+// 32 bytes a step; the tail and the block with a hit go to the loop, which names the first
+// element. The magnitudes (sign cleared) compare as signed integers.
+template <Find kFind, typename Bits>
+__attribute__((target("avx2"))) int64_t FirstAvx2(const unsigned char* data, int64_t n,
+                                                  Bits exponent_bits) {
+  const __m256i exponent = Set1<Bits>(exponent_bits);
+  const __m256i magnitude = Set1<Bits>(Magnitude<Bits>());
+  constexpr int64_t kLanes = 32 / sizeof(Bits);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const __m256i v =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(uint16_t)));
-    const __m256i hit =
-        kFind == Find::kNonFinite
-            ? _mm256_cmpeq_epi16(_mm256_and_si256(v, exponent), exponent)
-            : _mm256_cmpgt_epi16(_mm256_and_si256(v, magnitude), exponent);
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(Bits)));
+    const __m256i hit = kFind == Find::kNonFinite
+                            ? Equal<Bits>(_mm256_and_si256(v, exponent), exponent)
+                            : Greater<Bits>(_mm256_and_si256(v, magnitude), exponent);
     if (!_mm256_testz_si256(hit, hit)) break;
   }
-  return FirstLoop<kFind, uint16_t>(data, i, n, exponent_bits);
+  return FirstLoop<kFind, Bits>(data, i, n, exponent_bits);
+}
+
+template <Find kFind, typename Bits>
+int64_t FirstOf(const unsigned char* data, int64_t n, Bits exponent, bool avx2) {
+  return avx2 ? FirstAvx2<kFind, Bits>(data, n, exponent)
+              : FirstLoop<kFind, Bits>(data, 0, n, exponent);
 }
 
 // One thread's part: the first hit in [0, n) at `data`, or -1.
 template <Find kFind>
 int64_t FirstIn(DType dtype, const unsigned char* data, int64_t n, bool avx2) {
   switch (dtype) {
-    case DType::kFloat32:
-      return avx2 ? First32Avx2<kFind>(data, n)
-                  : FirstLoop<kFind, uint32_t>(data, 0, n, 0x7f800000u);
-    case DType::kFloat16:
-      return avx2 ? First16Avx2<kFind>(data, n, 0x7c00u)
-                  : FirstLoop<kFind, uint16_t>(data, 0, n, 0x7c00u);
-    case DType::kBFloat16:
-      return avx2 ? First16Avx2<kFind>(data, n, 0x7f80u)
-                  : FirstLoop<kFind, uint16_t>(data, 0, n, 0x7f80u);
-    default:
-      return -1;
+    case DType::kFloat32: return FirstOf<kFind, uint32_t>(data, n, 0x7f800000u, avx2);
+    case DType::kFloat16: return FirstOf<kFind, uint16_t>(data, n, 0x7c00u, avx2);
+    case DType::kBFloat16: return FirstOf<kFind, uint16_t>(data, n, 0x7f80u, avx2);
+    default: return -1;
   }
 }
 

@@ -1,7 +1,7 @@
 // FirstNonFinite on every ISA this CPU has and the scalar loop, for each float dtype,
 // against a per-element reference (std::isfinite of the value widened to float32): inf,
-// -inf and NaN at every position of lengths that cross the 32-byte blocks, and the largest
-// finite values, which must not count.
+// -inf and NaN at every position of lengths that cross the 32- and 256-byte blocks, and the
+// largest finite values, which must not count.
 #include "server/kernels/finite_kernel.h"
 
 #include <cmath>
@@ -49,7 +49,7 @@ TEST(FirstNonFinite, FindsTheFirstInfOrNanAnywhere) {
                        std::numeric_limits<float>::quiet_NaN()};
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (KernelImpl impl : Implementations()) {
-      for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 100}) {
+      for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 100, 128, 129, 300}) {
         std::vector<float> values(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) values[i] = (i % 3 == 0 ? -1 : 1) * Largest(t);
         const std::string finite = Encoded(t, values);
@@ -93,7 +93,7 @@ TEST(FirstNan, FindsNanButNotInfinity) {
   const float inf = std::numeric_limits<float>::infinity();
   for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (KernelImpl impl : Implementations()) {
-      for (int64_t n : {1, 15, 16, 17, 40}) {
+      for (int64_t n : {1, 15, 16, 17, 40, 256, 300}) {
         std::vector<float> values(static_cast<size_t>(n), -inf);
         values[0] = inf;
         values[n / 2] = -Largest(t);

@@ -53,22 +53,47 @@ __attribute__((target("avx2"))) __m256i Greater(__m256i a, __m256i b) {
   return _mm256_cmpgt_epi16(a, b);
 }
 
-// 32 bytes a step; the tail and the block with a hit go to the loop, which names the first
-// element. The magnitudes (sign cleared) compare as signed integers.
+template <typename Bits>
+__attribute__((target("avx2"))) __m256i Max(__m256i a, __m256i b) {  // unsigned lanes
+  if constexpr (sizeof(Bits) == 4) return _mm256_max_epu32(a, b);
+  return _mm256_max_epu16(a, b);
+}
+
+// The 32 bytes at `at`, and `mask`.
+__attribute__((target("avx2"))) inline __m256i Masked(const unsigned char* at, __m256i mask) {
+  return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)), mask);
+}
+
+// Whether a vector of masked values (v & exponent for kNonFinite, v & magnitude for kNan)
+// holds a hit. The magnitudes (sign cleared) compare as signed integers.
+template <Find kFind, typename Bits>
+__attribute__((target("avx2"))) bool AnyHit(__m256i masked, __m256i exponent) {
+  const __m256i hit = kFind == Find::kNonFinite ? Equal<Bits>(masked, exponent)
+                                                : Greater<Bits>(masked, exponent);
+  return !_mm256_testz_si256(hit, hit);
+}
+
+// 256 bytes a step: the lane-wise maximum of the masked values of eight vectors, tested
+// once (a hit is the largest masked value there is: exponent bits all set, or a magnitude
+// above infinity's). The block with a hit and the tail go 32 bytes a step, and the vector
+// with a hit to the loop, which names the first element.
 template <Find kFind, typename Bits>
 __attribute__((target("avx2"))) int64_t FirstAvx2(const unsigned char* data, int64_t n,
                                                   Bits exponent_bits) {
   const __m256i exponent = Set1<Bits>(exponent_bits);
-  const __m256i magnitude = Set1<Bits>(Magnitude<Bits>());
+  const __m256i mask =
+      Set1<Bits>(kFind == Find::kNonFinite ? exponent_bits : Magnitude<Bits>());
   constexpr int64_t kLanes = 32 / sizeof(Bits);
+  constexpr int kVectors = 8;
   int64_t i = 0;
+  for (; i + kVectors * kLanes <= n; i += kVectors * kLanes) {
+    const unsigned char* block = data + i * sizeof(Bits);
+    __m256i top = Masked(block, mask);
+    for (int v = 1; v < kVectors; ++v) top = Max<Bits>(top, Masked(block + 32 * v, mask));
+    if (AnyHit<kFind, Bits>(top, exponent)) break;
+  }
   for (; i + kLanes <= n; i += kLanes) {
-    const __m256i v =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * sizeof(Bits)));
-    const __m256i hit = kFind == Find::kNonFinite
-                            ? Equal<Bits>(_mm256_and_si256(v, exponent), exponent)
-                            : Greater<Bits>(_mm256_and_si256(v, magnitude), exponent);
-    if (!_mm256_testz_si256(hit, hit)) break;
+    if (AnyHit<kFind, Bits>(Masked(data + i * sizeof(Bits), mask), exponent)) break;
   }
   return FirstLoop<kFind, Bits>(data, i, n, exponent_bits);
 }

@@ -1,6 +1,6 @@
 // Finds a value that is not finite (inf or NaN), or a NaN, in a float tensor: posenc answers
 // such a result with an error instead of returning it. One pass over the bytes; the
-// hand-written AVX2 code tests 32 bytes of exponents at a time, the scalar loop one value;
+// hand-written AVX2 code tests 256 bytes of exponents at a time, the scalar loop one value;
 // from 256 KiB of work the kernel threads share the pass (KernelThreadLease).
 // `implementation` follows kernel_impl.h: kAuto and kAvx512 run the AVX2 code where the CPU
 // has AVX2 (there is no AVX-512 code: the pass is bound by memory), kScalar the loop.

@@ -124,8 +124,10 @@ TEST_P(RopeFixtureTest, RotatedQueriesAndKeysMatch) {
   const RopeSpec spec = SpecFromFields(f);
   std::vector<float> q(f.at("q").begin(), f.at("q").end());
   std::vector<float> k(f.at("k").begin(), f.at("k").end());
-  TensorView qv{DType::kFloat32, ToInts(f.at("q_shape")), q.data()};
-  TensorView kv{DType::kFloat32, ToInts(f.at("k_shape")), k.data()};
+  const std::vector<int64_t> q_shape = ToInts(f.at("q_shape"));
+  const std::vector<int64_t> k_shape = ToInts(f.at("k_shape"));
+  TensorView qv{DType::kFloat32, Shape(q_shape.begin(), q_shape.end()), q.data()};
+  TensorView kv{DType::kFloat32, Shape(k_shape.begin(), k_shape.end()), k.data()};
   std::vector<int64_t> ids;
   if (f.count("ids")) ids = ToInts(f.at("ids"));
   PositionsSpec positions;

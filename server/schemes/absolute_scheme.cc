@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
@@ -56,13 +57,13 @@ absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input,
 // either inside a cached table (no copy) or inside `scratch`.
 struct EncodingRows {
   int64_t dim = 0;
-  std::vector<const float*> groups;
+  absl::InlinedVector<const float*, 2> groups;  // one group is the common case
   std::shared_ptr<const Table> table;  // keeps table slices alive
   std::vector<float> scratch;
   // The same rows in the layout the add reads (AddRowLayoutFor), one pointer per group;
   // empty where the add reads the rows as given.
   const AddRowLayout* layout = nullptr;
-  std::vector<const float*> laid_out;
+  absl::InlinedVector<const float*, 2> laid_out;
   std::shared_ptr<const Table> laid_out_table;  // keeps them alive
 
   static EncodingRows None(int64_t dim) {  // for an empty input

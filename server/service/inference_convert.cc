@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 
@@ -596,32 +597,33 @@ void StartResponse(const NativeRequest& n, oip::ModelInferResponse& out) {
   out.set_id(n.id);
 }
 
-// One output the native response holds.
+// One output the native response holds; it points into the native response and lives
+// only while the answer is built.
 struct Output {
-  std::string name;
-  std::string datatype;
-  std::vector<int64_t> shape;
-  std::string* data;                     // taken
+  absl::string_view name;
+  const char* datatype;
+  const google::protobuf::RepeatedField<int64_t>* shape;
+  std::string* data;                         // taken
   const v1::SharedMemoryRef* shm = nullptr;  // set: written in place, no bytes travel
 };
 
-Output OutputOf(std::string name, v1::Tensor* t) {
-  return Output{std::move(name), DatatypeOf(t->dtype()), {t->shape().begin(), t->shape().end()},
-                t->mutable_data(), t->has_shm() ? &t->shm() : nullptr};
+Output OutputOf(absl::string_view name, v1::Tensor* t) {
+  return Output{name, DatatypeOf(t->dtype()), &t->shape(), t->mutable_data(),
+                t->has_shm() ? &t->shm() : nullptr};
 }
 
 // The outputs go out in n.outputs' order, one raw_output_contents entry each (empty for an
 // output in shared memory, whose region the client reads).
-void AddOutputs(const NativeRequest& n, std::vector<Output> outputs,
+void AddOutputs(const NativeRequest& n, std::initializer_list<Output> outputs,
                 oip::ModelInferResponse& out) {
   StartResponse(n, out);
   for (const std::string& name : n.outputs) {
-    for (Output& source : outputs) {
+    for (const Output& source : outputs) {
       if (source.name != name) continue;
       auto* o = out.add_outputs();
       o->set_name(name);
       o->set_datatype(source.datatype);
-      o->mutable_shape()->Add(source.shape.begin(), source.shape.end());
+      *o->mutable_shape() = *source.shape;
       std::string* raw = out.add_raw_output_contents();
       if (source.shm == nullptr) {
         raw->swap(*source.data);
@@ -700,8 +702,10 @@ void ToInferResponse(const NativeRequest& n, v1::GraphResponse& response,
                      oip::ModelInferResponse& out) {
   std::string eigenvalues(reinterpret_cast<const char*>(response.eigenvalues().data()),
                           response.eigenvalues_size() * sizeof(double));
+  google::protobuf::RepeatedField<int64_t> eigenvalues_shape;
+  eigenvalues_shape.Add(response.eigenvalues_size());
   AddOutputs(n, {OutputOf("output", response.mutable_output()),
-                 Output{"eigenvalues", "FP64", {response.eigenvalues_size()}, &eigenvalues}},
+                 Output{"eigenvalues", "FP64", &eigenvalues_shape, &eigenvalues}},
              out);
 }
 

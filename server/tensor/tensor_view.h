@@ -6,13 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "server/tensor/dtype.h"
 
 namespace posenc {
 
-using Shape = std::vector<int64_t>;
+// Up to six dimensions inline: a view is copied by value on the request path, and its shape
+// then costs no heap allocation.
+using Shape = absl::InlinedVector<int64_t, 6>;
 
 // Largest element count any tensor may claim; keeps size arithmetic far from overflow.
 inline constexpr int64_t kMaxElements = int64_t{1} << 40;

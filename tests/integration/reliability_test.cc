@@ -51,10 +51,15 @@ v1::GraphRequest SlowGraph(int components) {
   return req;
 }
 
+// On a connection of its own: a probe shared with the tests' uploads (gRPC shares a
+// connection between channels of the same arguments) would wait behind their bytes.
 HealthCheckResponse::ServingStatus Health(const ServerProcess& server) {
-  auto stub = grpc::health::v1::Health::NewStub(server.Channel());
+  grpc::ChannelArguments own_connection;
+  own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateCustomChannel(
+      server.grpc_address(), grpc::InsecureChannelCredentials(), own_connection));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckRequest req;
   HealthCheckResponse resp;
   const grpc::Status status = stub->Check(&ctx, req, &resp);

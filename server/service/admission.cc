@@ -47,11 +47,18 @@ absl::StatusOr<Admission::Ticket> Admission::AdmitImpl(uint64_t bytes, bool slot
         "this call needs ", bytes, " bytes of working memory, more than --max_inflight_bytes (",
         limits_.max_inflight_bytes, "); send it in smaller parts"));
   }
-  if (slot && calls_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_concurrent_calls) {
-    calls_.fetch_sub(1, std::memory_order_relaxed);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "server busy: ", limits_.max_concurrent_calls,
-        " calls in progress (--max_concurrent_calls); retry after 50 ms or on another replica"));
+  // Compare-and-swap rather than add-then-undo, so inflight_calls() never shows more calls
+  // than the limit, even for an instant.
+  if (slot) {
+    int64_t calls = calls_.load(std::memory_order_relaxed);
+    do {
+      if (calls >= limits_.max_concurrent_calls) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "server busy: ", limits_.max_concurrent_calls,
+            " calls in progress (--max_concurrent_calls); retry after 50 ms or on another "
+            "replica"));
+      }
+    } while (!calls_.compare_exchange_weak(calls, calls + 1, std::memory_order_relaxed));
   }
   uint64_t used = bytes_.load(std::memory_order_relaxed);
   do {

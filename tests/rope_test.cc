@@ -710,6 +710,118 @@ TEST(RopeTableRows, DynamicUsesTheTableLength) {
   EXPECT_NE(plain->inv_freq, freqs->inv_freq);
 }
 
+// Every field of the spec takes part in SameRopeSpec, so a memo never answers one spec
+// with another's frequencies.
+TEST(RopeFrequencyMemo, EveryFieldTellsSpecsApart) {
+  using Type = RopeScalingSpec::Type;
+  const std::vector<std::function<void(RopeSpec&)>> changes = {
+      [](RopeSpec& s) { s.base = 10000.0; },
+      [](RopeSpec& s) { s.rotary_dim = 8; },
+      [](RopeSpec& s) { s.style = RopeSpec::Style::kGptj; },
+      [](RopeSpec& s) { s.layout = RopeSpec::Layout::kThd; },
+      [](RopeSpec& s) { s.scaling.type = Type::kLinear; },
+      [](RopeSpec& s) { s.scaling.factor = 2; },
+      [](RopeSpec& s) { s.scaling.beta_fast = 32; },
+      [](RopeSpec& s) { s.scaling.beta_slow = 1; },
+      [](RopeSpec& s) { s.scaling.mscale = 0.0; },
+      [](RopeSpec& s) { s.scaling.mscale_all_dim = 1; },
+      [](RopeSpec& s) { s.scaling.attention_factor = 1; },
+      [](RopeSpec& s) { s.scaling.low_freq_factor = 1; },
+      [](RopeSpec& s) { s.scaling.high_freq_factor = 4; },
+      [](RopeSpec& s) { s.scaling.original_max_position_embeddings = 4096; },
+      [](RopeSpec& s) { s.scaling.max_position_embeddings = 4096; },
+      [](RopeSpec& s) { s.scaling.short_factor = {1, 1}; },
+      [](RopeSpec& s) { s.scaling.long_factor = {1, 1}; },
+      [](RopeSpec& s) { s.scaling.truncate = true; },
+      [](RopeSpec& s) { s.scaling.rope_proportion = 1; },
+      [](RopeSpec& s) { s.mrope_section = {2, 1, 1}; },
+      [](RopeSpec& s) { s.mrope_interleaved = true; },
+      [](RopeSpec& s) { s.axial_axes = 2; },
+      [](RopeSpec& s) { s.xpos_scale_base = 512; },
+      [](RopeSpec& s) { s.xpos_center = 0; },
+  };
+  const RopeSpec plain;
+  EXPECT_TRUE(SameRopeSpec(plain, plain));
+  for (size_t i = 0; i < changes.size(); ++i) {
+    RopeSpec changed;
+    changes[i](changed);
+    EXPECT_FALSE(SameRopeSpec(plain, changed)) << "change " << i;
+    EXPECT_FALSE(SameRopeSpec(changed, plain)) << "change " << i;
+    EXPECT_TRUE(SameRopeSpec(changed, changed)) << "change " << i;
+  }
+  // Doubles compare by their bits: -0.0 is not 0.0 here.
+  RopeSpec zero, negative_zero;
+  zero.scaling.mscale = 0.0;
+  negative_zero.scaling.mscale = -0.0;
+  EXPECT_FALSE(SameRopeSpec(zero, negative_zero));
+}
+
+// What the memo returns is what ComputeRopeFrequencies returns for the same arguments, bit
+// for bit, through a sequence that revisits specs and moves seq_len across the points where
+// DYNAMIC, LONGROPE and xPos read it.
+TEST(RopeFrequencyMemo, AnswersAsComputeDoes) {
+  using Type = RopeScalingSpec::Type;
+  RopeSpec plain;
+  RopeSpec linear;
+  linear.scaling.type = Type::kLinear;
+  linear.scaling.factor = 4;
+  RopeSpec dynamic;
+  dynamic.scaling.type = Type::kDynamic;
+  dynamic.scaling.factor = 2;
+  dynamic.scaling.max_position_embeddings = 64;
+  RopeSpec longrope;
+  longrope.scaling.type = Type::kLongRope;
+  longrope.scaling.original_max_position_embeddings = 32;
+  longrope.scaling.max_position_embeddings = 128;
+  longrope.scaling.short_factor = {1, 1, 1, 1};
+  longrope.scaling.long_factor = {2, 3, 4, 5};
+  RopeSpec xpos;
+  xpos.xpos_scale_base = 512;
+  RopeSpec xpos_centred = xpos;
+  xpos_centred.xpos_center = 7;
+  RopeSpec other_base;
+  other_base.base = 500000.0;
+  struct Ask {
+    const RopeSpec* spec;
+    int rotary_dim;
+    int64_t seq_len;
+  };
+  const std::vector<Ask> asks = {
+      {&plain, 8, 10},        {&plain, 8, 11},        {&plain, 16, 11},      {&other_base, 16, 11},
+      {&plain, 16, 11},       {&linear, 8, 5},        {&dynamic, 8, 10},     {&dynamic, 8, 64},
+      {&dynamic, 8, 65},      {&dynamic, 8, 200},     {&dynamic, 8, 10},     {&longrope, 8, 32},
+      {&longrope, 8, 33},     {&longrope, 8, 31},     {&xpos, 8, 10},        {&xpos, 8, 100},
+      {&xpos_centred, 8, 10}, {&xpos_centred, 8, 99}, {&xpos, 8, 100},       {&plain, 8, 1000},
+  };
+  RopeFrequencyMemo memo;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    const Ask& a = asks[i];
+    absl::StatusOr<RopeFrequencies> want = ComputeRopeFrequencies(*a.spec, a.rotary_dim, a.seq_len);
+    absl::StatusOr<const RopeFrequencies*> got = memo.Get(*a.spec, a.rotary_dim, a.seq_len);
+    ASSERT_THAT(want, IsOk()) << "ask " << i;
+    ASSERT_THAT(got, IsOk()) << "ask " << i;
+    EXPECT_EQ((*got)->inv_freq, want->inv_freq) << "ask " << i;
+    EXPECT_EQ((*got)->attention_factor, want->attention_factor) << "ask " << i;
+    EXPECT_EQ((*got)->slot_axis, want->slot_axis) << "ask " << i;
+    ASSERT_EQ((*got)->xpos.has_value(), want->xpos.has_value()) << "ask " << i;
+    if (want->xpos) {
+      EXPECT_EQ((*got)->xpos->center, want->xpos->center) << "ask " << i;
+      EXPECT_EQ((*got)->xpos->scale_base, want->xpos->scale_base) << "ask " << i;
+    }
+    for (int64_t rows : {16, 32, 16}) {
+      EXPECT_EQ(memo.PrefixTableKey(rows), RopeCacheKey(*want, 0, rows)) << "ask " << i;
+    }
+  }
+  // A refused spec is refused every time, and the memo then answers the next spec afresh.
+  RopeSpec bad;
+  bad.base = -1.0;
+  EXPECT_FALSE(memo.Get(bad, 8, 10).ok());
+  EXPECT_FALSE(memo.Get(bad, 8, 10).ok());
+  absl::StatusOr<const RopeFrequencies*> again = memo.Get(plain, 8, 10);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ((*again)->inv_freq, ComputeRopeFrequencies(plain, 8, 10)->inv_freq);
+}
+
 TEST(RopeTableRows, Errors) {
   RopeSpec spec;
   EXPECT_THAT(

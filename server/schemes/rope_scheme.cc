@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -250,11 +251,11 @@ void SpreadGroups(const Dims& q, bool shared, std::vector<const float*>& rows) {
 // table.
 absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& positions,
                             const Dims& q, int rotary_dim, int64_t dense_rows,
-                            TableCache& cache, TokenRows& out) {
+                            const std::string& table_key, TableCache& cache, TokenRows& out) {
   const bool xpos = freqs.xpos.has_value();
   const int64_t width = xpos ? 2 * rotary_dim : rotary_dim;
   ASSIGN_OR_RETURN(out.dense,
-                   cache.GetOrCompute(RopeCacheKey(freqs, 0, dense_rows),
+                   cache.GetOrCompute(table_key,
                                       [&]() -> absl::StatusOr<Table> {
                                         Table t;
                                         t.rows = dense_rows;
@@ -360,8 +361,9 @@ absl::Status SparseTokenRows(const RopeFrequencies& freqs, const TokenPositions&
 
 // From a cached prefix table when the positions are modest (kRopeDensePolicy), else
 // computed for the positions present.
-absl::Status RopeTokenRows(const RopeFrequencies& freqs, const TokenPositions& positions,
-                           const Dims& q, int rotary_dim, TableCache& cache, TokenRows& out) {
+absl::Status RopeTokenRows(RopeFrequencyMemo& memo, const RopeFrequencies& freqs,
+                           const TokenPositions& positions, const Dims& q, int rotary_dim,
+                           TableCache& cache, TokenRows& out) {
   const int64_t tokens = q.batch * q.seq;
   out.query.resize(static_cast<size_t>(tokens));
   if (freqs.xpos) out.key.resize(static_cast<size_t>(tokens));
@@ -370,7 +372,8 @@ absl::Status RopeTokenRows(const RopeFrequencies& freqs, const TokenPositions& p
       DenseTableRows(kRopeDensePolicy, positions.max_position(), tokens,
                      row_floats * int64_t{sizeof(float)}, cache.budget_bytes());
   if (dense_rows) {
-    return DenseTokenRows(freqs, positions, q, rotary_dim, *dense_rows, cache, out);
+    return DenseTokenRows(freqs, positions, q, rotary_dim, *dense_rows,
+                          memo.PrefixTableKey(*dense_rows), cache, out);
   }
   return SparseTokenRows(freqs, positions, q, rotary_dim, out);
 }
@@ -400,14 +403,16 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
     ASSIGN_OR_RETURN(grid, ResolveRopePositions(positions, q, layout));
     token_positions.plain = &grid;
   }
-  ASSIGN_OR_RETURN(
-      const RopeFrequencies freqs,
-      ComputeRopeFrequencies(spec, rotary_dim, token_positions.max_position() + 1));
+  // This thread's last frequencies: a decode loop sends the same spec every step.
+  thread_local RopeFrequencyMemo memo;
+  ASSIGN_OR_RETURN(const RopeFrequencies* freqs,
+                   memo.Get(spec, rotary_dim, token_positions.max_position() + 1));
   if (q.batch * q.seq == 0 || (q.heads == 0 && (key == nullptr || k.heads == 0))) {
     return absl::OkStatus();
   }
   TokenRows token_rows;
-  RETURN_IF_ERROR(RopeTokenRows(freqs, token_positions, q, rotary_dim, cache, token_rows));
+  RETURN_IF_ERROR(
+      RopeTokenRows(memo, *freqs, token_positions, q, rotary_dim, cache, token_rows));
   const RopePairing pairing =
       spec.style == RopeSpec::Style::kGptj ? RopePairing::kInterleaved : RopePairing::kRotateHalf;
   RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows.query);

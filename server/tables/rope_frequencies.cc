@@ -651,4 +651,75 @@ std::string RopeCacheKey(const RopeFrequencies& freqs, int64_t first, int64_t ro
   return key;
 }
 
+bool RopeFrequenciesReadLength(const RopeSpec& spec) {
+  return spec.scaling.type == ScalingType::kDynamic ||
+         spec.scaling.type == ScalingType::kLongRope ||
+         (spec.xpos_scale_base.has_value() && !spec.xpos_center.has_value());
+}
+
+namespace {
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+bool SameBits(const std::optional<double>& a, const std::optional<double>& b) {
+  return a.has_value() == b.has_value() && (!a || SameBits(*a, *b));
+}
+
+bool SameBits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+
+bool SameScaling(const RopeScalingSpec& a, const RopeScalingSpec& b) {
+  return a.type == b.type && SameBits(a.factor, b.factor) && SameBits(a.beta_fast, b.beta_fast) &&
+         SameBits(a.beta_slow, b.beta_slow) && SameBits(a.mscale, b.mscale) &&
+         SameBits(a.mscale_all_dim, b.mscale_all_dim) &&
+         SameBits(a.attention_factor, b.attention_factor) &&
+         SameBits(a.low_freq_factor, b.low_freq_factor) &&
+         SameBits(a.high_freq_factor, b.high_freq_factor) &&
+         a.original_max_position_embeddings == b.original_max_position_embeddings &&
+         a.max_position_embeddings == b.max_position_embeddings &&
+         SameBits(a.short_factor, b.short_factor) && SameBits(a.long_factor, b.long_factor) &&
+         a.truncate == b.truncate && SameBits(a.rope_proportion, b.rope_proportion);
+}
+
+// A field added to either struct must be compared above (and in SameRopeSpec): these sizes
+// are the fields listed there, on x86-64 with libstdc++.
+static_assert(sizeof(RopeScalingSpec) == 240, "compare the new field in SameScaling");
+static_assert(sizeof(RopeSpec) == 336, "compare the new field in SameRopeSpec");
+
+}  // namespace
+
+bool SameRopeSpec(const RopeSpec& a, const RopeSpec& b) {
+  return SameBits(a.base, b.base) && a.rotary_dim == b.rotary_dim && a.style == b.style &&
+         a.layout == b.layout && SameScaling(a.scaling, b.scaling) &&
+         a.mrope_section == b.mrope_section && a.mrope_interleaved == b.mrope_interleaved &&
+         a.axial_axes == b.axial_axes && SameBits(a.xpos_scale_base, b.xpos_scale_base) &&
+         a.xpos_center == b.xpos_center;
+}
+
+absl::StatusOr<const RopeFrequencies*> RopeFrequencyMemo::Get(const RopeSpec& spec,
+                                                             int rotary_dim, int64_t seq_len) {
+  if (valid_ && rotary_dim == rotary_dim_ && SameRopeSpec(spec, spec_) &&
+      (seq_len == seq_len_ || !RopeFrequenciesReadLength(spec))) {
+    return &freqs_;
+  }
+  valid_ = false;
+  ASSIGN_OR_RETURN(freqs_, ComputeRopeFrequencies(spec, rotary_dim, seq_len));
+  spec_ = spec;
+  rotary_dim_ = rotary_dim;
+  seq_len_ = seq_len;
+  key_rows_ = -1;
+  valid_ = true;
+  return &freqs_;
+}
+
+const std::string& RopeFrequencyMemo::PrefixTableKey(int64_t rows) {
+  if (rows != key_rows_) {
+    key_ = RopeCacheKey(freqs_, 0, rows);
+    key_rows_ = rows;
+  }
+  return key_;
+}
+
 }  // namespace posenc

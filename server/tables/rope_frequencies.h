@@ -151,9 +151,41 @@ void FillRopeTokenRow(const RopeFrequencies& freqs, absl::Span<const int64_t> ax
 void FillRopeQueryKeyRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, float* out);
 
 // The cache key of the table of positions first .. first + rows - 1 built from `freqs`.
-// It spells out every inverse frequency and the attention factor exactly (hex floats), so
+// It holds every inverse frequency and the attention factor exactly (their bytes), so
 // two specs share a table exactly when they produce the same rows.
 // With xPos the key also holds the scale base and centre (the table holds query and key rows).
 std::string RopeCacheKey(const RopeFrequencies& freqs, int64_t first, int64_t rows);
+
+// Whether ComputeRopeFrequencies(spec, rotary_dim, seq_len) reads seq_len: DYNAMIC,
+// LONGROPE, and xPos without a centre.
+bool RopeFrequenciesReadLength(const RopeSpec& spec);
+
+// Whether two specs are equal in every field, doubles compared bit for bit, so that what was
+// computed from one holds for the other.
+bool SameRopeSpec(const RopeSpec& a, const RopeSpec& b);
+
+// ComputeRopeFrequencies and RopeCacheKey, remembered for the last arguments: a decode loop
+// asks with the same spec every step, and computing both again (float64 inverse
+// frequencies; a key of 65 doubles for a head of 128) cost about 3,500 instructions a call.
+// Not thread-safe: one per thread.
+class RopeFrequencyMemo {
+ public:
+  // ComputeRopeFrequencies(spec, rotary_dim, seq_len), remembered while the spec and
+  // rotary_dim stay the same, and seq_len too where the spec reads it. The pointer is valid
+  // until the next call.
+  absl::StatusOr<const RopeFrequencies*> Get(const RopeSpec& spec, int rotary_dim,
+                                             int64_t seq_len);
+  // RopeCacheKey(*Get(...), 0, rows). REQUIRES: the last Get returned OK.
+  const std::string& PrefixTableKey(int64_t rows);
+
+ private:
+  bool valid_ = false;
+  RopeSpec spec_;
+  int rotary_dim_ = 0;
+  int64_t seq_len_ = 0;
+  RopeFrequencies freqs_;
+  int64_t key_rows_ = -1;  // the rows key_ names; -1: none yet
+  std::string key_;
+};
 
 }  // namespace posenc

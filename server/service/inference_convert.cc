@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,9 +19,8 @@
 namespace posenc {
 
 absl::StatusOr<std::optional<int64_t>> IntParam(
-    const google::protobuf::Map<std::string, oip::InferParameter>& params,
-    const std::string& name) {
-  auto it = params.find(name);
+    const google::protobuf::Map<std::string, oip::InferParameter>& params, absl::string_view name) {
+  auto it = params.find(std::string_view(name.data(), name.size()));
   if (it == params.end()) return std::optional<int64_t>();
   const oip::InferParameter& p = it->second;
   if (p.has_int64_param()) return std::optional<int64_t>(p.int64_param());
@@ -63,15 +64,15 @@ absl::StatusOr<v1::DType> NativeDType(absl::string_view datatype) {
 // ---------------------------------------------------------------------------------------
 // Parameters.
 
-absl::StatusOr<std::optional<std::string>> StringParam(const Parameters& params,
-                                                       const std::string& name) {
-  auto it = params.find(name);
-  if (it == params.end()) return std::optional<std::string>();
+// The parameter's text, pointing into `params`; null when it is not given.
+absl::StatusOr<const std::string*> StringParam(const Parameters& params, absl::string_view name) {
+  auto it = params.find(std::string_view(name.data(), name.size()));
+  if (it == params.end()) return nullptr;
   if (!it->second.has_string_param()) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter '", name, "' must be a string (string_param)"));
   }
-  return std::optional<std::string>(it->second.string_param());
+  return &it->second.string_param();
 }
 
 // JSON parameters are parsed before admission (their cost is not known until then), so
@@ -102,8 +103,8 @@ absl::Status CheckParameters(const ModelInfo& model, const Parameters& params) {
 // The `config` parameter (protobuf JSON) into the scheme message.
 absl::Status ParseConfig(const Parameters& params, const std::string& model,
                          google::protobuf::Message* message) {
-  ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "config"));
-  if (!json) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string* json, StringParam(params, "config"));
+  if (json == nullptr) return absl::OkStatus();
   RETURN_IF_ERROR(CheckJsonSize(*json, "config", kMaxConfigJsonBytes));
   google::protobuf::util::JsonParseOptions options;  // unknown fields are errors
   const auto status = google::protobuf::util::JsonStringToMessage(*json, message, options);
@@ -160,22 +161,23 @@ absl::StatusOr<std::string> ContentBytes(const InferInput& t, int64_t count) {
 }
 
 // The Triton tensor parameters shared_memory_region/_byte_size/_offset, if present.
+// `kind` ("input" or "output") and `name` name the tensor in errors.
 absl::StatusOr<std::optional<v1::SharedMemoryRef>> ShmRefOf(const Parameters& params,
-                                                           absl::string_view what,
+                                                           absl::string_view kind,
+                                                           absl::string_view name,
                                                            const ConvertOptions& options) {
-  ASSIGN_OR_RETURN(std::optional<std::string> region,
-                   StringParam(params, "shared_memory_region"));
-  if (!region) return std::optional<v1::SharedMemoryRef>();
+  ASSIGN_OR_RETURN(const std::string* region, StringParam(params, "shared_memory_region"));
+  if (region == nullptr) return std::optional<v1::SharedMemoryRef>();
   if (!options.shm_enabled) {
     return absl::FailedPreconditionError(absl::StrCat(
-        what, " names shared_memory_region '", *region,
+        kind, " '", name, "' names shared_memory_region '", *region,
         "', but shared memory is off; start posenc-server with --shm"));
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> size, IntParam(params, "shared_memory_byte_size"));
   ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "shared_memory_offset"));
   if (!size || *size < 0 || offset.value_or(0) < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " needs shared_memory_byte_size >= 0 (and shared_memory_offset >= 0)"));
+        kind, " '", name, "' needs shared_memory_byte_size >= 0 (and shared_memory_offset >= 0)"));
   }
   v1::SharedMemoryRef ref;
   ref.set_region(*region);
@@ -210,8 +212,7 @@ absl::StatusOr<Input> TakeInput(const ModelInfo& model, InferInput& t, std::stri
   const int64_t expected = count * ElementBytes(t.datatype());
   Input in;
   in.tensor = &t;
-  ASSIGN_OR_RETURN(in.shm, ShmRefOf(t.parameters(), absl::StrCat("input '", t.name(), "'"),
-                                    options));
+  ASSIGN_OR_RETURN(in.shm, ShmRefOf(t.parameters(), "input", t.name(), options));
   if (in.shm) {
     if (static_cast<int64_t>(in.shm->byte_size()) != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -341,9 +342,9 @@ absl::Status SchemeMessageOf(const ModelInfo& model, const Parameters& params,
 
 absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
                          v1::Positions& positions) {
-  ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "positions"));
-  if (json) RETURN_IF_ERROR(CheckJsonSize(*json, "positions", kMaxPositionsJsonBytes));
-  if (json) {
+  ASSIGN_OR_RETURN(const std::string* json, StringParam(params, "positions"));
+  if (json != nullptr) {
+    RETURN_IF_ERROR(CheckJsonSize(*json, "positions", kMaxPositionsJsonBytes));
     if (absl::Status status = ParsePositionsJson(*json, positions); !status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter 'positions' is not a Positions message in protobuf JSON: ",
@@ -454,7 +455,7 @@ absl::Status ToBias(const Parameters& params, std::vector<Input>& inputs, Native
 }
 
 absl::StatusOr<std::optional<int32_t>> Int32Param(const Parameters& params,
-                                                  const std::string& name) {
+                                                  absl::string_view name) {
   ASSIGN_OR_RETURN(std::optional<int64_t> v, IntParam(params, name));
   if (!v) return std::optional<int32_t>();
   if (*v < std::numeric_limits<int32_t>::min() || *v > std::numeric_limits<int32_t>::max()) {
@@ -466,8 +467,8 @@ absl::StatusOr<std::optional<int32_t>> Int32Param(const Parameters& params,
 
 // `anchors`: a JSON list of node ids, e.g. "[0, 5, 9]".
 absl::Status AnchorsOf(const Parameters& params, v1::GraphRequest& r) {
-  ASSIGN_OR_RETURN(std::optional<std::string> json, StringParam(params, "anchors"));
-  if (!json) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string* json, StringParam(params, "anchors"));
+  if (json == nullptr) return absl::OkStatus();
   v1::GraphRequest parsed;
   const auto status = google::protobuf::util::JsonStringToMessage(
       absl::StrCat("{\"anchors\":", *json, "}"), &parsed);
@@ -565,8 +566,7 @@ absl::Status ChooseOutputs(const oip::ModelInferRequest& request, const std::vec
       return absl::InvalidArgumentError("output 'key_output' needs input 'key'");
     }
     ASSIGN_OR_RETURN(std::optional<v1::SharedMemoryRef> shm,
-                     ShmRefOf(wanted.parameters(),
-                              absl::StrCat("output '", wanted.name(), "'"), options));
+                     ShmRefOf(wanted.parameters(), "output", wanted.name(), options));
     if (shm) {
       const ModelKind kind = KindOf(*n.model);
       if (kind == ModelKind::kGraph) {

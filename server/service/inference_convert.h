@@ -85,8 +85,7 @@ struct ConvertOptions {
 // nullopt when absent, INVALID_ARGUMENT naming it when of another type. Every reader of an
 // integer parameter (the conversion, and the lane a streamed request is put in) uses it.
 absl::StatusOr<std::optional<int64_t>> IntParam(
-    const google::protobuf::Map<std::string, oip::InferParameter>& params,
-    const std::string& name);
+    const google::protobuf::Map<std::string, oip::InferParameter>& params, absl::string_view name);
 
 absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRequest& request,
                                                                const ConvertOptions& options);

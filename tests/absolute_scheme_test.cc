@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "server/kernels/add_kernel.h"
 #include "server/kernels/kernel_impl.h"
+#include "server/tables/sinusoidal_table.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
@@ -76,6 +78,30 @@ double PaperPe(int64_t pos, int64_t col, int64_t d, double base) {
   const int64_t i = col / 2;
   const double angle = static_cast<double>(pos) / std::pow(base, 2.0 * i / d);
   return col % 2 == 0 ? std::sin(angle) : std::cos(angle);
+}
+
+// Two tables share a cache entry only when every field that defines them is equal: the base
+// to the last bit, the layout, the timescale, the width and the row count.
+TEST(Sinusoidal, TableKeyTellsEveryFieldApart) {
+  const SinusoidalSpec plain{10000.0, SinusoidalLayout::kInterleaved, Timescale::kPerDim, 64};
+  std::vector<std::string> keys = {SinusoidalTableKey(plain, 128)};
+  SinusoidalSpec s = plain;
+  s.base = std::nextafter(10000.0, 20000.0);
+  keys.push_back(SinusoidalTableKey(s, 128));
+  s = plain;
+  s.layout = SinusoidalLayout::kConcatenated;
+  keys.push_back(SinusoidalTableKey(s, 128));
+  s = plain;
+  s.timescale = Timescale::kHalfMinusOne;
+  keys.push_back(SinusoidalTableKey(s, 128));
+  s = plain;
+  s.dim = 65;
+  keys.push_back(SinusoidalTableKey(s, 128));
+  keys.push_back(SinusoidalTableKey(plain, 129));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t j = i + 1; j < keys.size(); ++j) EXPECT_NE(keys[i], keys[j]) << i << " " << j;
+  }
+  EXPECT_EQ(SinusoidalTableKey(plain, 128), keys[0]);
 }
 
 TEST(Sinusoidal, ScalesOffsetsPerRowAndDenseTable) {

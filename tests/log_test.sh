@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The server's log against a real posenc-server: JSON lines for start, every failed call
 # (method, code, message, request id, peer), drain and stop; --log_requests logs calls that
-# succeed too; a flood of failures is rate-limited (20 lines a second); numbers are JSON numbers; a busy port is
-# one line on stderr. Usage: log_test.sh BUILD_DIR
+# succeed too; a flood of failures is rate-limited (20 lines a second); numbers are JSON
+# numbers; a busy port is one line on stderr. Usage: log_test.sh BUILD_DIR
 set -euo pipefail
 build=${1:?build dir}
 work=$(mktemp -d)
@@ -24,8 +24,8 @@ start --log_format=json
 cli encode --scheme=learned --table=missing --shape=1,4,8 --request-id=req-42 >/dev/null 2>&1 &&
   fail "encode with a missing table succeeded"
 cli encode --scheme=sinusoidal --shape=1,4,8 >/dev/null || fail "good encode"
-# 300 failures from one process over 8 connections' worth of threads: they land within a
-# second or two even in a sanitizer build, far above the 20 lines a second the log allows.
+# 300 failures from one process (8 threads on one channel): they land within a second or
+# two even in a sanitizer build, far above the 20 lines a second the log allows.
 PYTHONPATH="$build/client/python" /usr/bin/python3 - "$target" <<'PY'
 import sys
 from concurrent.futures import ThreadPoolExecutor

@@ -3,7 +3,8 @@
 // for the ISA they name (target attributes, no -march), so call one only when the CPU has
 // it (CpuSupports, kernel_impl.h).
 //
-// float32 heads rotate one head at a time (RotateHeadFn), from the token's cos/sin halves.
+// float32 heads rotate one head at a time (RotateHeadFn), from the token's cos/sin halves,
+// or with AVX2 a whole token at a time (RotateTokenF32Fn) from its laid-out tables.
 // 16-bit heads rotated in registers: each vector of halves is widened, rotated with the
 // same FMA formula as the float32 vector kernels, and rounded once to nearest even (NaN
 // as FloatToHalf / FloatToBFloat16 give it), with no float32 staging buffer. The caller
@@ -63,8 +64,9 @@ struct Token16Kernel {
 RotateFns ScalarFns();
 RotateFns Avx2Fns();
 RotateFns Avx512Fns();
-// float32 interleaved pairs, whole tokens from duplicated tables (AVX2).
-RotateTokenF32Fn Avx2InterleavedTokenF32();
+// float32, whole tokens (AVX2): interleaved pairs from duplicated tables, rotate-half from
+// plain halves.
+RotateTokenF32Fn Avx2TokenF32(RopePairing pairing);
 
 // The fused 16-bit kernel of each ISA for (dtype, pairing, half); Avx512Token16 gives none
 // (fn null) where the CPU lacks BW/VL/DQ.

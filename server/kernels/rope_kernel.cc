@@ -120,7 +120,7 @@ struct RotationPlan {
   bool simd_convert;          // 16-bit staging widens/narrows with F16C-class SIMD
   RotateHeadFn rotate;        // one float32 head
   Token16Kernel kernel16;     // a whole 16-bit token in registers, or none
-  RotateTokenF32Fn rotate32;  // a whole float32 token (AVX2 interleaved), or none
+  RotateTokenF32Fn rotate32;  // a whole float32 token (AVX2), or none
   bool tabled() const { return kernel16.fn != nullptr || rotate32 != nullptr; }
   int64_t half() const { return rotary_dim / 2; }
 };
@@ -135,9 +135,7 @@ RotationPlan PlanRotation(DType dtype, RopePairing pairing, int rotary_dim,
   p.rotate = pairing == RopePairing::kRotateHalf ? fns.rotate_half : fns.interleaved;
   p.simd_convert = resolved != KernelImpl::kScalar;
   if (!p.wide) p.kernel16 = Token16KernelFor(resolved, dtype, pairing, p.half());
-  if (p.wide && pairing == RopePairing::kInterleaved && resolved == KernelImpl::kAvx2) {
-    p.rotate32 = Avx2InterleavedTokenF32();
-  }
+  if (p.wide && resolved == KernelImpl::kAvx2) p.rotate32 = Avx2TokenF32(pairing);
   return p;
 }
 

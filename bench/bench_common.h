@@ -39,6 +39,9 @@ struct Options {
   // With a target (host:port), only DriveTarget runs: `calls` calls per selected cell.
   std::string target;
   int64_t calls = 1000;
+  // End to end only, both sides posenc-bench-echo (two processes): what the machine's noise
+  // alone does to the ratios and targets, the floor any server can be judged against.
+  bool echo_vs_echo = false;
 };
 
 // A 64-byte aligned, uninitialised byte buffer.

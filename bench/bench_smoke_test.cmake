@@ -63,4 +63,22 @@ foreach(field rpc payload_bytes concurrency shm_mbps inline_mbps kernel_mbps spe
         kernel_ratio shm_p50_ms inline_p50_ms)
   require("${doc}" shm 0 ${field})
 endforeach()
+
+# The A/A run: both sides are the echo; end-to-end rows only, no kernels, shm or http.
+execute_process(COMMAND ${BENCH} --quick --json --echo-vs-echo "--filter=Encode 16 KiB x1"
+  OUTPUT_VARIABLE aa ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "posenc-bench --echo-vs-echo exited with ${rc}: ${err}")
+endif()
+string(JSON aa_flag GET "${aa}" echo_vs_echo)
+string(JSON aa_rows LENGTH "${aa}" e2e)
+string(JSON aa_kernels ERROR_VARIABLE no_kernels GET "${aa}" kernels)
+if(NOT aa_flag OR NOT aa_rows EQUAL 1 OR NOT no_kernels)
+  message(FATAL_ERROR "posenc-bench --echo-vs-echo: flag ${aa_flag}, ${aa_rows} e2e rows, "
+                      "kernels '${aa_kernels}'")
+endif()
+string(JSON aa_ratio GET "${aa}" e2e 0 ratio)
+if(NOT aa_ratio GREATER 0)
+  message(FATAL_ERROR "posenc-bench --echo-vs-echo: ratio ${aa_ratio}")
+endif()
 message(STATUS "posenc-bench --quick --json: ok")

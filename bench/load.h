@@ -4,8 +4,8 @@
 // Protocol's ModelInfer/ModelStreamInfer) with sinusoidal payloads of 1 KiB to 48 MiB and
 // RoPE decode steps, at concurrency 1, 8 and 64 (64 up to 1 MiB); and Encode by
 // shared-memory reference against the same Encode inline and the kernel alone. Cells
-// alternate the two sides over rounds and keep each one's best, so a noisy neighbour hurts
-// both alike.
+// alternate the two sides over rounds and keep each side's best of each figure, so a noisy
+// neighbour hurts both alike. With --echo-vs-echo the server side is a second echo.
 #pragma once
 
 #include "bench/bench_common.h"

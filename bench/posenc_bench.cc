@@ -6,7 +6,7 @@
 //
 //   posenc-bench [--json] [--quick] [--kernels-only | --e2e-only] [--threads=N]
 //                [--seconds=S] [--rounds=R] [--filter=TEXT] [--isa=avx2|avx512]
-//                [--server=PATH] [--echo=PATH]
+//                [--server=PATH] [--echo=PATH] [--echo-vs-echo]
 //   posenc-bench --target=HOST:PORT [--calls=N] [--filter=TEXT] [--quick]
 //
 // --filter keeps the kernel cases whose "name dtype size" contains TEXT, e.g.
@@ -16,7 +16,11 @@
 // kernels on that ISA only. --rounds (default 3; 1 with --quick) is how many times each
 // kernel alternates with its roofline (at least twice; a row's ratio is the median of its
 // rounds' ratios, listed in "round_ratios", its times each side's best) and each
-// end-to-end cell with the echo, each side keeping its best.
+// end-to-end cell with the echo, each side keeping each figure at its best (throughput,
+// p50, p99).
+// --echo-vs-echo runs the end-to-end cells only, with a second posenc-bench-echo in
+// posenc-server's place: an A/A run, whose ratios and targets show what the machine's
+// run-to-run noise alone gives a server that is exactly the echo.
 // --target sends N (default 1000) calls of each selected cell's workload at concurrency 1 to
 // a server already running there and prints what it did, nothing else: for measuring the
 // server from outside (bench/call_breakdown.py runs it under callgrind and perf).
@@ -47,7 +51,7 @@ namespace {
   std::fprintf(stderr,
                "posenc-bench: %s\nusage: posenc-bench [--json] [--quick] [--kernels-only | "
                "--e2e-only] [--threads=N] [--seconds=S] [--rounds=R] [--filter=TEXT] "
-               "[--isa=avx2|avx512] [--server=PATH] [--echo=PATH]\n"
+               "[--isa=avx2|avx512] [--server=PATH] [--echo=PATH] [--echo-vs-echo]\n"
                "       posenc-bench --target=HOST:PORT [--calls=N] [--filter=TEXT] [--quick]\n",
                problem.c_str());
   std::exit(2);
@@ -74,8 +78,8 @@ T OrUsage(absl::StatusOr<T> v) {
 Options ParseOptions(int argc, char** argv) {
   static const CommandFlags::Options kFlags{
       {"json", "quick", "kernels-only", "e2e-only", "threads", "seconds", "rounds", "filter", "isa",
-       "server", "echo", "target", "calls"},
-      {"json", "quick", "kernels-only", "e2e-only"},
+       "server", "echo", "target", "calls", "echo-vs-echo"},
+      {"json", "quick", "kernels-only", "e2e-only", "echo-vs-echo"},
       '-'};
   const CommandFlags f =
       OrUsage(CommandFlags::Parse(std::vector<std::string>(argv + 1, argv + argc), kFlags));
@@ -93,6 +97,8 @@ Options ParseOptions(int argc, char** argv) {
   o.echo_binary = f.Str("echo");
   o.target = f.Str("target");
   o.calls = OrUsage(f.IntIn("calls", 1, int64_t{1} << 30, o.calls));
+  o.echo_vs_echo = OrUsage(f.Bool("echo-vs-echo"));
+  if (o.echo_vs_echo) o.kernels = false;
   if (!o.kernels && !o.e2e) Usage("--kernels-only and --e2e-only exclude each other");
   if (o.quick) {
     o.cell_seconds = std::min(o.cell_seconds, 0.25);
@@ -121,13 +127,16 @@ int main(int argc, char** argv) {
   json doc;
   doc["machine"] = MachineInfo();
   doc["quick"] = o.quick;
+  doc["echo_vs_echo"] = o.echo_vs_echo;
   if (o.kernels) {
     doc["kernels"] = RunKernelsEveryIsa(o);
   }
   if (o.e2e) {
     doc["e2e"] = RunE2e(o);
-    doc["shm"] = RunShm(o);
-    doc["http"] = RunHttp(o);
+    if (!o.echo_vs_echo) {
+      doc["shm"] = RunShm(o);
+      doc["http"] = RunHttp(o);
+    }
   }
   doc["targets"] = Targets(doc);
   doc["seconds"] = SecondsSince(start);

@@ -213,6 +213,9 @@ void PrintTable(const json& doc) {
   std::printf("machine: %s, %d cores, kernel threads %d, loadavg at start %s\n",
               m["cpu_model"].get<std::string>().c_str(), m["cores"].get<int>(),
               m["kernel_threads"].get<int>(), m["loadavg_at_start"].get<std::string>().c_str());
+  if (doc.value("echo_vs_echo", false)) {
+    std::printf("echo vs echo: the \"posenc\" columns are a second posenc-bench-echo\n");
+  }
   if (doc.contains("kernels")) PrintKernels(doc["kernels"]);
   if (doc.contains("e2e")) PrintE2e(doc["e2e"]);
   if (doc.contains("shm")) PrintShm(doc["shm"]);

@@ -479,16 +479,12 @@ std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& address)
 // Each of a side's figures at its best over the rounds: the throughput (with the requests
 // and seconds of that round), the lowest p50 and the lowest p99.
 void KeepBest(const CellResult& round, CellResult& best) {
-  if (round.mbps > best.mbps) {
-    const CellResult kept = best;
-    best = round;
-    if (kept.requests == 0) return;
-    best.p50_ms = std::min(best.p50_ms, kept.p50_ms);
-    best.p99_ms = std::min(best.p99_ms, kept.p99_ms);
-    return;
-  }
-  best.p50_ms = std::min(best.p50_ms, round.p50_ms);
-  best.p99_ms = std::min(best.p99_ms, round.p99_ms);
+  const bool first = best.requests == 0;
+  const double p50 = first ? round.p50_ms : std::min(best.p50_ms, round.p50_ms);
+  const double p99 = first ? round.p99_ms : std::min(best.p99_ms, round.p99_ms);
+  if (first || round.mbps > best.mbps) best = round;
+  best.p50_ms = p50;
+  best.p99_ms = p99;
 }
 
 // `first` then `second`, each after a warm-up of the channels the cell uses, alternating

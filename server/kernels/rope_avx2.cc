@@ -9,41 +9,21 @@
 namespace posenc::rope_internal {
 namespace {
 
-__attribute__((target("avx2,fma"))) void RotateHalfAvx2(float* x, const float* cos,
-                                                        const float* sin, int64_t half) {
-  float* x2 = x + half;
-  int64_t k = 0;
-  for (; k + 8 <= half; k += 8) {
-    const __m256 a = _mm256_loadu_ps(x + k);
-    const __m256 b = _mm256_loadu_ps(x2 + k);
-    const __m256 c = _mm256_loadu_ps(cos + k);
-    const __m256 s = _mm256_loadu_ps(sin + k);
-    _mm256_storeu_ps(x + k, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
-    _mm256_storeu_ps(x2 + k, _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s)));
-  }
-  RotatePairsScalar(x, cos, sin, k, half, 1, half);
-}
-
-__attribute__((target("avx2,fma"))) void InterleavedAvx2(float* x, const float* cos,
-                                                         const float* sin, int64_t half) {
-  int64_t k = 0;
-  // 4 pairs = 8 floats per step: cos/sin duplicated onto both lanes of their pair; then
-  // fmaddsub gives x_a*c - x_b*s on even lanes and x_b*c + x_a*s on odd ones.
-  for (; k + 4 <= half; k += 4) {
-    const __m256 v = _mm256_loadu_ps(x + 2 * k);
-    const __m128 c4 = _mm_loadu_ps(cos + k);
-    const __m128 s4 = _mm_loadu_ps(sin + k);
-    const __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
-    const __m256 s = _mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4));
-    const __m256 swapped = _mm256_permute_ps(v, 0xB1);  // (x_b, x_a) in every pair
-    _mm256_storeu_ps(x + 2 * k, _mm256_fmaddsub_ps(v, c, _mm256_mul_ps(swapped, s)));
-  }
-  RotatePairsScalar(x, cos, sin, k, half, 2, 1);
+// 8 rotate-half pairs of float32: xa[0..8) with xb[0..8).
+__attribute__((target("avx2,fma"))) inline void HalfStepF32(float* xa, float* xb,
+                                                           const float* c, const float* s) {
+  const __m256 a = _mm256_loadu_ps(xa);
+  const __m256 b = _mm256_loadu_ps(xb);
+  const __m256 vc = _mm256_loadu_ps(c);
+  const __m256 vs = _mm256_loadu_ps(s);
+  _mm256_storeu_ps(xa, _mm256_fmsub_ps(a, vc, _mm256_mul_ps(b, vs)));
+  _mm256_storeu_ps(xb, _mm256_fmadd_ps(b, vc, _mm256_mul_ps(a, vs)));
 }
 
 // All heads of one float32 token, interleaved pairs, from the token's duplicated cos/sin
 // tables (RopeTokenTables: c[2k] = c[2k+1] = cos_k, zero-padded to a multiple of 16), so
-// the per-head loop needs no shuffles of cos/sin. Same arithmetic as InterleavedAvx2.
+// the per-head loop needs no shuffles of cos/sin: fmaddsub gives x_a*c - x_b*s on even
+// lanes and x_b*c + x_a*s on odd ones.
 __attribute__((target("avx2,fma"))) inline void PairStepF32(float* x, const float* c,
                                                            const float* s) {
   const __m256 v = _mm256_loadu_ps(x);
@@ -77,18 +57,7 @@ __attribute__((target("avx2,fma"))) void InterleavedTokenF32Avx2(float* x, int64
 }
 
 // All heads of one float32 token, rotate-half pairs, from the token's cos/sin halves (c[k],
-// s[k] for k < half): the same arithmetic as RotateHalfAvx2 per head, without a call per
-// head, two vectors of pairs per step.
-__attribute__((target("avx2,fma"))) inline void HalfStepF32(float* xa, float* xb,
-                                                           const float* c, const float* s) {
-  const __m256 a = _mm256_loadu_ps(xa);
-  const __m256 b = _mm256_loadu_ps(xb);
-  const __m256 vc = _mm256_loadu_ps(c);
-  const __m256 vs = _mm256_loadu_ps(s);
-  _mm256_storeu_ps(xa, _mm256_fmsub_ps(a, vc, _mm256_mul_ps(b, vs)));
-  _mm256_storeu_ps(xb, _mm256_fmadd_ps(b, vc, _mm256_mul_ps(a, vs)));
-}
-
+// s[k] for k < half), two vectors of pairs per step.
 __attribute__((target("avx2,fma"))) void RotateHalfTokenF32Avx2(float* x, int64_t heads,
                                                                 int64_t head_stride,
                                                                 const float* c,
@@ -260,8 +229,6 @@ __attribute__((target("avx2"))) void SplitByParity16(const float* src, float* ds
     _mm256_storeu_ps(dst + b + 8, _mm256_shuffle_ps(lo, hi, 0xDD));   // 1 3 .. 15
   }
 }
-
-RotateFns Avx2Fns() { return {RotateHalfAvx2, InterleavedAvx2}; }
 
 RotateTokenF32Fn Avx2TokenF32(RopePairing pairing) {
   return pairing == RopePairing::kRotateHalf ? RotateHalfTokenF32Avx2 : InterleavedTokenF32Avx2;

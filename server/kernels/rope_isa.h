@@ -4,7 +4,8 @@
 // it (CpuSupports, kernel_impl.h).
 //
 // float32 heads rotate one head at a time (RotateHeadFn), from the token's cos/sin halves,
-// or with AVX2 a whole token at a time (RotateTokenF32Fn) from its laid-out tables.
+// except with AVX2, which rotates a whole token at a time (RotateTokenF32Fn) from its
+// laid-out tables.
 // 16-bit heads rotated in registers: each vector of halves is widened, rotated with the
 // same FMA formula as the float32 vector kernels, and rounded once to nearest even (NaN
 // as FloatToHalf / FloatToBFloat16 give it), with no float32 staging buffer. The caller
@@ -60,9 +61,9 @@ struct Token16Kernel {
   TableLayout layout = TableLayout::kPaired;
 };
 
-// float32, one head: the plain formula (rope_kernel.cc), AVX2+FMA, AVX-512F.
+// float32, one head: the plain formula (rope_kernel.cc), AVX-512F. AVX2 has none: it
+// rotates whole tokens (Avx2TokenF32, Avx2Token16).
 RotateFns ScalarFns();
-RotateFns Avx2Fns();
 RotateFns Avx512Fns();
 // float32, whole tokens (AVX2): interleaved pairs from duplicated tables, rotate-half from
 // plain halves.

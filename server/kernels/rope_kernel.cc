@@ -35,11 +35,12 @@ namespace {
 
 using namespace rope_internal;  // NOLINT: this file is their dispatch
 
-// REQUIRES: `isa` (kScalar, kAvx2 or kAvx512) is one the CPU has.
+// The per-head float32 kernels of `isa` (kScalar, kAvx2 or kAvx512, one the CPU has); none
+// for AVX2, whose every plan rotates whole tokens (PlanRotation).
 RotateFns FnsFor(KernelImpl isa) {
   switch (isa) {
     case KernelImpl::kAvx512: return Avx512Fns();
-    case KernelImpl::kAvx2: return Avx2Fns();
+    case KernelImpl::kAvx2: return {};
     default: return ScalarFns();
   }
 }
@@ -118,7 +119,7 @@ struct RotationPlan {
   int64_t rotary_dim;
   bool wide;                  // float32: heads are rotated where they lie
   bool simd_convert;          // 16-bit staging widens/narrows with F16C-class SIMD
-  RotateHeadFn rotate;        // one float32 head
+  RotateHeadFn rotate;        // one float32 head; null where the plan is tabled() (AVX2)
   Token16Kernel kernel16;     // a whole 16-bit token in registers, or none
   RotateTokenF32Fn rotate32;  // a whole float32 token (AVX2), or none
   bool tabled() const { return kernel16.fn != nullptr || rotate32 != nullptr; }

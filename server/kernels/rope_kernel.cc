@@ -123,6 +123,12 @@ struct RotationPlan {
   Token16Kernel kernel16;     // a whole 16-bit token in registers, or none
   RotateTokenF32Fn rotate32;  // a whole float32 token (AVX2), or none
   bool tabled() const { return kernel16.fn != nullptr || rotate32 != nullptr; }
+  // Whether the tabled kernel reads each token's cos/sin laid out and padded
+  // (RopeTokenTables); the float32 rotate-half one reads [0, half) of the rows as given
+  // (its tail is scalar).
+  bool padded_tables() const {
+    return kernel16.fn != nullptr || (rotate32 != nullptr && pairing != RopePairing::kRotateHalf);
+  }
   int64_t half() const { return rotary_dim / 2; }
 };
 
@@ -147,14 +153,15 @@ RotationPlan PlanRotation(DType dtype, RopePairing pairing, int rotary_dim,
 struct RotationScratch {
   explicit RotationScratch(const RotationPlan& p)
       : widened(p.wide || p.kernel16.fn != nullptr ? 0 : p.rotary_dim),
-        tables(p.tabled() ? 2 * PaddedTableSize(p.half()) : 0) {}
+        tables(p.padded_tables() ? 2 * PaddedTableSize(p.half()) : 0) {}
   absl::InlinedVector<float, 256> widened;
   absl::InlinedVector<float, 512> tables;
 };
 
 // Tokens [first, last) of the batch * seq grid, each whole from its padded per-token
-// tables. Everything per call is read into locals once: at 12 heads of 64 bfloat16 the
-// per-token work around the kernel call was a tenth of a small call.
+// tables, or from its rows as given where the plan needs no padding. Everything per call
+// is read into locals once: at 12 heads of 64 bfloat16 the per-token work around the
+// kernel call was a tenth of a small call.
 void RotateTokensTabled(const RotationPlan& p, unsigned char* bytes, size_t elem,
                         const RopeGeometry& g, absl::Span<const float* const> token_rows,
                         int64_t first, int64_t last, RotationScratch& scratch) {
@@ -166,16 +173,21 @@ void RotateTokensTabled(const RotationPlan& p, unsigned char* bytes, size_t elem
   const RotateTokenF32Fn rotate32 = p.rotate32;
   float* c = scratch.tables.data();
   float* s = c + PaddedTableSize(half);
+  const bool padded = p.padded_tables();
   // (b, i) of token t, stepped rather than divided.
   int64_t b = first / seq, i = first % seq;
   for (int64_t t = first; t < last; ++t) {
     const float* cos = token_rows[t];
-    RopeTokenTables(pairing, layout, cos, cos + half, half, c, s);
     unsigned char* token = bytes + static_cast<size_t>(b * batch_stride + i * seq_stride) * elem;
-    if (rotate16 != nullptr) {
-      rotate16(reinterpret_cast<uint16_t*>(token), heads, head_stride, c, s, half);
+    if (!padded) {
+      rotate32(reinterpret_cast<float*>(token), heads, head_stride, cos, cos + half, half);
     } else {
-      rotate32(reinterpret_cast<float*>(token), heads, head_stride, c, s, half);
+      RopeTokenTables(pairing, layout, cos, cos + half, half, c, s);
+      if (rotate16 != nullptr) {
+        rotate16(reinterpret_cast<uint16_t*>(token), heads, head_stride, c, s, half);
+      } else {
+        rotate32(reinterpret_cast<float*>(token), heads, head_stride, c, s, half);
+      }
     }
     if (++i == seq) i = 0, ++b;
   }

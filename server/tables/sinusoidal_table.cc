@@ -104,15 +104,18 @@ std::string SinusoidalTableKey(const SinusoidalSpec& spec, int64_t rows) {
   constexpr absl::string_view kPrefix = "sinusoidal|";
   const int32_t layout = static_cast<int32_t>(spec.layout);
   const int32_t timescale = static_cast<int32_t>(spec.timescale);
-  std::string key(kPrefix.size() + 2 * sizeof(int32_t) + 3 * sizeof(int64_t), '\0');
+  const std::pair<const void*, size_t> fields[] = {{&spec.base, sizeof(spec.base)},
+                                                    {&layout, sizeof(layout)},
+                                                    {&timescale, sizeof(timescale)},
+                                                    {&spec.dim, sizeof(spec.dim)},
+                                                    {&rows, sizeof(rows)}};
+  size_t bytes = kPrefix.size();
+  for (const auto& field : fields) bytes += field.second;
+  std::string key(bytes, '\0');
   char* out = key.data();
   std::memcpy(out, kPrefix.data(), kPrefix.size());
   out += kPrefix.size();
-  for (const auto& [field, size] : {std::pair<const void*, size_t>{&spec.base, sizeof(double)},
-                                    {&layout, sizeof(layout)},
-                                    {&timescale, sizeof(timescale)},
-                                    {&spec.dim, sizeof(spec.dim)},
-                                    {&rows, sizeof(rows)}}) {
+  for (const auto& [field, size] : fields) {
     std::memcpy(out, field, size);
     out += size;
   }

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -184,15 +185,19 @@ double Percentile(std::vector<double>& sorted, double p) {
   return sorted[i];
 }
 
-// Where a cell's calls go and what they send: worker w calls over channels[w % channels]
-// with requests[w % requests] (one request shared, or one per worker).
+using Channels = std::vector<std::shared_ptr<grpc::Channel>>;
+
+// Where a cell's calls go and what they send: each round opens its connections with
+// connect(), and worker w calls over channels[w % channels] with requests[w % requests]
+// (one request shared, or one per worker).
 struct Side {
-  const std::vector<std::shared_ptr<grpc::Channel>>& channels;
+  std::function<Channels()> connect;
   const std::vector<grpc::ByteBuffer>& requests;
 };
 
-CellResult RunCell(const Side& side, const Front& front, bool streaming, size_t payload_bytes,
-                   int concurrency, double seconds) {
+CellResult RunCell(const Channels& channels, const std::vector<grpc::ByteBuffer>& requests,
+                   const Front& front, bool streaming, size_t payload_bytes, int concurrency,
+                   double seconds) {
   std::vector<std::vector<double>> latencies(static_cast<size_t>(concurrency));
   std::vector<std::thread> workers;
   std::atomic<int> errors{0};
@@ -202,9 +207,9 @@ CellResult RunCell(const Side& side, const Front& front, bool streaming, size_t 
   for (int w = 0; w < concurrency; ++w) {
     workers.emplace_back([&, w] {
       const size_t i = static_cast<size_t>(w);
-      grpc::GenericStub stub(side.channels[i % side.channels.size()]);
+      grpc::GenericStub stub(channels[i % channels.size()]);
       std::vector<double>& mine = latencies[i];
-      const grpc::ByteBuffer& request = side.requests[i % side.requests.size()];
+      const grpc::ByteBuffer& request = requests[i % requests.size()];
       if (streaming) {
         LockstepStream stream(stub, front.stream_method, request, deadline, &mine);
         if (!stream.Await().ok()) errors++;
@@ -470,8 +475,9 @@ bool Selected(const Options& o, const std::string& cell) {
   return o.filter.empty() || cell.find(o.filter) != std::string::npos;
 }
 
-std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& address) {
-  std::vector<std::shared_ptr<grpc::Channel>> channels;
+// Eight connections of their own to `address`.
+Channels Connect(const std::string& address) {
+  Channels channels;
   for (int i = 0; i < 8; ++i) channels.push_back(MakeChannel(address));
   return channels;
 }
@@ -487,22 +493,26 @@ void KeepBest(const CellResult& round, CellResult& best) {
   best.p99_ms = p99;
 }
 
-// `first` then `second`, each after a warm-up of the channels the cell uses, alternating
-// over o.rounds; each side keeps each figure at its best (KeepBest), so a noisy round hurts
-// neither.
+// `first` then `second`, each on the connections it opens for the round and after a
+// warm-up on them, alternating over o.rounds; each side keeps each figure at its best
+// (KeepBest), so a noisy round hurts neither. A connection keeps what it settled into
+// (flow-control windows, the server thread that polls it, socket buffers) for as long as it
+// lives, and that alone moved a cell by up to 2x between runs; fresh connections each round
+// let the best of the rounds find each side's good state instead of keeping its first.
 std::pair<CellResult, CellResult> BestOfRounds(const Options& o, const Side& first,
                                                const Side& second, const Front& front,
                                                bool streaming, size_t payload, int concurrency) {
   const double seconds = CellSeconds(o, payload);
   const double warm = std::min(0.1, seconds / 4);
   CellResult best_first, best_second;
+  auto round_of = [&](const Side& side) {
+    const Channels channels = side.connect();
+    RunCell(channels, side.requests, front, streaming, payload, concurrency, warm);
+    return RunCell(channels, side.requests, front, streaming, payload, concurrency, seconds);
+  };
   for (int round = 0; round < o.rounds; ++round) {
-    RunCell(first, front, streaming, payload, concurrency, warm);
-    CellResult a = RunCell(first, front, streaming, payload, concurrency, seconds);
-    RunCell(second, front, streaming, payload, concurrency, warm);
-    CellResult b = RunCell(second, front, streaming, payload, concurrency, seconds);
-    KeepBest(a, best_first);
-    KeepBest(b, best_second);
+    KeepBest(round_of(first), best_first);
+    KeepBest(round_of(second), best_second);
   }
   return {best_first, best_second};
 }
@@ -554,8 +564,10 @@ json RunE2e(const Options& o) {
                                                                  "--listen=127.0.0.1:0"}
                                       : ServerArgs(o, {}));
   ChildServer echo("posenc-bench-echo", {o.echo_binary, "--listen=127.0.0.1:0"});
-  const auto posenc_channels = Channels(posenc.address());
-  const auto echo_channels = Channels(echo.address());
+  const Channels posenc_channels = Connect(posenc.address());  // for the answers' checks
+  const Channels echo_channels = Connect(echo.address());
+  const auto connect_posenc = [&] { return Connect(posenc.address()); };
+  const auto connect_echo = [&] { return Connect(echo.address()); };
   json results = json::array();
   for (const Front* front : {&kNativeFront, &kInferenceFront}) {
     for (const Workload& w : Workloads(o, *front)) {
@@ -572,7 +584,7 @@ json RunE2e(const Options& o) {
           }
           // Echo first, then posenc.
           const auto [echo_best, posenc_best] =
-              BestOfRounds(o, {echo_channels, requests}, {posenc_channels, requests}, *front,
+              BestOfRounds(o, {connect_echo, requests}, {connect_posenc, requests}, *front,
                            streaming, w.payload_bytes, concurrency);
           if (!o.json) {
             std::fprintf(stderr,
@@ -720,7 +732,8 @@ json RunShm(const Options& o) {
   ChildServer posenc("posenc-server --shm", ServerArgs(o, {"--shm"}));
   // A region belongs to the connection that registered it, so every worker of these cells
   // shares that one connection (inline too, so both sides pay the same transport).
-  const std::vector<std::shared_ptr<grpc::Channel>> channels = {MakeChannel(posenc.address())};
+  const Channels channels = {MakeChannel(posenc.address())};
+  const auto same_connection = [&] { return channels; };
   auto stub = v1::PositionalEncoding::NewStub(channels[0]);
   json results = json::array();
   for (size_t payload : Payloads(o)) {
@@ -736,8 +749,8 @@ json RunShm(const Options& o) {
       }
       // Inline first, then by reference.
       const auto [inline_best, shm_best] =
-          BestOfRounds(o, {channels, inline_requests}, {channels, shm_requests}, kNativeFront,
-                       false, payload, concurrency);
+          BestOfRounds(o, {same_connection, inline_requests}, {same_connection, shm_requests},
+                       kNativeFront, false, payload, concurrency);
       results.push_back(ShmRow(payload, concurrency, shm_best, inline_best, kernel_mbps));
       if (!o.json) {
         std::fprintf(stderr, "  shm Encode %9zu B x%d: shm %8.1f MB/s inline %8.1f MB/s\n",

@@ -87,16 +87,32 @@ const std::vector<SchemeDescriptor>& Schemes() {
   return *schemes;
 }
 
-google::protobuf::Message* MutableSchemeMessage(google::protobuf::Message& request,
-                                                int scheme_case) {
+namespace {
+
+// The oneof member `scheme_case` of a Request, set. The request type's descriptor and
+// reflection are looked up once: through a message's virtual GetDescriptor() and
+// GetReflection() they cost more than the member's creation itself, on every OIP call.
+template <typename Request>
+google::protobuf::Message* MutableSchemeMember(Request& request, int scheme_case) {
+  static const google::protobuf::Descriptor* const descriptor = Request::GetDescriptor();
+  static const google::protobuf::Reflection* const reflection = Request::GetReflection();
   if (scheme_case == 0) return nullptr;
-  const google::protobuf::FieldDescriptor* field =
-      request.GetDescriptor()->FindFieldByNumber(scheme_case);
+  const google::protobuf::FieldDescriptor* field = descriptor->FindFieldByNumber(scheme_case);
   if (field == nullptr || field->containing_oneof() == nullptr ||
       field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
     return nullptr;
   }
-  return request.GetReflection()->MutableMessage(&request, field);
+  return reflection->MutableMessage(&request, field);
+}
+
+}  // namespace
+
+google::protobuf::Message* MutableSchemeMessage(v1::EncodeRequest& request, int scheme_case) {
+  return MutableSchemeMember(request, scheme_case);
+}
+
+google::protobuf::Message* MutableSchemeMessage(v1::BiasRequest& request, int scheme_case) {
+  return MutableSchemeMember(request, scheme_case);
 }
 
 const SchemeDescriptor* FindScheme(absl::string_view name) {

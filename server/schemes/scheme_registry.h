@@ -159,10 +159,11 @@ const std::vector<SchemeDescriptor>& Schemes();
 const SchemeDescriptor* FindScheme(absl::string_view name);
 
 // The scheme message that oneof case `scheme_case` of `request` selects (an encode_case or
-// bias_case), set, so the OIP front can parse a `config` into it. Null for case 0. A oneof
-// case is its member's field number, so descriptors need not name the accessor.
-google::protobuf::Message* MutableSchemeMessage(google::protobuf::Message& request,
-                                                int scheme_case);
+// bias_case), set, so the OIP front can parse a `config` into it. Null for case 0 or a
+// case that is not a message member of the oneof. A oneof case is its member's field
+// number, so descriptors need not name the accessor.
+google::protobuf::Message* MutableSchemeMessage(v1::EncodeRequest& request, int scheme_case);
+google::protobuf::Message* MutableSchemeMessage(v1::BiasRequest& request, int scheme_case);
 const SchemeDescriptor* SchemeOf(const v1::EncodeRequest& request);
 const SchemeDescriptor* SchemeOf(const v1::BiasRequest& request);
 const SchemeDescriptor* SchemeOf(const v1::GraphRequest& request);

@@ -148,13 +148,16 @@ grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   using Reactor = OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse>;
   CallRunner::OpenedStream stream = runner_.OpenStream(context, Method::kModelStreamInfer);
-  auto handle = [this, context](ModelInferRequest& request, ModelStreamInferResponse& response,
-                                Reactor::Reply reply) {
-    auto job = [this, context, &request, &response, reply = std::move(reply)]() mutable {
+  // The stream's connection, named once: every message's regions are its.
+  auto handle = [this, context, owner = SharedMemoryOwner(context)](
+                    ModelInferRequest& request, ModelStreamInferResponse& response,
+                    Reactor::Reply reply) {
+    auto job = [this, context, &owner, &request, &response,
+                reply = std::move(reply)]() mutable {
       const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
       absl::StatusOr<CallCost> cost = native.ok() ? CostOfNative(**native) : native.status();
-      if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
+      if (native.ok()) (*native)->shm_owner = owner;
       if (cost.ok()) cost->run_inline = true;  // already where PlacementOf put it
       runner_.RunMessage(
           Method::kModelStreamInfer, LabelOfModel(request.model_name()), start, request.id(),

@@ -116,6 +116,27 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, KernelImpl isa,
                        last_add, /*comparison=*/true});
     }
   }
+  // What a call runs (the add, each row checked for values that are not finite as it is
+  // written) against the add followed by a separate pass over the result (FirstNonFinite);
+  // the same bytes moved, so the GB/s compare directly.
+  {
+    const size_t bytes = static_cast<size_t>(emb_n) * sizeof(float);
+    const auto add = [&f, data, emb_shape, isa](bool checked_rows) {
+      TensorView x{DType::kFloat32, emb_shape, data};
+      int64_t first = -1;
+      Check(AddEncodingInPlace(x, f.learned->data.data(), 1.0f, 1.0f, isa, {},
+                               checked_rows ? &first : nullptr),
+            "AddEncodingInPlace");
+      if (!checked_rows) first = FirstNonFinite(DType::kFloat32, data, x.NumElements());
+      if (first >= 0) Check(absl::InternalError("the add's result is not finite"), "add");
+    };
+    cases.push_back({"add_checked", size, emb_shape, DType::kFloat32, bytes,
+                     2 * bytes + pe_bytes, [add] { add(true); }, last_add,
+                     /*comparison=*/true});
+    cases.push_back({"add_then_scan", size, emb_shape, DType::kFloat32, bytes,
+                     2 * bytes + pe_bytes, [add] { add(false); }, last_add,
+                     /*comparison=*/true});
+  }
   // MULTIPLY fusion (x * pe), the 2D sin-cos of a patch grid (seq = 8 x 16 or 32 x 64
   // patches, a cached table) and Fourier features of integer positions (cos/sin computed
   // per call: 2F = dim frequencies per position, shared by the batch).

@@ -642,8 +642,9 @@ json DriveTarget(const Options& o) {
 
 namespace {
 
-// The in-process kernel alone on `shape` (sinusoidal ADD, fp32): the ceiling any transport
-// can reach. Returns payload MB/s.
+// The in-process kernel alone on `shape` (sinusoidal ADD, fp32, with the check of its
+// result for values that are not finite, as a call runs it): the ceiling any transport can
+// reach. Returns payload MB/s.
 double KernelMbps(const Shape& shape, size_t payload_bytes) {
   Buffer x(payload_bytes);
   FillFloats(x.data(), DType::kFloat32, payload_bytes / sizeof(float), 0.25f);

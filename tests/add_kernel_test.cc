@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/kernels/add_kernel.h"
+#include "server/kernels/finite_kernel.h"
 #include "server/kernels/kernel_impl.h"
 #include "server/kernels/simd_convert.h"
 #include "server/kernels/threads.h"
@@ -105,6 +106,77 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
       }
     }
   }
+  }
+}
+
+// The index of the first value that is not finite, as the add and the multiply report it
+// while writing (first_non_finite), is FirstNonFinite's over their result: for each ISA
+// (rows checked one by one, the threaded size, rows too narrow to check one by one, the
+// loop, oneDNN), each float dtype, no such value, one, and several (the first counts).
+TEST(AddKernel, ReportsTheFirstValueThatIsNotFiniteAsAPassWould) {
+  struct Run {
+    KernelImpl isa;
+    KernelImpl implementation;
+  };
+  std::vector<Run> runs = {{KernelImpl::kScalar, KernelImpl::kAuto}};
+  for (KernelImpl isa : CpuVectorIsas()) runs.push_back({isa, KernelImpl::kAuto});
+  runs.push_back({CpuVectorIsas().empty() ? KernelImpl::kScalar : CpuVectorIsas().back(),
+                  KernelImpl::kOneDnn});
+  const Case cases[] = {{2, 7, 33, 1, 1}, {1, 3, 8, 1.5f, 0.25f}, {9, 31, 515, 1, 1},
+                        {4, 64, 1024, 1, 1}};
+  std::mt19937 rng(11);
+  for (const Run& run : runs) {
+    const ScopedKernelOverride forced(run.isa);
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (const Case& c : cases) {
+        const int64_t n = c.nb * c.seq * c.dim;
+        std::vector<float> pe(static_cast<size_t>(c.seq * c.dim));
+        std::uniform_real_distribution<float> u(-1, 1);
+        for (auto& v : pe) v = u(rng);
+        std::uniform_int_distribution<int64_t> at(0, n - 1);
+        const int64_t first = at(rng), later = std::min(n - 1, first + 1 + at(rng) % 97);
+        const std::vector<std::vector<int64_t>> placements = {{}, {first}, {later, first}};
+        for (const std::vector<int64_t>& bad_at : placements) {
+          for (bool multiply : {false, true}) {
+            std::vector<float> values(static_cast<size_t>(n));
+            for (auto& v : values) v = 4 * u(rng);
+            for (size_t k = 0; k < bad_at.size(); ++k) {
+              values[static_cast<size_t>(bad_at[k])] =
+                  k == 0 ? std::numeric_limits<float>::infinity()
+                         : std::numeric_limits<float>::quiet_NaN();
+            }
+            std::vector<char> bytes(static_cast<size_t>(n) * DTypeSize(dtype));
+            for (int64_t i = 0; i < n; ++i) {
+              if (dtype == DType::kFloat32) {
+                std::memcpy(bytes.data() + i * 4, &values[i], 4);
+              } else {
+                const uint16_t h = ToBits16(dtype, values[i]);
+                std::memcpy(bytes.data() + i * 2, &h, 2);
+              }
+            }
+            const TensorView x{dtype, {c.nb, c.seq, c.dim}, bytes.data()};
+            int64_t reported = -2;
+            if (multiply) {
+              ASSERT_THAT(MultiplyEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale,
+                                                  run.implementation, &reported),
+                          IsOk());
+            } else {
+              ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale,
+                                             run.implementation, {}, &reported),
+                          IsOk());
+            }
+            const int64_t expected = FirstNonFinite(dtype, bytes.data(), n);
+            EXPECT_EQ(expected, bad_at.empty() ? -1 : *std::min_element(bad_at.begin(),
+                                                                        bad_at.end()));
+            EXPECT_EQ(reported, expected)
+                << KernelImplName(run.isa) << "/" << KernelImplName(run.implementation) << " "
+                << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim << "] "
+                << (multiply ? "multiply" : "add") << " with " << bad_at.size()
+                << " bad values, ran " << KernelImplName(LastAddImplementation());
+          }
+        }
+      }
+    }
   }
 }
 

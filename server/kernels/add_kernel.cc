@@ -10,14 +10,17 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <tuple>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "server/kernels/finite_kernel.h"
 #include "server/kernels/kernel_impl.h"
 #include "server/kernels/onednn_common.h"
 #include "server/kernels/primitive_cache.h"
@@ -507,6 +510,10 @@ KernelImpl ChosenRows(DType dtype, KernelImpl implementation, bool multiply) {
 // Encoding rows per block: 64 KiB of pe, kept in L2 while every batch row adds it.
 constexpr int64_t kPeBlockBytes = 64 << 10;
 
+// Rows at least this long are checked for values that are not finite one by one as they are
+// written (RunRowsBlocked); below it a row's check costs more in calls than a pass.
+constexpr size_t kMinCheckedRowBytes = 256;
+
 // How many position blocks of at most max_block rows split seq rows evenly over `threads`:
 // a multiple of threads (while blocks have rows to spare), so each thread gets the same
 // rows. A [1,128,768] tensor in 21-row blocks gave one thread 84 rows and the other 44.
@@ -538,7 +545,11 @@ RowFns Avx512RowFns() {
 // rows (fns: the add's or the multiply's), read from memory once and then from cache.
 // oneDNN's broadcast reads all of pe once per batch row: 1.5x the traffic for fp32. Large
 // tensors split the blocks across the kernel threads.
-void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns) {
+// With `first_non_finite`, each row is checked for values that are not finite right after it
+// is written, while it is in cache, instead of in a second pass over memory; rows narrower
+// than kMinCheckedRowBytes (where a call per row would cost more than the pass) get the pass.
+void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns,
+                    int64_t* first_non_finite) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(x.dtype);
   auto* bytes = static_cast<char*>(x.data);
@@ -551,6 +562,9 @@ void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns)
   const int64_t rows_ahead =
       static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
   const int64_t pairs = (nb + 1) / 2;  // batch rows 2p and 2p + 1 (absent for odd nb)
+  const bool check_rows = first_non_finite != nullptr && row_bytes >= kMinCheckedRowBytes;
+  const size_t elem = DTypeSize(x.dtype);
+  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
   ParallelFor(threads, blocks, [&](int64_t first, int64_t last) {
     for (int64_t k = first; k < last; ++k) {  // position block
       const int64_t s0 = k * block, len = std::min(seq, s0 + block) - s0;
@@ -566,16 +580,34 @@ void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns)
         void* rows[2] = {row_at(i, 0), row_at(i, 1)};
         const char* ahead[2] = {row_at(i + rows_ahead, 0), row_at(i + rows_ahead, 1)};
         (rows[1] != nullptr ? fns.two : fns.one)(rows, ahead, pe + s * dim, dim, a, b);
+        if (!check_rows) continue;
+        for (void* row : rows) {
+          if (row == nullptr) continue;
+          const int64_t at = FirstNonFiniteHere(x.dtype, row, dim);
+          if (at < 0) continue;
+          const int64_t index =
+              static_cast<int64_t>((static_cast<char*>(row) - bytes) / elem) + at;
+          int64_t seen = first_bad.load();
+          while (index < seen && !first_bad.compare_exchange_weak(seen, index)) {
+          }
+        }
       }
     }
   });
+  if (first_non_finite == nullptr) return;
+  if (!check_rows) {
+    *first_non_finite = FirstNonFinite(x.dtype, x.data, x.NumElements());
+    return;
+  }
+  const int64_t found = first_bad.load();
+  *first_non_finite = found == std::numeric_limits<int64_t>::max() ? -1 : found;
 }
 
 // The add's rows for x's dtype, then RunRowsBlocked.
 // wide: the AVX-512 rows (REQUIRES: HasAvx512Rows(x.dtype)), else AVX2. Sets last_impl and
 // last_layout. laid_out: pe's rows in kByParity16 are read by the AVX2 bfloat16 rows.
 void AddRowsBlocked(TensorView x, const float* pe, LaidOutRows laid_out, float a, float b,
-                    bool wide) {
+                    bool wide, int64_t* first_non_finite) {
   // The parity rows skip the NaN fix-up, so they take only scales that are not NaN.
   const bool wide_rows = wide && HasAvx512Rows(x.dtype);
   const bool by_parity = x.dtype == DType::kBFloat16 && laid_out.layout == &kByParity16 &&
@@ -599,7 +631,7 @@ void AddRowsBlocked(TensorView x, const float* pe, LaidOutRows laid_out, float a
     }
     last_impl = KernelImpl::kAvx512;
   }
-  RunRowsBlocked(x, pe, a, b, fns);
+  RunRowsBlocked(x, pe, a, b, fns, first_non_finite);
 }
 
 // ---- MULTIPLY: x = (x * a) * (pe * b) -------------------------------------------------
@@ -724,7 +756,8 @@ POSENC_AVX512_ROWS void MultiplyRows16Avx512(void* const* xs, const char* const*
 
 // float32 rows AVX2 only (memory-bound already, as for the add); 16-bit rows AVX-512 where
 // `wide` and the CPU has them. Sets last_impl and last_layout.
-void MultiplyRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide) {
+void MultiplyRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide,
+                         int64_t* first_non_finite) {
   RowFns fns{MultiplyRowsAvx2<0, 2>, MultiplyRowsAvx2<0, 1>};
   if (x.dtype == DType::kFloat16) fns = {MultiplyRowsAvx2<1, 2>, MultiplyRowsAvx2<1, 1>};
   if (x.dtype == DType::kBFloat16) fns = {MultiplyRowsAvx2<2, 2>, MultiplyRowsAvx2<2, 1>};
@@ -736,7 +769,14 @@ void MultiplyRowsBlocked(TensorView x, const float* pe, float a, float b, bool w
               : RowFns{MultiplyRows16Avx512<false, 2>, MultiplyRows16Avx512<false, 1>};
     last_impl = KernelImpl::kAvx512;
   }
-  RunRowsBlocked(x, pe, a, b, fns);
+  RunRowsBlocked(x, pe, a, b, fns, first_non_finite);
+}
+
+// What a kernel that did not check its rows as it wrote them reports: a pass over x.
+void ScanAfter(const TensorView& x, int64_t* first_non_finite) {
+  if (first_non_finite != nullptr) {
+    *first_non_finite = FirstNonFinite(x.dtype, x.data, x.NumElements());
+  }
 }
 
 }  // namespace
@@ -771,8 +811,9 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
 
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
                                 float pe_scale, KernelImpl implementation,
-                                LaidOutRows laid_out) {
+                                LaidOutRows laid_out, int64_t* first_non_finite) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
+  if (first_non_finite != nullptr) *first_non_finite = -1;
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
   KernelImpl impl = ChosenRows(x.dtype, implementation, /*multiply=*/false);
   if (impl == KernelImpl::kOneDnn) {
@@ -781,18 +822,21 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
     if (*done) {
       last_impl = KernelImpl::kOneDnn;
       last_layout = nullptr;
+      ScanAfter(x, first_non_finite);
       return absl::OkStatus();
     }
     // No JIT kernel for this dtype: kAuto's rows at this CPU's widest ISA.
     impl = ChosenRows(x.dtype, CpuBestIsa(), /*multiply=*/false);
   }
   if (impl == KernelImpl::kAvx2 || impl == KernelImpl::kAvx512) {
-    AddRowsBlocked(x, pe, laid_out, input_scale, pe_scale, impl == KernelImpl::kAvx512);
+    AddRowsBlocked(x, pe, laid_out, input_scale, pe_scale, impl == KernelImpl::kAvx512,
+                   first_non_finite);
     return absl::OkStatus();
   }
   last_impl = KernelImpl::kScalar;
   last_layout = nullptr;
   AddEncodingLoop(x, pe, input_scale, pe_scale);
+  ScanAfter(x, first_non_finite);
   return absl::OkStatus();
 }
 
@@ -817,18 +861,22 @@ void MultiplyEncodingLoop(TensorView x, const float* pe, float input_scale, floa
 }
 
 absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                     float pe_scale, KernelImpl implementation) {
+                                     float pe_scale, KernelImpl implementation,
+                                     int64_t* first_non_finite) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
+  if (first_non_finite != nullptr) *first_non_finite = -1;
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
   // oneDNN is not used: its binary_mul broadcast re-reads pe per batch row, as for the add.
   const KernelImpl impl = ChosenRows(x.dtype, implementation, /*multiply=*/true);
   if (impl == KernelImpl::kAvx2 || impl == KernelImpl::kAvx512) {
-    MultiplyRowsBlocked(x, pe, input_scale, pe_scale, impl == KernelImpl::kAvx512);
+    MultiplyRowsBlocked(x, pe, input_scale, pe_scale, impl == KernelImpl::kAvx512,
+                        first_non_finite);
     return absl::OkStatus();
   }
   last_impl = KernelImpl::kScalar;
   last_layout = nullptr;
   MultiplyEncodingLoop(x, pe, input_scale, pe_scale);
+  ScanAfter(x, first_non_finite);
   return absl::OkStatus();
 }
 

@@ -55,10 +55,14 @@ struct LaidOutRows {
 // laid_out: optionally the same rows in AddRowLayoutFor(x.dtype, implementation)'s layout;
 // read instead of pe where the chosen rows read that layout and the scales are not NaN.
 // Rows in another layout are not read.
+// first_non_finite: optionally set to what FirstNonFinite (finite_kernel.h) says of the
+// result, the index of its first inf or NaN or -1. The hand-written rows check each row as
+// they write it, while it is in cache, instead of in a second pass over memory; the loop and
+// oneDNN make the pass.
 // Returns INTERNAL only if oneDNN fails unexpectedly.
 absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
                                 float pe_scale, KernelImpl implementation = KernelImpl::kAuto,
-                                LaidOutRows laid_out = {});
+                                LaidOutRows laid_out = {}, int64_t* first_non_finite = nullptr);
 
 // The layout AddEncodingInPlace(x of `dtype`, implementation) reads its rows in on this
 // thread's choice (the override), or null where it reads them as given. A caller that
@@ -74,10 +78,11 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
 // the batch, in place. REQUIRES as AddEncodingInPlace. The same choice of rows as the add
 // (AVX-512 rows for 16-bit dtypes where present, else AVX2; scalar: the loop; no oneDNN
 // code, so kOneDnn runs kAuto's rows), bit-identical to MultiplyEncodingLoop for every
-// dtype. Always OK (the status mirrors the add's).
+// dtype. first_non_finite as for the add. Always OK (the status mirrors the add's).
 absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
                                      float pe_scale,
-                                     KernelImpl implementation = KernelImpl::kAuto);
+                                     KernelImpl implementation = KernelImpl::kAuto,
+                                     int64_t* first_non_finite = nullptr);
 
 // The multiply as a plain loop in float32 arithmetic, rounded once to x's dtype: the
 // reference in tests.

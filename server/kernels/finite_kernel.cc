@@ -141,6 +141,13 @@ int64_t FirstNonFinite(DType dtype, const void* data, int64_t n, KernelImpl impl
   return First<Find::kNonFinite>(dtype, data, n, implementation);
 }
 
+int64_t FirstNonFiniteHere(DType dtype, const void* data, int64_t n,
+                           KernelImpl implementation) {
+  if (!IsFloat(dtype) || n <= 0) return -1;
+  return FirstIn<Find::kNonFinite>(dtype, static_cast<const unsigned char*>(data), n,
+                                   IsaBoundFor(implementation) != KernelImpl::kScalar);
+}
+
 int64_t FirstNan(DType dtype, const void* data, int64_t n, KernelImpl implementation) {
   return First<Find::kNan>(dtype, data, n, implementation);
 }

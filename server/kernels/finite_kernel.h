@@ -19,6 +19,12 @@ namespace posenc {
 int64_t FirstNonFinite(DType dtype, const void* data, int64_t n,
                        KernelImpl implementation = KernelImpl::kAuto);
 
+// FirstNonFinite on the calling thread alone, never the kernel team: for a kernel that
+// checks the rows it has just written while they are still in cache, from inside its own
+// parallel loop.
+int64_t FirstNonFiniteHere(DType dtype, const void* data, int64_t n,
+                           KernelImpl implementation = KernelImpl::kAuto);
+
 // The same for NaN only, where infinities are meaningful (an attention mask's -inf).
 int64_t FirstNan(DType dtype, const void* data, int64_t n,
                  KernelImpl implementation = KernelImpl::kAuto);

@@ -132,18 +132,26 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
           "the encoding has width ", rows.dim, " but input.shape[-1] (d_model) is ", e.dim,
           "; ", FusionName(combine.fusion), " needs them equal"));
     }
+    // The parts follow each other in the input: the first one with a value that is not
+    // finite holds the input's first.
+    result.first_non_finite = -1;
     for (size_t g = 0; g < rows.groups.size(); ++g) {
       TensorView part{input.dtype, {slab, e.seq, e.dim},
                       static_cast<char*>(input.data) + g * e.seq * e.dim * elem};
+      int64_t bad = -1;
       if (combine.fusion == Fusion::kMultiply) {
         RETURN_IF_ERROR(MultiplyEncodingInPlace(part, rows.groups[g], combine.input_scale,
-                                                combine.pe_scale));
-        continue;
+                                                combine.pe_scale, KernelImpl::kAuto, &bad));
+      } else {
+        const LaidOutRows laid_out{rows.layout,
+                                   rows.laid_out.empty() ? nullptr : rows.laid_out[g]};
+        RETURN_IF_ERROR(AddEncodingInPlace(part, rows.groups[g], combine.input_scale,
+                                           combine.pe_scale, KernelImpl::kAuto, laid_out,
+                                           &bad));
       }
-      const LaidOutRows laid_out{rows.layout,
-                                 rows.laid_out.empty() ? nullptr : rows.laid_out[g]};
-      RETURN_IF_ERROR(AddEncodingInPlace(part, rows.groups[g], combine.input_scale,
-                                         combine.pe_scale, KernelImpl::kAuto, laid_out));
+      if (bad >= 0 && *result.first_non_finite < 0) {
+        result.first_non_finite = static_cast<int64_t>(g) * e.seq * e.dim + bad;
+      }
     }
     return result;
   }

@@ -84,6 +84,10 @@ struct SchemeLimits {
 struct AbsoluteResult {
   Shape shape;
   std::optional<std::string> concat;
+  // For a result written over the input (ADD, MULTIPLY): the index of its first element
+  // that is not finite, or -1, as the kernel found it while writing; unset where the caller
+  // must look itself (CONCAT).
+  std::optional<int64_t> first_non_finite;
 };
 
 // `input` is the request's tensor; with ADD it is modified in place. Errors name the field.

@@ -20,13 +20,12 @@ namespace {
 // finite: an inf or NaN comes from `source` (the input or the key) or from scales or values
 // that overflow its dtype. A bias may hold -inf (ALiBi's causal mask), so there only NaN is
 // (from a NaN in `source`, or +inf scores meeting the mask).
+// `at` is the index of the first offending element of `result`, or -1.
 enum class Allowed { kFiniteOnly, kInfinities };
-absl::Status CheckResult(const TensorView& result, const char* source, Allowed allowed) {
-  const bool finite_only = allowed == Allowed::kFiniteOnly;
-  const int64_t n = result.NumElements();
-  const int64_t at = finite_only ? FirstNonFinite(result.dtype, result.data, n)
-                                 : FirstNan(result.dtype, result.data, n);
+absl::Status ResultError(const TensorView& result, int64_t at, const char* source,
+                         Allowed allowed) {
   if (at < 0) return absl::OkStatus();
+  const bool finite_only = allowed == Allowed::kFiniteOnly;
   const std::string cause =
       finite_only
           ? absl::StrCat("holds inf or NaN, or the scales and values overflow ",
@@ -36,6 +35,14 @@ absl::Status CheckResult(const TensorView& result, const char* source, Allowed a
       source, " gives a result that is ", finite_only ? "not finite" : "NaN", " (element ", at,
       " of the ", DTypeName(result.dtype), " result ", ShapeString(result.shape), "): ",
       source, " ", cause));
+}
+
+absl::Status CheckResult(const TensorView& result, const char* source, Allowed allowed) {
+  const int64_t n = result.NumElements();
+  return ResultError(result,
+                     allowed == Allowed::kFiniteOnly ? FirstNonFinite(result.dtype, result.data, n)
+                                                     : FirstNan(result.dtype, result.data, n),
+                     source, allowed);
 }
 
 class KernelTimer {
@@ -226,10 +233,15 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
     result = scheme->add(state_.Env(), request, placed.view, positions);
   }
   if (!result.ok()) return result.status();
-  RETURN_IF_ERROR(CheckResult(result->concat ? TensorView{placed.view.dtype, result->shape,
-                                                          result->concat->data()}
-                                             : placed.view,
-                              "input", Allowed::kFiniteOnly));
+  if (result->first_non_finite.has_value()) {  // the kernel looked as it wrote
+    RETURN_IF_ERROR(
+        ResultError(placed.view, *result->first_non_finite, "input", Allowed::kFiniteOnly));
+  } else {
+    RETURN_IF_ERROR(CheckResult(result->concat ? TensorView{placed.view.dtype, result->shape,
+                                                            result->concat->data()}
+                                               : placed.view,
+                                "input", Allowed::kFiniteOnly));
+  }
   RETURN_IF_ERROR(FillResponse(*result, placed, tensors, request, response));
   RETURN_IF_ERROR(tensors.CheckIntact());
   CountBytes(in_bytes, response.output().data().size(), tensors);

@@ -43,7 +43,19 @@ TEST(AdmissionTest, MoreThanTheWholeBudgetCanNeverRun) {
   Admission admission(AdmissionLimits{1000, 4});
   EXPECT_THAT(admission.Admit(1001).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("smaller parts")));
+  EXPECT_FALSE(IsRetryableRefusal(admission.Admit(1001).status()));
   EXPECT_EQ(admission.inflight_calls(), 0);
+}
+
+TEST(AdmissionTest, OnlyBusyRefusalsAreRetryable) {
+  Admission admission(AdmissionLimits{1000, 1});
+  absl::StatusOr<Admission::Ticket> held = admission.Admit(600);
+  ASSERT_THAT(held.status(), IsOk());
+  EXPECT_TRUE(IsRetryableRefusal(admission.Admit(0).status()));       // no call slot free
+  EXPECT_TRUE(IsRetryableRefusal(admission.AdmitBytes(500).status()));  // budget busy
+  EXPECT_FALSE(IsRetryableRefusal(admission.AdmitBytes(1001).status()));  // never fits
+  EXPECT_FALSE(IsRetryableRefusal(absl::ResourceExhaustedError("some other limit")));
+  EXPECT_FALSE(IsRetryableRefusal(absl::OkStatus()));
 }
 
 TEST(AdmissionTest, CallSlotsAreBounded) {

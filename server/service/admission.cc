@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -33,6 +34,23 @@ void Admission::Ticket::Release() {
   slot_ = false;
 }
 
+namespace {
+
+// The payload that marks a refusal as "busy now": its presence, not its value, is read.
+constexpr absl::string_view kRetryablePayload = "posenc.dev/admission-busy";
+
+absl::Status Busy(std::string message) {
+  absl::Status status = absl::ResourceExhaustedError(std::move(message));
+  status.SetPayload(kRetryablePayload, absl::Cord("1"));
+  return status;
+}
+
+}  // namespace
+
+bool IsRetryableRefusal(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) && status.GetPayload(kRetryablePayload).has_value();
+}
+
 absl::StatusOr<Admission::Ticket> Admission::Admit(uint64_t bytes) {
   return AdmitImpl(bytes, /*slot=*/true);
 }
@@ -53,7 +71,7 @@ absl::StatusOr<Admission::Ticket> Admission::AdmitImpl(uint64_t bytes, bool slot
     int64_t calls = calls_.load(std::memory_order_relaxed);
     do {
       if (calls >= limits_.max_concurrent_calls) {
-        return absl::ResourceExhaustedError(absl::StrCat(
+        return Busy(absl::StrCat(
             "server busy: ", limits_.max_concurrent_calls,
             " calls in progress (--max_concurrent_calls); retry after 50 ms or on another "
             "replica"));
@@ -64,7 +82,7 @@ absl::StatusOr<Admission::Ticket> Admission::AdmitImpl(uint64_t bytes, bool slot
   do {
     if (used + bytes > limits_.max_inflight_bytes) {
       if (slot) calls_.fetch_sub(1, std::memory_order_relaxed);
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return Busy(absl::StrCat(
           "server busy: this call needs ", bytes, " bytes and ", limits_.max_inflight_bytes - used,
           " of --max_inflight_bytes are free; retry after 100 ms or on another replica"));
     }

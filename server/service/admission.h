@@ -68,6 +68,12 @@ class Admission {
 // The default --max_inflight_bytes: a quarter of the memory this process may use (the
 // cgroup limit when there is one, else physical memory).
 uint64_t DefaultMaxInflightBytes();
+
+// True for a refusal from Admit/AdmitBytes that may succeed later (the budget or the call
+// slots are busy now); false for every other status, including a cost larger than the whole
+// --max_inflight_bytes, which can never run. Fronts send retry advice (HTTP 429 with
+// Retry-After) only when this is true, and 413 otherwise.
+bool IsRetryableRefusal(const absl::Status& status);
 // The default --max_concurrent_calls: 16 per core, at least 32.
 int64_t DefaultMaxConcurrentCalls();
 

@@ -80,6 +80,10 @@ int RunEncodeStream(const Flags& f, v1::EncodeRequest& request) {
         return &request;
       },
       [&](v1::EncodeResponse&& response) {
+        if (response.has_error()) {  // every message is the same request: stop at the first
+          return absl::Status(static_cast<absl::StatusCode>(response.error().code()),
+                              response.error().message());
+        }
         bytes_out += response.output().data().size() + response.key_output().data().size();
         ++received;
         if (received == *count) last = std::move(response);

@@ -283,7 +283,9 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
   ASSIGN_OR_RETURN(const std::optional<int64_t> original, s.Int("original_max_position_embeddings"));
   ASSIGN_OR_RETURN(const std::optional<int64_t> top_original, top.Int("original_max_position_embeddings"));
   ASSIGN_OR_RETURN(const std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
-  RETURN_IF_ERROR(CopyOptional(s, "attention_factor", out, &v1::RopeScaling::set_attention_factor));
+  if (rule->type == v1::YARN || rule->type == v1::LONGROPE) {  // the types that read it
+    RETURN_IF_ERROR(CopyOptional(s, "attention_factor", out, &v1::RopeScaling::set_attention_factor));
+  }
   RETURN_IF_ERROR(rule->parse({s, top, rotary_dim, factor, original, top_original, max_pos}, out));
   if (out->has_factor() && !(out->factor() > 0)) {
     return absl::InvalidArgumentError(
@@ -440,13 +442,12 @@ absl::StatusOr<std::string> ResolveLayerType(const std::string& source, const st
 
 }  // namespace
 
-absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& original, absl::string_view source_view,
-                                              absl::string_view layer_type) {
-  const std::string source(source_view);
-  if (!original.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the top level is not a JSON object"));
-  }
-  // A multimodal model keeps its language model's keys in text_config: they win.
+namespace {
+
+// The config with a multimodal model's text_config merged over it (its language model's
+// keys win; a null there leaves the top-level value), then the family's defaults where
+// config.json is silent, as its transformers config class assumes them.
+json MergedConfig(const json& original) {
   json config = original;
   std::string family;
   if (auto it = original.find("model_type"); it != original.end() && it->is_string()) {
@@ -454,56 +455,61 @@ absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& original, absl::string
   }
   if (auto it = original.find("text_config"); it != original.end() && it->is_object()) {
     for (const auto& [key, value] : it->items()) {
+      if (value.is_null() && config.contains(key)) continue;
       if (key != "model_type" || family.empty()) config[key] = value;
     }
   }
-  // What the family's transformers config class assumes where config.json is silent.
   if (auto it = config.find("model_type"); it != config.end() && it->is_string()) {
     const json defaults = FamilyDefaults(FamilyOf(it->get<std::string>()));
     for (const auto& [key, value] : defaults.items()) {
       if (auto have = config.find(key); have == config.end() || have->is_null()) config[key] = value;
     }
   }
-  const JsonReader top(config, source, "");
-  HfRopeConfig out;
-  ASSIGN_OR_RETURN(std::optional<std::string> model_type, top.String("model_type"));
-  out.model_type = model_type.value_or("");
-  family = FamilyOf(out.model_type);
-  std::optional<int64_t> hidden;
-  RETURN_IF_ERROR(ReadSizes(top, &out, &hidden));
-  // transformers 5 moves theta and the scaling into one rope_parameters object, which
-  // Gemma keys by layer type.
-  const json* rope_parameters = nullptr;
-  std::string params_key = "rope_parameters";
+  return config;
+}
+
+// transformers 5's rope_parameters object (theta and scaling in one), which Gemma keys by
+// layer type; null when the config has none.
+struct RopeParameters {
+  const json* object = nullptr;
+  std::string key = "rope_parameters";
+};
+
+absl::StatusOr<RopeParameters> FindRopeParameters(const json& config, const std::string& source,
+                                                  const std::string& family,
+                                                  absl::string_view layer_type,
+                                                  HfRopeConfig* out) {
+  RopeParameters p;
   if (auto it = config.find("rope_parameters"); it != config.end() && it->is_object()) {
-    rope_parameters = &*it;
+    p.object = &*it;
   }
-  ASSIGN_OR_RETURN(out.layer_type, ResolveLayerType(source, family, rope_parameters, layer_type));
-  if (rope_parameters != nullptr && !out.layer_type.empty() &&
-      rope_parameters->contains(out.layer_type)) {
-    rope_parameters = &rope_parameters->at(out.layer_type);
-    params_key = "rope_parameters." + out.layer_type;
-    if (!rope_parameters->is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": rope_parameters.", out.layer_type,
-                                                     " is not an object"));
+  ASSIGN_OR_RETURN(out->layer_type, ResolveLayerType(source, family, p.object, layer_type));
+  if (p.object != nullptr && !out->layer_type.empty() && p.object->contains(out->layer_type)) {
+    p.object = &p.object->at(out->layer_type);
+    p.key = "rope_parameters." + out->layer_type;
+    if (!p.object->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": rope_parameters.", out->layer_type, " is not an object"));
     }
   }
+  return p;
+}
+
+// rope theta of the chosen layer type: Gemma 3's sliding layers turn at
+// rope_local_base_freq (default 10000), per-layer rope_parameters carry their own.
+absl::StatusOr<double> ReadLayerBase(const JsonReader& top, const std::string& family,
+                                     const HfRopeConfig& out, const RopeParameters& params) {
   const bool sliding = out.layer_type == "sliding_attention";
   std::optional<double> local_base;
   if (sliding) { ASSIGN_OR_RETURN(local_base, top.Number("rope_local_base_freq")); }
   double base;
   if (local_base) {
-    base = *local_base;  // Gemma 3: sliding layers turn at their own base
-    if (!(base > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": rope_local_base_freq is ", base, "; it must be > 0"));
-    }
+    base = *local_base;
   } else if (sliding && family == "gemma3" && !top.Has("rope_local_base_freq") &&
-             rope_parameters == nullptr) {
+             params.object == nullptr) {
     base = 10000.0;  // Gemma3TextConfig's default rope_local_base_freq
-  } else if (rope_parameters != nullptr && params_key != "rope_parameters") {
-    // Per-layer parameters carry their own theta.
-    const JsonReader p(*rope_parameters, source, params_key + ".");
+  } else if (params.object != nullptr && params.key != "rope_parameters") {
+    const JsonReader p(*params.object, top.source(), params.key + ".");
     ASSIGN_OR_RETURN(std::optional<double> theta, p.Number("rope_theta"));
     if (theta) {
       base = *theta;
@@ -511,44 +517,93 @@ absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& original, absl::string
       ASSIGN_OR_RETURN(base, ReadTheta(top, nullptr));
     }
   } else {
-    ASSIGN_OR_RETURN(base, ReadTheta(top, rope_parameters));
+    ASSIGN_OR_RETURN(base, ReadTheta(top, params.object));
   }
   if (!(base > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": rope_theta is ", base, "; it must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        top.source(), ": ", local_base ? "rope_local_base_freq" : "rope_theta", " is ", base,
+        "; it must be > 0"));
   }
-  out.rope.set_base(base);
-  ASSIGN_OR_RETURN(out.head_dim, ReadHeadDim(top, hidden, out.num_attention_heads));
-  if (family == "gemma4" && out.layer_type == "full_attention") {
+  return base;
+}
+
+// Head width and rotary width. Proportional scaling reads partial_rotary_factor itself;
+// otherwise rope_parameters' one is the partial rotary of HF v5.
+absl::Status ReadWidths(const JsonReader& top, const std::string& family,
+                        std::optional<int64_t> hidden, const RopeParameters& params,
+                        HfRopeConfig* out) {
+  ASSIGN_OR_RETURN(out->head_dim, ReadHeadDim(top, hidden, out->num_attention_heads));
+  if (family == "gemma4" && out->layer_type == "full_attention") {
     // Gemma 4's full-attention layers have wider heads.
     ASSIGN_OR_RETURN(std::optional<int64_t> global, top.Int("global_head_dim"));
-    if (global) out.head_dim = *global;
+    if (global) out->head_dim = *global;
   }
-  // Proportional scaling reads partial_rotary_factor itself; otherwise rope_parameters' one
-  // is the partial rotary of HF v5.
   std::optional<JsonReader> params_reader;
-  if (rope_parameters != nullptr) {
-    params_reader.emplace(*rope_parameters, source, params_key + ".");
+  if (params.object != nullptr) {
+    params_reader.emplace(*params.object, top.source(), params.key + ".");
     ASSIGN_OR_RETURN(std::optional<std::string> type_name, params_reader->String("rope_type"));
     if (type_name && absl::AsciiStrToLower(*type_name) == "proportional") params_reader.reset();
   }
-  ASSIGN_OR_RETURN(out.rotary_dim,
-                   ReadRotaryDim(top, out.head_dim, params_reader ? &*params_reader : nullptr));
-  if (out.rotary_dim != out.head_dim) out.rope.set_rotary_dim(static_cast<int32_t>(out.rotary_dim));
-  ASSIGN_OR_RETURN(const v1::RopeStyle style, ReadStyle(top, family));
-  out.rope.set_style(style);
+  ASSIGN_OR_RETURN(out->rotary_dim,
+                   ReadRotaryDim(top, out->head_dim, params_reader ? &*params_reader : nullptr));
+  if (out->rotary_dim != out->head_dim) {
+    out->rope.set_rotary_dim(static_cast<int32_t>(out->rotary_dim));
+  }
+  return absl::OkStatus();
+}
+
+// The scaling (rope_scaling, transformers 4; else rope_parameters, transformers 5) and the
+// multimodal sections, which the Qwen-VL families need from either.
+absl::Status ReadScalingAndMrope(const json& config, const JsonReader& top,
+                                 const std::string& family, const RopeParameters& params,
+                                 HfRopeConfig* out) {
+  const bool sliding = out->layer_type == "sliding_attention";
   if (sliding && family == "gemma3" && top.Has("rope_scaling")) {
     // HF Gemma 3: rope_scaling is the global layers'; sliding layers rotate by default.
   } else if (top.Has("rope_scaling")) {
-    RETURN_IF_ERROR(ParseScaling(config.at("rope_scaling"), top, "rope_scaling", true, out.rotary_dim, &out.rope));
-  } else if (rope_parameters != nullptr) {
-    RETURN_IF_ERROR(ParseScaling(*rope_parameters, top, params_key, false, out.rotary_dim, &out.rope));
+    RETURN_IF_ERROR(ParseScaling(config.at("rope_scaling"), top, "rope_scaling", true,
+                                 out->rotary_dim, &out->rope));
+  } else if (params.object != nullptr) {
+    RETURN_IF_ERROR(
+        ParseScaling(*params.object, top, params.key, false, out->rotary_dim, &out->rope));
   }
-  if (family == "qwen3_vl" && out.rope.mrope_section_size() > 0) out.rope.set_mrope_interleaved(true);
-  if ((family == "qwen2_vl" || family == "qwen2_5_vl" || family == "qwen3_vl") &&
-      out.rope.mrope_section_size() == 0) {
-    const std::string key = (top.Has("rope_scaling") ? "rope_scaling" : params_key) + ".mrope_section";
-    return top.Missing(key.c_str(), absl::StrCat("for model_type ", out.model_type));
+  if (family == "qwen3_vl" && out->rope.mrope_section_size() > 0) {
+    out->rope.set_mrope_interleaved(true);
   }
+  const bool multimodal = family == "qwen2_vl" || family == "qwen2_5_vl" || family == "qwen3_vl";
+  if (!multimodal || out->rope.mrope_section_size() > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      top.source(), ": model_type ", out->model_type,
+      " needs mrope_section, and neither rope_scaling.mrope_section (transformers 4) nor ",
+      params.key, ".mrope_section (transformers 5) is there; add the model's sections (e.g. "
+      "\"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [16, 24, 24]} for "
+      "Qwen2-VL and Qwen2.5-VL 7B) to its config.json"));
+}
+
+}  // namespace
+
+absl::StatusOr<HfRopeConfig> RopeFromHfConfig(const json& original, absl::string_view source_view,
+                                              absl::string_view layer_type) {
+  const std::string source(source_view);
+  if (!original.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the top level is not a JSON object"));
+  }
+  const json config = MergedConfig(original);
+  const JsonReader top(config, source, "");
+  HfRopeConfig out;
+  ASSIGN_OR_RETURN(std::optional<std::string> model_type, top.String("model_type"));
+  out.model_type = model_type.value_or("");
+  const std::string family = FamilyOf(out.model_type);
+  std::optional<int64_t> hidden;
+  RETURN_IF_ERROR(ReadSizes(top, &out, &hidden));
+  ASSIGN_OR_RETURN(const RopeParameters params,
+                   FindRopeParameters(config, source, family, layer_type, &out));
+  ASSIGN_OR_RETURN(const double base, ReadLayerBase(top, family, out, params));
+  out.rope.set_base(base);
+  RETURN_IF_ERROR(ReadWidths(top, family, hidden, params, &out));
+  ASSIGN_OR_RETURN(const v1::RopeStyle style, ReadStyle(top, family));
+  out.rope.set_style(style);
+  RETURN_IF_ERROR(ReadScalingAndMrope(config, top, family, params, &out));
   return out;
 }
 

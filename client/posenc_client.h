@@ -72,8 +72,9 @@ class PosencClient {
   // the server's bounded read-ahead never deadlocks us. `next_request` returns the next
   // request, or nullptr when done; the pointer must stay valid until the following call.
   // `on_response` runs on the reader thread, once per response, in order; an error from it
-  // cancels the stream and is returned. INTERNAL when the counts of requests and responses
-  // differ.
+  // cancels the stream and is returned. A message the server refused comes as a response
+  // with `error` set (the stream goes on). INTERNAL when the counts of requests and
+  // responses differ.
   absl::Status EncodeStream(
       const std::function<const v1::EncodeRequest*()>& next_request,
       const std::function<absl::Status(v1::EncodeResponse&&)>& on_response) const;

@@ -51,7 +51,7 @@ encode / stream:
           --dtype float32|float16|bfloat16 (default: the file's, else float32)
   positions: --offsets 0,5  --ids 3,4,5  --values 0.0,0.5 (continuous)
           --axis-ids a.npy ([num_axes, seq] or [num_axes, batch, seq], multi-axis rope)
-          --mrope-segments 5,1x2x2,3,2x4x4@0.5 (text lengths and TxHxW grids, @temporal_scale)
+          --mrope-segments 5,image:1x2x2,3,video:2x4x4@0.5 (text lengths, [image:|video:]TxHxW grids, @temporal_scale)
   sinusoidal/continuous: --base --layout interleaved|concatenated
           --timescale per_dim|half_minus_one --value-scale (continuous)
   sinusoidal/learned/sinusoidal_2d/fourier: --input-scale --pe-scale

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/tensor_io.h"
 #include "server/tensor/npy.h"
 #include "server/tensor/tensor_view.h"
@@ -256,38 +257,41 @@ absl::Status ReadAxisIds(const std::string& path, v1::Positions* positions) {
   return absl::OkStatus();
 }
 
-// --mrope-segments 5,1x2x2,3,2x4x4@0.5: a text run of L tokens is "L"; a vision grid is
-// "TxHxW", optionally "@S" for its temporal_scale.
+// One --mrope-segments grid "[image:|video:]TxHxW[@S]" into `segment`; false when malformed.
+bool ParseGrid(absl::string_view item, v1::MropeSegment* segment) {
+  if (absl::ConsumePrefix(&item, "image:")) segment->set_kind(v1::IMAGE);
+  if (absl::ConsumePrefix(&item, "video:")) segment->set_kind(v1::VIDEO);
+  std::vector<absl::string_view> scaled = absl::StrSplit(item, '@');
+  std::vector<absl::string_view> dims = absl::StrSplit(scaled[0], 'x');
+  int64_t t = 0, h = 0, w = 0;
+  if (scaled.size() > 2 || dims.size() != 3 || !absl::SimpleAtoi(dims[0], &t) ||
+      !absl::SimpleAtoi(dims[1], &h) || !absl::SimpleAtoi(dims[2], &w)) {
+    return false;
+  }
+  segment->set_grid_t(t);
+  segment->set_grid_h(h);
+  segment->set_grid_w(w);
+  if (scaled.size() == 2) {
+    double scale = 0;
+    if (!absl::SimpleAtod(scaled[1], &scale)) return false;
+    segment->set_temporal_scale(scale);
+  }
+  return true;
+}
+
+// --mrope-segments 5,image:1x2x2,3,video:2x4x4@0.5: a text run of L tokens is "L"; a vision
+// grid is "TxHxW", optionally prefixed by its kind ("image:", "video:") and suffixed by "@S"
+// for its temporal_scale.
 absl::Status ParseSegments(const std::string& text, v1::Positions* positions) {
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     v1::MropeSegment* segment = positions->add_mrope_segments();
-    const auto bad = [&] {
+    int64_t length = 0;
+    if (absl::SimpleAtoi(item, &length)) {
+      segment->set_text_length(length);
+    } else if (!ParseGrid(item, segment)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--mrope-segments entry '", item, "' is neither a text length (5) nor a grid (TxHxW, "
-          "optionally @temporal_scale)"));
-    };
-    std::vector<absl::string_view> scaled = absl::StrSplit(item, '@');
-    if (scaled.size() > 2) return bad();
-    std::vector<absl::string_view> dims = absl::StrSplit(scaled[0], 'x');
-    std::vector<int64_t> v;
-    for (absl::string_view d : dims) {
-      int64_t x = 0;
-      if (!absl::SimpleAtoi(d, &x)) return bad();
-      v.push_back(x);
-    }
-    if (dims.size() == 1 && scaled.size() == 1) {
-      segment->set_text_length(v[0]);
-    } else if (dims.size() == 3) {
-      segment->set_grid_t(v[0]);
-      segment->set_grid_h(v[1]);
-      segment->set_grid_w(v[2]);
-      if (scaled.size() == 2) {
-        double scale = 0;
-        if (!absl::SimpleAtod(scaled[1], &scale)) return bad();
-        segment->set_temporal_scale(scale);
-      }
-    } else {
-      return bad();
+          "--mrope-segments entry '", item, "' is neither a text length (5) nor a grid "
+          "([image:|video:]TxHxW, optionally @temporal_scale)"));
     }
   }
   return absl::OkStatus();

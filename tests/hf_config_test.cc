@@ -15,6 +15,7 @@ namespace {
 
 using ::posenc::testing::IsOk;
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 namespace v1 = ::posenc::v1;
 
@@ -146,7 +147,46 @@ TEST(HfConfigTest, QwenVlWithoutSectionsIsRefused) {
   const absl::StatusOr<HfRopeConfig> c = Parse(
       R"({"model_type": "qwen2_vl", "head_dim": 128, "rope_scaling": {"type": "mrope"}})");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(c.status().message(), HasSubstr("rope_scaling.mrope_section is required"));
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("model_type qwen2_vl needs mrope_section"),
+                    HasSubstr("rope_scaling.mrope_section (transformers 4)"),
+                    HasSubstr("rope_parameters.mrope_section (transformers 5)"),
+                    HasSubstr("\"mrope_section\": [16, 24, 24]")));
+}
+
+// Keys of another scaling type are dropped, not sent (the server refuses them).
+TEST(HfConfigTest, KeysOfAnotherScalingTypeAreDropped) {
+  const absl::StatusOr<HfRopeConfig> c = Parse(
+      R"({"head_dim": 64, "rope_scaling": {"type": "linear", "factor": 2, "attention_factor": 1.5,
+          "beta_fast": 32, "low_freq_factor": 1, "short_factor": [1, 2]}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  v1::RopeScaling want;
+  want.set_type(v1::LINEAR);
+  want.set_factor(2);
+  EXPECT_EQ(c->rope.scaling().SerializeAsString(), want.SerializeAsString())
+      << c->rope.scaling().DebugString();
+  const absl::StatusOr<HfRopeConfig> yarn = Parse(
+      R"({"head_dim": 64, "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn",
+          "factor": 4, "original_max_position_embeddings": 1024, "attention_factor": 1.5,
+          "low_freq_factor": 1}})");
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  EXPECT_DOUBLE_EQ(yarn->rope.scaling().attention_factor(), 1.5);  // YARN reads it
+  EXPECT_FALSE(yarn->rope.scaling().has_low_freq_factor());
+}
+
+// transformers 4 keeps mrope_section in rope_scaling, transformers 5 in rope_parameters; a
+// text_config whose rope_scaling is null leaves the top level's.
+TEST(HfConfigTest, QwenVlSectionsFromEitherTransformersVersion) {
+  const absl::StatusOr<HfRopeConfig> v4 = Parse(
+      R"({"model_type": "qwen2_5_vl", "head_dim": 128, "text_config": {"rope_scaling": null},
+          "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})");
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  EXPECT_EQ(v4->rope.mrope_section_size(), 3);
+  const absl::StatusOr<HfRopeConfig> v5 = Parse(
+      R"({"model_type": "qwen2_5_vl", "head_dim": 128,
+          "rope_parameters": {"rope_type": "default", "mrope_section": [16, 24, 24]}})");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_EQ(v5->rope.mrope_section_size(), 3);
 }
 
 TEST(HfConfigTest, Qwen25WithYarn) {

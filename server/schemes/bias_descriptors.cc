@@ -93,6 +93,9 @@ SchemeDescriptor DebertaScheme() {
   s.bias_case = v1::BiasRequest::kDeberta;
   s.bias_spec = [](const v1::BiasRequest& r, BiasSpec& spec) {
     spec.deberta = DebertaFromProto(r.deberta());
+    // HF's build_relative_position starts the queries at 0 whatever the lengths; the
+    // decode convention (key_length - query_length) of the other biases does not apply.
+    if (!r.has_query_offset()) spec.geom.query_offset = 0;
     return absl::OkStatus();
   };
   s.bias_heads = [](const v1::BiasRequest&) -> int64_t { return 1; };  // INT32 [q, k]

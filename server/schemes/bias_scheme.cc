@@ -68,8 +68,14 @@ absl::Status PlanShaw(BiasPlan& plan, const NamedTables& tables) {
     return absl::OkStatus();
   }
   const Shape& qs = *s.query_shape;
-  if (!IsFloat(s.query_dtype) || qs.size() != 4 || qs[0] < 1 || qs[1] < 1 ||
-      qs[2] != g.query_length || qs[3] != d) {
+  if (qs.size() == 4 && (qs[0] < 1 || qs[1] < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query is ", ShapeString(qs), ": query.shape[", qs[0] < 1 ? 0 : 1, "] (",
+        qs[0] < 1 ? "batch" : "heads", ") is ", qs[0] < 1 ? qs[0] : qs[1],
+        "; batch and heads must be >= 1 (an empty query has no query term: send at least "
+        "one row, or leave query unset for the embeddings [query_length, key_length, d])"));
+  }
+  if (!IsFloat(s.query_dtype) || qs.size() != 4 || qs[2] != g.query_length || qs[3] != d) {
     return absl::InvalidArgumentError(absl::StrCat(
         "query is ", ShapeString(qs), " ", DTypeName(s.query_dtype),
         "; it must be [batch, heads, query_length (", g.query_length, "), d (", d,

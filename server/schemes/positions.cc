@@ -88,6 +88,26 @@ absl::Status ResolveOffsets(absl::Span<const int64_t> offsets, PositionGrid& gri
   return absl::OkStatus();
 }
 
+// A segment's kind against what it holds: TEXT is a text run without a temporal scale;
+// IMAGE and VIDEO are grids.
+absl::Status CheckSegmentKind(const MropeSegmentSpec& s, bool grid, const std::string& field) {
+  using Kind = MropeSegmentSpec::Kind;
+  if (s.kind == Kind::kText && grid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".kind is TEXT, which is a text run: set text_length and no grid"));
+  }
+  if ((s.kind == Kind::kImage || s.kind == Kind::kVideo) && !grid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".kind is ", s.kind == Kind::kImage ? "IMAGE" : "VIDEO",
+        ", which is a grid: set grid_t, grid_h and grid_w (and no text_length)"));
+  }
+  if (s.kind == Kind::kText && s.temporal_scale.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".temporal_scale is set on a TEXT segment, which has no frames; leave it unset"));
+  }
+  return absl::OkStatus();
+}
+
 // The tokens a segment covers, or an error naming it. Each count is at most kMaxPosition.
 absl::StatusOr<int64_t> SegmentTokens(const MropeSegmentSpec& s, size_t i) {
   const std::string field = absl::StrCat("positions.mrope_segments[", i, "]");
@@ -111,10 +131,12 @@ absl::StatusOr<int64_t> SegmentTokens(const MropeSegmentSpec& s, size_t i) {
         field, " is empty; a segment is a text run (text_length >= 1) or a grid (grid_t, "
         "grid_h, grid_w >= 1)"));
   }
-  if (!(s.temporal_scale >= 0) || !(s.temporal_scale <= 1e6)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".temporal_scale is ", s.temporal_scale,
-                                                   "; it must be in [0, 1e6]"));
+  const double scale = s.TemporalScale();
+  if (!(scale >= 0) || !(scale <= 1e6)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".temporal_scale is ", scale, "; it must be in [0, 1e6]"));
   }
+  RETURN_IF_ERROR(CheckSegmentKind(s, grid, field));
   if (!grid) return s.text_length;
   const std::optional<int64_t> n = CheckedProduct({s.grid_t, s.grid_h, s.grid_w});
   if (!n || *n > kMaxPosition) {
@@ -156,7 +178,7 @@ absl::Status LayOutSegments(const std::vector<MropeSegmentSpec>& segments, int64
     int64_t largest = next;
     for (int64_t t = 0; t < s.grid_t; ++t) {
       const int64_t tp =
-          next + static_cast<int64_t>(std::floor(static_cast<double>(t) * s.temporal_scale));
+          next + static_cast<int64_t>(std::floor(static_cast<double>(t) * s.TemporalScale()));
       if (tp > kMaxPosition) {
         return absl::InvalidArgumentError(
             "positions.mrope_segments: a grid's temporal position passes 2^40");
@@ -182,6 +204,69 @@ absl::Status LayOutSegments(const std::vector<MropeSegmentSpec>& segments, int64
 
 }  // namespace
 
+namespace {
+
+// positions.axis_ids, [num_axes][batch or 1][seq], into the grid.
+absl::Status AxisIdsIntoGrid(absl::Span<const int64_t> axis_ids, AxisPositionGrid& grid) {
+  const int64_t n = static_cast<int64_t>(axis_ids.size());
+  const int64_t axes = grid.num_axes, batch = grid.batch, seq = grid.seq;
+  if (n != axes * seq && n != axes * batch * seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.axis_ids has ", n, " entries; need num_axes*seq (", axes, "*", seq,
+        ") or num_axes*batch*seq (", axes, "*", batch, "*", seq, ")"));
+  }
+  for (size_t i = 0; i < axis_ids.size(); ++i) {
+    RETURN_IF_ERROR(CheckPosition("positions.axis_ids", i, axis_ids[i]));
+  }
+  grid.shared = n == axes * seq;
+  grid.pos.assign(axis_ids.begin(), axis_ids.end());
+  return absl::OkStatus();
+}
+
+// positions.offsets (1 or batch) added to every axis; rows that then differ get their own
+// copy of shared positions.
+absl::Status AddAxisOffsets(absl::Span<const int64_t> offsets, AxisPositionGrid& grid) {
+  const int64_t n = static_cast<int64_t>(offsets.size());
+  const int64_t axes = grid.num_axes, batch = grid.batch, seq = grid.seq;
+  if (n != 1 && n != batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("positions.offsets has ", n, " entries; need 1 or batch (", batch, ")"));
+  }
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    RETURN_IF_ERROR(CheckPosition("positions.offsets", i, offsets[i]));
+  }
+  const bool one = n == 1 || std::all_of(offsets.begin(), offsets.end(),
+                                         [&](int64_t o) { return o == offsets[0]; });
+  if (!one && grid.shared) {
+    std::vector<int64_t> per_row(static_cast<size_t>(axes * batch * seq));
+    for (int64_t a = 0; a < axes; ++a) {
+      for (int64_t b = 0; b < batch; ++b) {
+        std::copy_n(grid.pos.begin() + a * seq, seq, per_row.begin() + (a * batch + b) * seq);
+      }
+    }
+    grid.pos.swap(per_row);
+    grid.shared = false;
+  }
+  const int64_t groups = grid.groups();
+  for (int64_t a = 0; a < axes; ++a) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t offset = offsets[one ? 0 : g];
+      int64_t* row = grid.pos.data() + (a * groups + g) * seq;
+      for (int64_t t = 0; t < seq; ++t) {
+        row[t] += offset;
+        if (row[t] > kMaxPosition) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("positions.offsets[", one ? 0 : g, "] is ", offset,
+                           "; with the per-axis positions the position passes 2^40"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<AxisPositionGrid> ResolveAxisPositions(const PositionsSpec& spec, int num_axes,
                                                       int64_t batch, int64_t seq) {
   if (!spec.ids.empty()) {
@@ -198,64 +283,15 @@ absl::StatusOr<AxisPositionGrid> ResolveAxisPositions(const PositionsSpec& spec,
   grid.batch = batch;
   grid.seq = seq;
   if (!spec.axis_ids.empty()) {
-    const int64_t n = static_cast<int64_t>(spec.axis_ids.size());
-    if (n != num_axes * seq && n != num_axes * batch * seq) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.axis_ids has ", n, " entries; need num_axes*seq (", num_axes, "*", seq,
-          ") or num_axes*batch*seq (", num_axes, "*", batch, "*", seq, ")"));
-    }
-    for (size_t i = 0; i < spec.axis_ids.size(); ++i) {
-      RETURN_IF_ERROR(CheckPosition("positions.axis_ids", i, spec.axis_ids[i]));
-    }
-    grid.shared = n == num_axes * seq;
-    grid.pos.assign(spec.axis_ids.begin(), spec.axis_ids.end());
+    RETURN_IF_ERROR(AxisIdsIntoGrid(spec.axis_ids, grid));
+  } else if (num_axes != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.mrope_segments need 3 axes (rope.mrope_section of 3 entries); this rope has ",
+        num_axes));
   } else {
-    if (num_axes != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.mrope_segments need 3 axes (rope.mrope_section of 3 entries); this rope "
-          "has ",
-          num_axes));
-    }
     RETURN_IF_ERROR(LayOutSegments(spec.mrope_segments, seq, grid));
   }
-  if (!spec.offsets.empty()) {
-    const int64_t n = static_cast<int64_t>(spec.offsets.size());
-    if (n != 1 && n != batch) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.offsets has ", n, " entries; need 1 or batch (", batch, ")"));
-    }
-    for (size_t i = 0; i < spec.offsets.size(); ++i) {
-      RETURN_IF_ERROR(CheckPosition("positions.offsets", i, spec.offsets[i]));
-    }
-    const bool one = n == 1 || std::all_of(spec.offsets.begin(), spec.offsets.end(),
-                                           [&](int64_t o) { return o == spec.offsets[0]; });
-    if (!one && grid.shared) {
-      // Rows now differ: one copy of the shared positions per batch row.
-      std::vector<int64_t> per_row(static_cast<size_t>(num_axes * batch * seq));
-      for (int a = 0; a < num_axes; ++a) {
-        for (int64_t b = 0; b < batch; ++b) {
-          std::copy_n(grid.pos.begin() + a * seq, seq, per_row.begin() + (a * batch + b) * seq);
-        }
-      }
-      grid.pos.swap(per_row);
-      grid.shared = false;
-    }
-    const int64_t groups = grid.groups();
-    for (int a = 0; a < num_axes; ++a) {
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t offset = spec.offsets[one ? 0 : g];
-        int64_t* row = grid.pos.data() + (a * groups + g) * seq;
-        for (int64_t t = 0; t < seq; ++t) {
-          row[t] += offset;
-          if (row[t] > kMaxPosition) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "positions.offsets[", one ? 0 : g, "] is ", offset,
-                "; with the per-axis positions the position passes 2^40"));
-          }
-        }
-      }
-    }
-  }
+  if (!spec.offsets.empty()) RETURN_IF_ERROR(AddAxisOffsets(spec.offsets, grid));
   if (!grid.pos.empty()) grid.max_position = *std::max_element(grid.pos.begin(), grid.pos.end());
   return grid;
 }

@@ -1,6 +1,12 @@
 #include "server/schemes/scheme_proto.h"
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "server/common/status_macros.h"
 
@@ -63,6 +69,49 @@ absl::StatusOr<RopeScalingSpec::Type> ScalingTypeFromProto(v1::RopeScalingType t
     case v1::PROPORTIONAL: return Type::kProportional;
     default: return Type::kNone;
   }
+}
+
+// The RopeScaling fields each type reads (HF modeling_rope_utils.py's _compute_*_parameters
+// and their config checks); `type` itself always applies.
+const std::vector<std::string>& ScalingFieldsOf(v1::RopeScalingType type) {
+  static const auto* const kFields = new std::map<int, std::vector<std::string>>{
+      {v1::NONE, {}},
+      {v1::LINEAR, {"factor"}},
+      {v1::DYNAMIC, {"factor", "max_position_embeddings", "original_max_position_embeddings"}},
+      {v1::YARN,
+       {"factor", "original_max_position_embeddings", "max_position_embeddings", "beta_fast",
+        "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"}},
+      {v1::LLAMA3,
+       {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}},
+      {v1::LONGROPE,
+       {"factor", "original_max_position_embeddings", "max_position_embeddings", "short_factor",
+        "long_factor", "attention_factor"}},
+      {v1::PROPORTIONAL, {"factor", "rope_proportion"}},
+  };
+  static const std::vector<std::string> kNoFields;
+  auto it = kFields->find(type);
+  return it == kFields->end() ? kNoFields : it->second;
+}
+
+// A field set that the type does not read would change nothing: INVALID_ARGUMENT naming it,
+// the type and the fields the type takes.
+absl::Status CheckScalingFields(const v1::RopeScaling& in) {
+  std::vector<const google::protobuf::FieldDescriptor*> set;
+  in.GetReflection()->ListFields(in, &set);
+  const std::vector<std::string>& allowed = ScalingFieldsOf(in.type());
+  for (const google::protobuf::FieldDescriptor* field : set) {
+    if (field->name() == "type" ||
+        std::find(allowed.begin(), allowed.end(), field->name()) != allowed.end()) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope.scaling.", field->name(), " is set, but rope.scaling.type ",
+        v1::RopeScalingType_Name(in.type()), " does not use it; ",
+        v1::RopeScalingType_Name(in.type()), " takes ",
+        allowed.empty() ? "no other field" : absl::StrJoin(allowed, ", "),
+        ". Leave it unset (an HF config's keys for another type are not sent)"));
+  }
+  return absl::OkStatus();
 }
 
 RopeScalingSpec ScalingParametersFromProto(const v1::RopeScaling& in) {
@@ -138,8 +187,10 @@ absl::StatusOr<RopeSpec> RopeFromProto(const v1::Rope& r) {
   RETURN_IF_ERROR(CheckKnown(r.style(), v1::RopeStyle_descriptor(), "rope.style"));
   spec.style = r.style() == v1::GPTJ ? RopeSpec::Style::kGptj : RopeSpec::Style::kNeox;
   ASSIGN_OR_RETURN(spec.layout, RopeLayoutFromProto(r.layout()));
+  ASSIGN_OR_RETURN(const RopeScalingSpec::Type type, ScalingTypeFromProto(r.scaling().type()));
+  RETURN_IF_ERROR(CheckScalingFields(r.scaling()));
   spec.scaling = ScalingParametersFromProto(r.scaling());
-  ASSIGN_OR_RETURN(spec.scaling.type, ScalingTypeFromProto(r.scaling().type()));
+  spec.scaling.type = type;
   spec.mrope_section.assign(r.mrope_section().begin(), r.mrope_section().end());
   spec.mrope_interleaved = r.mrope_interleaved();
   spec.axial_axes = r.axial_axes();

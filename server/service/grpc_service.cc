@@ -97,8 +97,10 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
 }
 
 // Each message's cost is computed once; the message is admitted, run (inline or on the
-// pool, as its cost says) and counted with its scheme by the CallRunner. The stream itself
-// is counted (by the CallTracker) only when it ends in an error no message carried.
+// pool, as its cost says) and counted with its scheme by the CallRunner. A message that
+// fails is answered with EncodeResponse.error and the stream goes on (as ModelStreamInfer
+// does). The stream itself is counted (by the CallTracker) only when it ends in an error
+// no message carried.
 grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   using Reactor = OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>;
@@ -115,8 +117,14 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
           return ToGrpcStatus(handlers_.Encode(request, response, &scheme, owner),
                               request.request_id());
         },
-        [reply = std::move(reply)](CallOutcome outcome) mutable {
-          std::move(reply)(outcome.status, std::move(outcome.ticket));
+        [&request, &response, reply = std::move(reply)](CallOutcome outcome) mutable {
+          if (!outcome.status.ok()) {  // answered, and the stream goes on
+            response.Clear();
+            response.set_request_id(request.request_id());
+            response.mutable_error()->set_code(outcome.status.error_code());
+            response.mutable_error()->set_message(outcome.status.error_message());
+          }
+          std::move(reply)(grpc::Status::OK, std::move(outcome.ticket));
         });
   };
   return new Reactor(kStreamWindow, handle, std::move(stream.on_finish), stream.refusal);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/common/client_text.h"
 #include "server/common/status_macros.h"
@@ -391,40 +393,109 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
   return absl::OkStatus();
 }
 
+std::string ShapeText(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The tokens `input` holds, as the scheme reads them: [batch, seq] (batch 1 for a rank-2
+// additive input or a THD rope input). nullopt when the rank is not one the scheme takes;
+// its own checks then name the input.
+struct TokenGrid {
+  int64_t batch = 0;
+  int64_t seq = 0;
+};
+std::optional<TokenGrid> TokenGridOf(const v1::EncodeRequest& r, const Input& input) {
+  const auto& in = input.tensor->shape();
+  if (r.has_rope()) {
+    const v1::RopeLayout layout = r.rope().layout();
+    if (layout == v1::THD && in.size() == 3) return TokenGrid{1, in[0]};
+    if (layout != v1::THD && in.size() == 4) {
+      return TokenGrid{in[0], in[layout == v1::BHSD ? 2 : 1]};
+    }
+    return std::nullopt;
+  }
+  if (in.size() == 3) return TokenGrid{in[0], in[1]};
+  if (in.size() == 2) return TokenGrid{1, in[0]};
+  return std::nullopt;
+}
+
+// `lead` followed by `tail`, as a shape.
+std::vector<int64_t> Joined(std::initializer_list<int64_t> lead, const std::vector<int64_t>& tail) {
+  std::vector<int64_t> out(lead);
+  out.insert(out.end(), tail.begin(), tail.end());
+  return out;
+}
+
+// A per-token input of `name`: [seq] + tail or [batch, seq] + tail for each tail in
+// `tails`, with the batch and seq of `input`. Refused otherwise, naming both shapes.
+absl::Status CheckPerToken(const std::vector<Input>& inputs, absl::string_view name,
+                           const std::vector<std::vector<int64_t>>& tails,
+                           const v1::EncodeRequest& r) {
+  const Input* given = Named(inputs, name);
+  const Input* input = Named(inputs, "input");
+  if (given == nullptr || input == nullptr) return absl::OkStatus();
+  const std::optional<TokenGrid> grid = TokenGridOf(r, *input);
+  if (!grid) return absl::OkStatus();
+  const auto& shape = given->tensor->shape();
+  std::vector<std::string> allowed;
+  for (const std::vector<int64_t>& tail : tails) {
+    for (const std::vector<int64_t>& want :
+         {Joined({grid->seq}, tail), Joined({grid->batch, grid->seq}, tail)}) {
+      if (std::equal(shape.begin(), shape.end(), want.begin(), want.end())) {
+        return absl::OkStatus();
+      }
+      allowed.push_back(absl::StrCat("[", absl::StrJoin(want, ", "), "]"));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "input '", name, "' has shape ", ShapeText(shape), "; with input ",
+      ShapeText(input->tensor->shape()), " (batch ", grid->batch, ", seq ", grid->seq,
+      ") it must be ", absl::StrJoin(allowed, " or ")));
+}
+
+// position_ids is [seq] or [batch, seq]; position_values the same for `continuous`, and
+// [seq, m] or [batch, seq, m] (m = num_axes) for `fourier` ([seq] or [batch, seq] too when
+// m is 1). A count that merely fits is refused: it would be read in another order.
+absl::Status CheckPositionShapes(const v1::EncodeRequest& r, const std::vector<Input>& inputs) {
+  using Tails = std::vector<std::vector<int64_t>>;
+  const std::vector<int64_t> none;
+  RETURN_IF_ERROR(CheckPerToken(inputs, "position_ids", Tails{none}, r));
+  if (!r.has_fourier()) return CheckPerToken(inputs, "position_values", Tails{none}, r);
+  const int64_t m = r.fourier().has_num_axes() ? r.fourier().num_axes() : 1;
+  const std::vector<int64_t> axes = {m};
+  return CheckPerToken(inputs, "position_values", m == 1 ? Tails{axes, none} : Tails{axes}, r);
+}
+
 // The input 'axis_ids' is [num_axes, seq] or [num_axes, batch (or 1), seq] of the rope's
 // axes and the input's tokens; Positions.axis_ids, flat, can only be checked by its size.
 // Left to the scheme's own checks when the rope has no axes or the input's rank is off.
-absl::Status CheckAxisIdsShape(const v1::Rope& rope, const std::vector<Input>& inputs) {
+absl::Status CheckAxisIdsShape(const v1::EncodeRequest& r, const std::vector<Input>& inputs) {
   const Input* axis_ids = Named(inputs, "axis_ids");
   const Input* input = Named(inputs, "input");
+  const v1::Rope& rope = r.rope();
   const int64_t axes =
       rope.mrope_section_size() > 0 ? rope.mrope_section_size() : rope.axial_axes();
   if (axis_ids == nullptr || input == nullptr || axes <= 0) return absl::OkStatus();
-  const auto& in = input->tensor->shape();
-  int64_t batch = 0, seq = 0;
-  if (rope.layout() == v1::THD && in.size() == 3) {
-    batch = 1, seq = in[0];
-  } else if (rope.layout() != v1::THD && in.size() == 4) {
-    batch = in[0], seq = in[rope.layout() == v1::BHSD ? 2 : 1];
-  } else {
-    return absl::OkStatus();
-  }
+  const std::optional<TokenGrid> grid = TokenGridOf(r, *input);
+  if (!grid) return absl::OkStatus();
   const auto& shape = axis_ids->tensor->shape();
-  const bool fits = shape[0] == axes && shape[shape.size() - 1] == seq &&
-                    (shape.size() == 2 || shape[1] == batch || shape[1] == 1);
+  if (shape.size() != 2 && shape.size() != 3) return absl::OkStatus();  // PositionsOf names it
+  const bool fits = shape[0] == axes && shape[shape.size() - 1] == grid->seq &&
+                    (shape.size() == 2 || shape[1] == grid->batch || shape[1] == 1);
   if (fits) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "input 'axis_ids' has shape [", absl::StrJoin(shape, ","), "]; with ", axes,
-      " rope axes and input [", absl::StrJoin(in, ","), "] it must be [", axes, ", ", seq,
-      "] or [", axes, ", ", batch, ", ", seq, "]"));
+      "input 'axis_ids' has shape ", ShapeText(shape), "; with ", axes, " rope axes and input ",
+      ShapeText(input->tensor->shape()), " it must be [", axes, ", ", grid->seq, "] or [", axes,
+      ", ", grid->batch, ", ", grid->seq, "]"));
 }
 
 absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
   v1::EncodeRequest& r = n.encode;
   r.set_request_id(n.id);
   RETURN_IF_ERROR(SchemeMessageOf(*n.model, params, r));
+  RETURN_IF_ERROR(CheckPositionShapes(r, inputs));
+  if (r.has_rope()) RETURN_IF_ERROR(CheckAxisIdsShape(r, inputs));
   RETURN_IF_ERROR(PositionsOf(params, inputs, *r.mutable_positions()));
-  if (r.has_rope()) RETURN_IF_ERROR(CheckAxisIdsShape(r.rope(), inputs));
   for (Input& in : inputs) {
     if (in.tensor->name() == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));
     if (in.tensor->name() == "key") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_key()));
@@ -484,9 +555,32 @@ absl::Status AnchorsOf(const Parameters& params, v1::GraphRequest& r) {
 // The parameters of the encodings beyond the Laplacian; each model's parameter list (checked
 // before) says which it takes. `config` (a tree's) is GraphRequest JSON, e.g.
 // {"table": "kids"}, read first so that the parameters override it.
+// A tree's `config` (GraphRequest JSON) may set the fields the tree encoding reads and no
+// parameter or input carries; any other (num_nodes, parents, edges, encoding, ...) would be
+// overwritten, so it is refused, naming where that value comes from.
+absl::Status TreeConfigOf(const ModelInfo& model, const Parameters& params, v1::GraphRequest& r) {
+  v1::GraphRequest config;
+  RETURN_IF_ERROR(ParseConfig(params, model.name, &config));
+  std::vector<const google::protobuf::FieldDescriptor*> set;
+  config.GetReflection()->ListFields(config, &set);
+  static constexpr std::string_view kApplies[] = {"table", "max_depth", "max_children",
+                                                  "depth_decay"};
+  for (const google::protobuf::FieldDescriptor* field : set) {
+    if (std::find(std::begin(kApplies), std::end(kApplies), field->name()) != std::end(kApplies)) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter 'config' sets '", field->name(), "', which model '", model.name,
+        "' does not take from config (num_nodes is a parameter, parents an input); config may "
+        "set table, max_depth, max_children and depth_decay"));
+  }
+  r.MergeFrom(config);
+  return absl::OkStatus();
+}
+
 absl::Status EncodingParamsOf(const ModelInfo& model, const Parameters& params,
                               v1::GraphRequest& r) {
-  if (params.count("config") != 0) RETURN_IF_ERROR(ParseConfig(params, model.name, &r));
+  if (params.count("config") != 0) RETURN_IF_ERROR(TreeConfigOf(model, params, r));
   ASSIGN_OR_RETURN(std::optional<int32_t> steps, Int32Param(params, "walk_length"));
   if (steps) r.set_walk_length(*steps);
   RETURN_IF_ERROR(AnchorsOf(params, r));
@@ -528,16 +622,16 @@ absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, Nativ
     if (name == "edges") {
       if (shape.size() != 2 || shape[1] != 2) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "input 'edges' is [", absl::StrJoin(shape, ","),
-            "]; model '", n.model->name, "' needs [num_edges, 2]"));
+            "input 'edges' has shape ", ShapeText(shape), "; model '", n.model->name,
+            "' needs [num_edges, 2]"));
       }
       ASSIGN_OR_RETURN(std::vector<int64_t> edges, Values<int64_t>(in));
       r.mutable_edges()->Add(edges.begin(), edges.end());
     } else if (name == "parents") {
-      if (shape.size() != 1) {
+      if (shape.size() != 1 || shape[0] != r.num_nodes()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "input 'parents' is [", absl::StrJoin(shape, ","), "]; model '", n.model->name,
-            "' needs [num_nodes]"));
+            "input 'parents' has shape ", ShapeText(shape), "; model '", n.model->name,
+            "' needs [num_nodes] = [", r.num_nodes(), "]"));
       }
       ASSIGN_OR_RETURN(std::vector<int64_t> parents, Values<int64_t>(in));
       r.mutable_parents()->Add(parents.begin(), parents.end());
@@ -638,7 +732,44 @@ void AddOutputs(const NativeRequest& n, std::initializer_list<Output> outputs,
   }
 }
 
+// Which inputs by reference the run must see inline: the in-place result of `input`
+// (`key`, `scores`) stays in its region only when its output names a region (the same
+// range: in place; another: copied there); otherwise the result goes back inline.
+void MarkShmCopies(NativeRequest& n) {
+  auto mark = [&n](v1::Tensor* t, const v1::SharedMemoryRef& out) {
+    if (t->has_shm() && out.region().empty()) n.copy_from_shm.push_back(t);
+  };
+  switch (KindOf(*n.model)) {
+    case ModelKind::kEncode:
+      mark(n.encode.mutable_input(), n.encode.output_shm());
+      mark(n.encode.mutable_key(), n.encode.key_output_shm());
+      break;
+    case ModelKind::kBias: mark(n.bias.mutable_scores(), n.bias.output_shm()); break;
+    case ModelKind::kGraph: mark(n.graph.mutable_input(), v1::SharedMemoryRef()); break;
+  }
+}
+
 }  // namespace
+
+absl::Status CopyShmInputsInline(NativeRequest& native, const SharedMemoryRegistry* shm) {
+  for (v1::Tensor* t : native.copy_from_shm) {
+    if (shm == nullptr || !shm->enabled()) {
+      return absl::FailedPreconditionError(
+          "an input names a shared-memory region, but shared memory is off; start "
+          "posenc-server with --shm");
+    }
+    const v1::SharedMemoryRef ref = t->shm();
+    ASSIGN_OR_RETURN(const ShmLease lease,
+                     shm->Lookup(ShmRef{ref.region(), ref.offset(), ref.byte_size()},
+                                 "shared_memory_region", native.shm_owner));
+    t->clear_shm();
+    t->mutable_data()->assign(reinterpret_cast<const char*>(lease.data()),
+                              static_cast<size_t>(lease.size()));
+    RETURN_IF_ERROR(lease.CheckIntact());
+  }
+  native.copy_from_shm.clear();
+  return absl::OkStatus();
+}
 
 NativeRequest::NativeRequest()
     : arena(FirstBlockOptions(first_block_, kFirstBlockBytes)),
@@ -684,6 +815,7 @@ absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRe
     case ModelKind::kBias: RETURN_IF_ERROR(ToBias(request.parameters(), inputs, *n)); break;
     case ModelKind::kGraph: RETURN_IF_ERROR(ToGraph(request.parameters(), inputs, *n)); break;
   }
+  MarkShmCopies(*n);
   return n;
 }
 

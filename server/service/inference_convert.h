@@ -24,6 +24,7 @@
 #include "inference/grpc_service.pb.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/schemes/scheme_registry.h"
+#include "server/shm/shared_memory_registry.h"
 
 namespace posenc {
 
@@ -71,6 +72,10 @@ struct NativeRequest {
   v1::BiasRequest& bias;
   v1::GraphRequest& graph;
   std::vector<std::string> outputs;  // the outputs to return, in order
+  // Tensors that came by shared memory but must not be written there (Triton's rule: an
+  // output goes to a region only when it names one) or that the native rpc takes inline
+  // only (GraphRequest.input). CopyShmInputsInline reads them into `data` before the run.
+  std::vector<v1::Tensor*> copy_from_shm;
   std::string shm_owner;  // whose shared-memory regions it may use (set by the front)
 };
 
@@ -89,6 +94,12 @@ absl::StatusOr<std::optional<int64_t>> IntParam(
 
 absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRequest& request,
                                                                const ConvertOptions& options);
+
+// Reads each tensor of `native.copy_from_shm` from its slice (the regions native.shm_owner
+// may use) into its `data`, leaving the region untouched; the work then happens on that
+// copy and the result goes back inline. Errors are the slice's (NOT_FOUND, INVALID_ARGUMENT,
+// FAILED_PRECONDITION, DATA_LOSS), naming the input.
+absl::Status CopyShmInputsInline(NativeRequest& native, const SharedMemoryRegistry* shm);
 
 // Fills `out` with the outputs `native.outputs` names, taking the response's tensor bytes.
 void ToInferResponse(const NativeRequest& native, v1::EncodeResponse& response,

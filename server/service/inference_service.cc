@@ -66,8 +66,9 @@ absl::StatusOr<CallCost> InferenceService::CostOfNative(const NativeRequest& nat
 
 grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& cancelled,
                                    ModelInferResponse& out) const {
-  SchemeLabel scheme;
-  absl::Status status;
+  SchemeLabel scheme = LabelOfModel(native.model->name);
+  absl::Status status = CopyShmInputsInline(native, handlers_.state().shm);
+  if (!status.ok()) return ToGrpcStatus(status, native.id);
   switch (KindOf(*native.model)) {
     case ModelKind::kEncode: {
       auto& response = native.NewResponse<v1::EncodeResponse>();

@@ -42,6 +42,12 @@ PositionsSpec PositionsFromProto(const v1::Positions& positions) {
   spec.mrope_segments.reserve(positions.mrope_segments_size());
   for (const v1::MropeSegment& s : positions.mrope_segments()) {
     MropeSegmentSpec segment;
+    switch (s.kind()) {
+      case v1::TEXT: segment.kind = MropeSegmentSpec::Kind::kText; break;
+      case v1::IMAGE: segment.kind = MropeSegmentSpec::Kind::kImage; break;
+      case v1::VIDEO: segment.kind = MropeSegmentSpec::Kind::kVideo; break;
+      default: segment.kind = MropeSegmentSpec::Kind::kUnspecified; break;
+    }
     segment.text_length = s.text_length();
     segment.grid_t = s.grid_t();
     segment.grid_h = s.grid_h();

@@ -314,6 +314,10 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
   const SchemeDescriptor* scheme = SchemeOf(request);
   if (scheme == nullptr || scheme->graph == nullptr) return UnknownScheme(request);
   std::optional<ConstTensorView> input;
+  if (request.input().has_shm()) {
+    return absl::InvalidArgumentError(
+        "input.shm is set; GraphEncode takes input inline only: send its bytes in input.data");
+  }
   if (request.has_input()) {
     ASSIGN_OR_RETURN(input, ViewOfTensor(request.mutable_input(), "input"));
   }

@@ -35,7 +35,8 @@ absl::Status RequestTensors::CheckNoOverlap(const char* begin, uint64_t size,
                                             const void* same_as,
                                             absl::string_view field) const {
   for (const Slice& s : slices_) {
-    if (s.begin == same_as) continue;
+    // The tensor the output replaces may be its exact range (in place), never part of it.
+    if (s.begin == same_as && begin == s.begin && size == s.size) continue;
     if (begin < s.begin + s.size && s.begin < begin + size) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, " overlaps ", s.field, "; a written slice must be its own"));

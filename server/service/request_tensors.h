@@ -28,7 +28,8 @@ class RequestTensors {
   absl::StatusOr<TensorView> View(v1::Tensor* tensor, absl::string_view field);
 
   // A writable slice `ref` for an output of `shape` and `dtype`; it must not overlap any
-  // tensor viewed so far other than `same_as` (the input it replaces, or null).
+  // tensor viewed so far, except that it may be exactly the range of `same_as` (the input it
+  // replaces, in place; or null).
   absl::StatusOr<TensorView> Output(const v1::SharedMemoryRef& ref, const Shape& shape,
                                     DType dtype, const void* same_as, absl::string_view field);
 

@@ -1,7 +1,7 @@
 // EncodeStream against the real posenc-server on port 0: answers in request order and
-// counted, a bad request ends the stream with its code after the earlier answers, a
-// client that never reads is held back by flow control instead of growing the server, an
-// answer stays charged to --max_inflight_bytes until it has been written, and open streams
+// counted, a bad request answered with its error while the stream goes on, one over the
+// message limit ends it, a client that never reads is held back by flow control instead
+// of growing the server, an answer stays charged to --max_inflight_bytes until it has been written, and open streams
 // take --max_concurrent_calls slots.
 #include <atomic>
 #include <chrono>
@@ -62,7 +62,9 @@ TEST(EncodeStream, AnswersInRequestOrder) {
   EXPECT_EQ(inflight, 0);
 }
 
-TEST(EncodeStream, StopsAtABadRequestAfterEarlierAnswers) {
+// [good, bad, good]: the bad message is answered with its error (the code and message
+// Encode gives), and the stream goes on to answer the third.
+TEST(EncodeStream, AnswersABadRequestWithItsErrorAndGoesOn) {
   ServerProcess server;
   ASSERT_TRUE(server.started());
   grpc::ClientContext ctx;
@@ -71,15 +73,48 @@ TEST(EncodeStream, StopsAtABadRequestAfterEarlierAnswers) {
   ASSERT_TRUE(stream->Write(SinusoidalRequest(1, 2, 4, "good")));
   EncodeRequest bad = SinusoidalRequest(1, 2, 4, "bad");
   bad.mutable_input()->mutable_data()->resize(3);
-  stream->Write(bad);
+  ASSERT_TRUE(stream->Write(bad));
+  ASSERT_TRUE(stream->Write(SinusoidalRequest(1, 2, 4, "after")));
   stream->WritesDone();
   EncodeResponse resp;
   ASSERT_TRUE(stream->Read(&resp));
   EXPECT_EQ(resp.request_id(), "good");
+  EXPECT_FALSE(resp.has_error());
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.request_id(), "bad");
+  ASSERT_TRUE(resp.has_error());
+  EXPECT_EQ(resp.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(resp.error().message(),
+              AllOf(HasSubstr("input.data has 3 bytes"), HasSubstr("bad")));
+  EXPECT_FALSE(resp.has_output());
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.request_id(), "after");
+  EXPECT_FALSE(resp.has_error());
+  EXPECT_NEAR(Floats(resp.output())[1], PaperPe(0, 1, 4), 1.2e-7);
   EXPECT_FALSE(stream->Read(&resp));
-  EXPECT_THAT(stream->Finish(),
-              StatusIs(StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("input.data has 3 bytes"), HasSubstr("bad"))));
+  EXPECT_THAT(stream->Finish(), IsOk());
+  const std::string text = HttpGet(server.metrics_port(), "/metrics");
+  EXPECT_EQ(MetricSum(text, "posenc_requests_total",
+                      {"method=\"EncodeStream\"", "code=\"INVALID_ARGUMENT\""}),
+            1);
+}
+
+// What still ends a stream: a message gRPC itself refuses (over --max_message_bytes) ends
+// it with RESOURCE_EXHAUSTED after the earlier answers; no handler saw it.
+TEST(EncodeStream, AMessageOverTheSizeLimitEndsTheStream) {
+  ServerProcess server({"--max_message_bytes=65536"});
+  ASSERT_TRUE(server.started());
+  grpc::ClientContext ctx;
+  auto stub = Stub(server);
+  auto stream = stub->EncodeStream(&ctx);
+  ASSERT_TRUE(stream->Write(SinusoidalRequest(1, 2, 4, "good")));
+  EncodeResponse resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  EXPECT_EQ(resp.request_id(), "good");
+  stream->Write(SinusoidalRequest(1, 64, 512, "huge"));  // 128 KiB of input
+  stream->WritesDone();
+  EXPECT_FALSE(stream->Read(&resp));
+  EXPECT_THAT(stream->Finish(), StatusIs(StatusCode::kResourceExhausted));
 }
 
 TEST(EncodeStream, ClientThatNeverReadsDoesNotGrowServerMemory) {

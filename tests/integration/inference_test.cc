@@ -821,6 +821,171 @@ TEST_F(InferenceTest, EveryBadInputGetsItsCodeAndNamesWhatIsWrong) {
   EXPECT_THAT(Infer(r).status, IsOk());
 }
 
+// Each input is checked by its shape, not only its element count, and the message names
+// the input and the shapes it may have.
+struct ShapeCase {
+  const char* what;
+  ModelInferRequest request;
+  const char* words;
+};
+
+// Position inputs whose count fits but whose shape does not.
+std::vector<ShapeCase> MisshapedPositionCases() {
+  std::vector<ShapeCase> cases;
+  const std::string ids6 = Bytes(std::vector<int64_t>{0, 1, 2, 0, 1, 2});
+  {
+    ModelInferRequest r = Request("sinusoidal");
+    AddRaw(r, "input", "FP32", {2, 3, 8}, Bytes(std::vector<float>(48, 0.5f)));
+    AddRaw(r, "position_ids", "INT64", {3, 2}, ids6);
+    cases.push_back({"position_ids [3, 2] for [2, 3, 8]", r,
+                     "input 'position_ids' has shape [3, 2]; with input [2, 3, 8] (batch 2, "
+                     "seq 3) it must be [3] or [2, 3]"});
+  }
+  {
+    ModelInferRequest r = Request("rope");
+    AddRaw(r, "input", "FP32", {1, 4, 2, 8}, Bytes(std::vector<float>(64, 0.5f)));
+    AddRaw(r, "position_ids", "INT64", {2, 2}, Bytes(std::vector<int64_t>{0, 1, 2, 3}));
+    cases.push_back({"rope position_ids [2, 2] for BSHD seq 4", r,
+                     "input 'position_ids' has shape [2, 2]; with input [1, 4, 2, 8] (batch 1, "
+                     "seq 4) it must be [4] or [1, 4]"});
+  }
+  {
+    ModelInferRequest r = Request("fourier");
+    SetParameter(r, "config", "{\"frequencies\": [1, 0.5, 0.25, 2], \"num_axes\": 2}");
+    AddRaw(r, "input", "FP32", {1, 3, 4}, Bytes(std::vector<float>(12, 0.5f)));
+    AddRaw(r, "position_values", "FP64", {2, 3}, Bytes(std::vector<double>(6, 0.5)));
+    cases.push_back({"fourier position_values [2, 3] for [3, 2]", r,
+                     "input 'position_values' has shape [2, 3]; with input [1, 3, 4] (batch 1, "
+                     "seq 3) it must be [3, 2] or [1, 3, 2]"});
+  }
+  {
+    ModelInferRequest r = Request("continuous");
+    AddRaw(r, "input", "FP32", {2, 3, 8}, Bytes(std::vector<float>(48, 0.5f)));
+    AddRaw(r, "position_values", "FP64", {6}, Bytes(std::vector<double>(6, 0.5)));
+    cases.push_back({"continuous position_values [6] for [2, 3, 8]", r,
+                     "input 'position_values' has shape [6]; with input [2, 3, 8] (batch 2, seq "
+                     "3) it must be [3] or [2, 3]"});
+  }
+  return cases;
+}
+
+// Graph, bias and config inputs that do not fit their model.
+std::vector<ShapeCase> MisshapedOtherCases() {
+  std::vector<ShapeCase> cases;
+  {
+    ModelInferRequest r = Request("graph_laplacian");
+    SetParameter(r, "num_nodes", int64_t{3});
+    AddRaw(r, "edges", "INT64", {4}, Bytes(std::vector<int64_t>{0, 1, 1, 2}));
+    cases.push_back({"edges [4]", r,
+                     "input 'edges' has shape [4]; model 'graph_laplacian' needs [num_edges, 2]"});
+  }
+  {
+    ModelInferRequest r = Request("tree");
+    SetParameter(r, "num_nodes", int64_t{4});
+    SetParameter(r, "max_depth", int64_t{2});
+    SetParameter(r, "max_children", int64_t{2});
+    AddRaw(r, "parents", "INT64", {3}, Bytes(std::vector<int64_t>{-1, 0, 0}));
+    cases.push_back({"parents [3] for 4 nodes", r,
+                     "input 'parents' has shape [3]; model 'tree' needs [num_nodes] = [4]"});
+  }
+  {
+    ModelInferRequest r = Request("alibi");
+    SetParameter(r, "config", "{\"num_heads\": 2}");
+    SetParameter(r, "query_length", int64_t{3});
+    SetParameter(r, "key_length", int64_t{5});
+    AddRaw(r, "scores", "FP32", {1, 2, 5, 3}, Bytes(std::vector<float>(30, 0.5f)));
+    cases.push_back({"scores [1, 2, 5, 3] for q 3, k 5", r, "scores"});
+  }
+  {
+    ModelInferRequest r = Request("shaw");
+    SetParameter(r, "config", "{\"max_relative_position\": 2, \"table\": \"shawrel\"}");
+    SetParameter(r, "query_length", int64_t{3});
+    SetParameter(r, "key_length", int64_t{3});
+    AddRaw(r, "query", "FP32", {0, 2, 3, 8}, "");
+    cases.push_back({"empty shaw query", r,
+                     "query.shape[0] (batch) is 0; batch and heads must be >= 1 (an empty query "
+                     "has no query term"});
+  }
+  {
+    ModelInferRequest r = Request("tree");
+    SetParameter(r, "num_nodes", int64_t{3});
+    SetParameter(r, "config", "{\"num_nodes\": 5, \"max_depth\": 2, \"max_children\": 2}");
+    AddRaw(r, "parents", "INT64", {3}, Bytes(std::vector<int64_t>{-1, 0, 0}));
+    cases.push_back({"tree config setting num_nodes", r,
+                     "parameter 'config' sets 'num_nodes', which model 'tree' does not take "
+                     "from config"});
+  }
+  return cases;
+}
+
+TEST_F(InferenceTest, MisshapedInputsAreRefusedNamingTheShapeTheyMustHave) {
+  std::vector<ShapeCase> cases = MisshapedPositionCases();
+  for (ShapeCase& c : MisshapedOtherCases()) cases.push_back(std::move(c));
+  for (const ShapeCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    const InferResult got = Infer(c.request);
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(got.status.error_message(), HasSubstr(c.words));
+  }
+  // The shapes the documentation gives pass: [seq], [batch, seq]; fourier's [seq, m].
+  ModelInferRequest ok = Request("sinusoidal");
+  AddRaw(ok, "input", "FP32", {2, 3, 8}, Bytes(std::vector<float>(48, 0.5f)));
+  AddRaw(ok, "position_ids", "INT64", {2, 3}, Bytes(std::vector<int64_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_THAT(Infer(ok).status, IsOk());
+  ModelInferRequest fourier = cases[2].request;
+  fourier.mutable_inputs(1)->clear_shape();
+  fourier.mutable_inputs(1)->add_shape(3);
+  fourier.mutable_inputs(1)->add_shape(2);
+  EXPECT_THAT(Infer(fourier).status, IsOk());
+}
+
+// Fields the chosen type does not read are refused, naming the field and the type.
+TEST_F(InferenceTest, ScalingFieldsOfAnotherTypeAreRefused) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"{\"type\": \"LINEAR\", \"factor\": 2, \"rope_proportion\": 0.5}",
+       "rope.scaling.rope_proportion is set, but rope.scaling.type LINEAR does not use it; "
+       "LINEAR takes factor"},
+      {"{\"factor\": 2}",
+       "rope.scaling.factor is set, but rope.scaling.type NONE does not use it; NONE takes no "
+       "other field"},
+      {"{\"type\": \"LINEAR\", \"factor\": 2, \"beta_fast\": 16}",
+       "rope.scaling.beta_fast is set, but rope.scaling.type LINEAR does not use it"},
+      {"{\"type\": \"PROPORTIONAL\", \"short_factor\": [1, 1]}",
+       "rope.scaling.short_factor is set, but rope.scaling.type PROPORTIONAL does not use it; "
+       "PROPORTIONAL takes factor, rope_proportion"},
+  };
+  for (const auto& [scaling, words] : cases) {
+    SCOPED_TRACE(scaling);
+    v1::EncodeRequest native;
+    *native.mutable_input() =
+        MakeTensor({1, 2, 1, 4}, v1::FLOAT32, Bytes(std::vector<float>(8, 0.5f)));
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(scaling,
+                                                            native.mutable_rope()->mutable_scaling())
+                    .ok());
+    v1::EncodeResponse response;
+    EXPECT_THAT(posenc::testing::Encode(*native_, native, &response),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(words)));
+  }
+}
+
+// GraphEncode takes its input inline only; a reference is refused saying so.
+TEST_F(InferenceTest, NativeGraphInputByReferenceSaysToSendItInline) {
+  v1::GraphRequest r;
+  r.set_num_nodes(3);
+  r.set_k(1);
+  for (int64_t v : {0, 1, 1, 2}) r.add_edges(v);
+  r.mutable_input()->add_shape(3);
+  r.mutable_input()->add_shape(1);
+  r.mutable_input()->set_dtype(v1::FLOAT32);
+  r.mutable_input()->mutable_shm()->set_region("r");
+  r.mutable_input()->mutable_shm()->set_byte_size(12);
+  v1::GraphResponse response;
+  EXPECT_THAT(GraphEncode(*native_, r, &response),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("GraphEncode takes input inline only: send its bytes in "
+                                 "input.data")));
+}
+
 TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
   ServerProcess server;
   ASSERT_TRUE(server.started());
@@ -867,7 +1032,7 @@ TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
 }
 
 // Shared memory through Triton's tensor parameters, on the one registry both fronts share.
-TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
+TEST(InferenceShm, RegionsFromEitherFrontServeInputsInlineAnswersAndInPlace) {
   ServerProcess server({"--shm"});
   ASSERT_TRUE(server.started());
   auto oip = inference::GRPCInferenceService::NewStub(server.Channel());
@@ -923,14 +1088,28 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsAndOutputsInPlace) {
     const grpc::Status st = oip->ModelInfer(&ctx, r, &resp);
     ASSERT_THAT(st, IsOk());
   }
+  const auto region_bytes = [&] {
+    return std::string(reinterpret_cast<const char*>(region->bytes().data()) + 4096,
+                       x.size() * 4);
+  };
+  // The output named no region: it comes back inline, and the input's region is untouched.
   ASSERT_EQ(resp.outputs_size(), 1);
-  // An output in shared memory keeps its raw_output_contents slot, empty: no bytes travel.
+  ASSERT_EQ(resp.raw_output_contents_size(), 1);
+  EXPECT_TRUE(resp.raw_output_contents(0) == expected.output().data());
+  EXPECT_EQ(resp.outputs(0).parameters().count("shared_memory_region"), 0u);
+  EXPECT_TRUE(region_bytes() == Bytes(x));
+  // Named over the input's own range: computed in place there, no bytes travel.
+  auto* out = r.add_outputs();
+  out->set_name("output");
+  *out->mutable_parameters() = in->parameters();
+  {
+    grpc::ClientContext ctx;
+    ASSERT_THAT(oip->ModelInfer(&ctx, r, &resp), IsOk());
+  }
   ASSERT_EQ(resp.raw_output_contents_size(), 1);
   EXPECT_TRUE(resp.raw_output_contents(0).empty());
   EXPECT_EQ(resp.outputs(0).parameters().at("shared_memory_region").string_param(), "oip_region");
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(region->bytes().data()) + 4096,
-                        x.size() * 4),
-            expected.output().data());
+  EXPECT_TRUE(region_bytes() == expected.output().data());
   {  // unregistered through posenc.v1, gone for the protocol too
     grpc::ClientContext ctx;
     v1::UnregisterSharedMemoryRequest req;

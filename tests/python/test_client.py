@@ -201,11 +201,18 @@ class ClientTest(unittest.TestCase):
                          F32_ATOL, "stream item %d" % i)
 
     def test_encode_stream_error_has_code(self):
+        # The bad message yields its PosencError in its place; the stream goes on.
         items = [(self.randn(1, 2, 8), posenc.Sinusoidal()),
-                 {"x": self.randn(1, 2, 8), "scheme": posenc.Learned("absent")}]
-        with self.assertRaises(posenc.PosencError) as err:
-            list(self.client.encode_stream(items))
-        self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+                 {"x": self.randn(1, 2, 8), "scheme": posenc.Learned("absent"),
+                  "request_id": "missing-table"},
+                 (self.randn(1, 2, 8), posenc.Sinusoidal())]
+        results = list(self.client.encode_stream(items))
+        self.assertEqual(len(results), 3)
+        self.assertIsInstance(results[1], posenc.PosencError)
+        self.assertEqual(results[1].code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("absent", results[1].details)
+        self.assertEqual(results[1].request_id, "missing-table")
+        self.assertEqual(results[2].shape, (1, 2, 8))
 
     def test_table_chunks_are_concatenated(self):
         t = self.client.table(posenc.Sinusoidal(), length=100, dim=12, rows_per_chunk=7)
@@ -276,8 +283,9 @@ class ClientTest(unittest.TestCase):
                                 "%s: max err %.3g" % (dtype, err.max()))
 
     def test_deberta_without_and_with_buckets(self):
+        # HF's build_relative_position: queries start at 0 whatever the lengths.
         raw = self.client.attention_bias(posenc.Deberta(position_buckets=-1), 3, 4)
-        np.testing.assert_array_equal(raw, (np.arange(3)[:, None] + 1) - np.arange(4)[None, :])
+        np.testing.assert_array_equal(raw, np.arange(3)[:, None] - np.arange(4)[None, :])
         ids = self.client.attention_bias(posenc.Deberta(), 1, 301, query_offset=300)
         self.assertEqual(ids.dtype, np.int32)
         # Within (-mid, mid) = (-128, 128) the bucket is the distance itself.

@@ -707,13 +707,26 @@ class RopeModelsTest(unittest.TestCase):
         g4 = posenc.Rope.from_hf_config({"model_type": "gemma4_text"})
         self.assertEqual((g4.head_dim, g4.proto().scaling.type), (512, posenc.pb.PROPORTIONAL))
 
+    def test_hf_config_drops_keys_of_another_type(self):
+        rope = posenc.Rope.from_hf_config({"head_dim": 64, "rope_scaling": {
+            "type": "linear", "factor": 2, "attention_factor": 1.5, "beta_fast": 32}})
+        self.assertEqual(rope.proto().scaling, posenc.pb.RopeScaling(type=posenc.pb.LINEAR,
+                                                                     factor=2))
+        v4 = posenc.Rope.from_hf_config({"model_type": "qwen2_5_vl", "head_dim": 128,
+                                         "text_config": {"rope_scaling": None},
+                                         "rope_scaling": {"type": "mrope",
+                                                          "mrope_section": [16, 24, 24]}})
+        self.assertEqual(list(v4.proto().mrope_section), [16, 24, 24])
+
     def test_hf_config_family_errors(self):
         with open(os.path.join(FIXTURES, "qwen2.5-vl-7b-instruct.json")) as f:
             base = json.load(f)
         del base["rope_scaling"]["mrope_section"]
         with self.assertRaises(posenc.PosencError) as err:
             posenc.Rope.from_hf_config(base)
-        self.assertIn("rope_scaling.mrope_section is required", err.exception.details)
+        self.assertIn("model_type qwen2_5_vl needs mrope_section", err.exception.details)
+        self.assertIn("rope_scaling.mrope_section (transformers 4)", err.exception.details)
+        self.assertIn("rope_parameters.mrope_section (transformers 5)", err.exception.details)
         with self.assertRaises(posenc.PosencError) as err:
             posenc.Rope.from_hf_config(os.path.join(FIXTURES, "gemma-3-4b-it.json"),
                                        layer_type="local")

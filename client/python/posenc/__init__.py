@@ -44,6 +44,7 @@ from posenc.tensors import (bfloat16_dtype, from_bfloat16, to_bfloat16,  # noqa:
 from posenc.schemes import (Alibi, Continuous, Deberta, Fourier, Hierarchical,  # noqa: E402
                             Learned, Level, MropeSegment, Rope, RopeScaling, Shaw, Sinusoidal,
                             Sinusoidal2D, T5, positions_proto)
+from posenc.mrope import mrope_segments  # noqa: E402
 from posenc.shm import SharedMemoryRegion, ShmTensor  # noqa: E402
 from posenc.client import (DEFAULT_MAX_MESSAGE_BYTES, Client, GraphResult,  # noqa: E402
                            SchemeList)
@@ -54,5 +55,5 @@ __all__ = [
     "RopeScaling", "SchemeList", "SharedMemoryRegion", "ShmTensor", "Shaw", "Sinusoidal",
     "Sinusoidal2D", "T5",
     "bfloat16_dtype", "from_bfloat16",
-    "pb", "pb_grpc", "positions_proto", "to_bfloat16", "to_numpy", "to_tensor",
+    "mrope_segments", "pb", "pb_grpc", "positions_proto", "to_bfloat16", "to_numpy", "to_tensor",
 ]

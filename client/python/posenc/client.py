@@ -54,6 +54,13 @@ def _health_messages():
 _HealthRequest, _HealthResponse = _health_messages()
 
 
+def _message_error(response):
+    """The PosencError an EncodeStream message carries in EncodeResponse.error."""
+    code = next((c for c in grpc.StatusCode if c.value[0] == response.error.code),
+                grpc.StatusCode.UNKNOWN)
+    return PosencError(code, response.error.message, response.request_id or None)
+
+
 def _pem(value):
     """PEM bytes from bytes, or from a file path."""
     if value is None or isinstance(value, bytes):
@@ -158,7 +165,9 @@ class Client:
 
     def encode_stream(self, requests, timeout=None):
         """EncodeStream over one call: `requests` yields (x, scheme[, positions[, key]])
-        tuples or dicts of encode()'s arguments; results come back in order, lazily."""
+        tuples or dicts of encode()'s arguments; results come back in order, lazily. A
+        message the server refused yields a PosencError (not raised) in its place and the
+        stream goes on; an error that ends the stream is raised."""
         with_key, failure = collections.deque(), []
 
         def generate():
@@ -175,7 +184,9 @@ class Client:
 
         try:
             for response in self._stub.EncodeStream(generate(), timeout=timeout):
-                yield self._encode_result(response, with_key.popleft())
+                key = with_key.popleft()
+                yield (_message_error(response) if response.HasField("error")
+                       else self._encode_result(response, key))
         except grpc.RpcError as err:
             raise PosencError.from_rpc_error(err) from None
         if failure:

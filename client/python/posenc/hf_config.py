@@ -1,4 +1,4 @@
-"""A Hugging Face config.json to a Rope: the same mapping as client/hf_config.cc (what
+"""A Hugging Face config.json to Rope fields: the same mapping as client/hf_config.cc (what
 `posenc-client --hf-config` reads), in HF's order of precedence:
   theta: rope_theta | rotary_emb_base | rope_parameters.rope_theta; default 10000.
   head_dim: qk_rope_head_dim | head_dim | hidden_size // num_attention_heads.
@@ -11,7 +11,10 @@ qwen2_5_vl (mrope_section), qwen3_vl (interleaved), gemma3 (layer_type sliding_a
 rope_local_base_freq, no scaling; full_attention: rope_theta and rope_scaling), gemma4
 (rope_parameters per layer type; full-attention heads global_head_dim wide, proportional),
 llama4, glm, glm4 (interleaved pairs). layer_type defaults to full_attention.
-Errors are PosencError INVALID_ARGUMENT naming the file and key (NOT_FOUND: no such file).
+Only the keys the scaling type reads are kept (a config's keys for another type are
+dropped, as the server refuses them). Errors are PosencError INVALID_ARGUMENT naming the file
+and key (NOT_FOUND: no such file). Plain data out (posenc.schemes.Rope.from_hf_config builds
+the Rope), so this module does not import posenc.schemes.
 """
 import json
 import math
@@ -19,7 +22,6 @@ import math
 import grpc
 
 from posenc.errors import PosencError, invalid
-from posenc.schemes import Rope, RopeScaling
 
 _SCALING_TYPES = {"default": "none", "none": "none", "mrope": "none", "linear": "linear",
                   "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
@@ -146,7 +148,8 @@ def _mrope(s, mrope):
 
 
 def _scaling(obj, top, key, type_required, rotary_dim, mrope):
-    """A RopeScaling from HF's rope_scaling (or rope_parameters) object, or None."""
+    """RopeScaling fields (a dict, type first) from HF's rope_scaling (or rope_parameters)
+    object, or None; only the fields the type reads."""
     if not isinstance(obj, dict):
         raise invalid("%s: %s is %s; expected an object" % (top.source, key, json.dumps(obj)))
     s = _Reader(obj, top.source, key + ".")
@@ -159,7 +162,9 @@ def _scaling(obj, top, key, type_required, rotary_dim, mrope):
     factor, original = s.number("factor"), s.int("original_max_position_embeddings")
     top_original = top.int("original_max_position_embeddings")
     max_pos = top.int("max_position_embeddings")
-    out = {"attention_factor": s.number("attention_factor")}
+    out = {}
+    if kind in ("yarn", "longrope"):  # the types that read it
+        out["attention_factor"] = s.number("attention_factor")
     if kind in ("linear", "dynamic", "llama3") and factor is None:
         raise s.missing("factor", "for %s scaling" % kind)
     if kind == "linear":
@@ -183,7 +188,7 @@ def _scaling(obj, top, key, type_required, rotary_dim, mrope):
         _longrope(s, top, factor, original, max_pos, rotary_dim, top_original, out)
     if out.get("factor") is not None and not out["factor"] > 0:
         raise invalid("%s: %s is %s; it must be > 0" % (top.source, s.name("factor"), out["factor"]))
-    return RopeScaling(kind, **out)
+    return dict(type=kind, **{k: v for k, v in out.items() if v is not None})
 
 
 def _head_and_rotary_dim(top, heads, hidden, params=None, global_head=False):
@@ -258,27 +263,27 @@ def _layer_type(source, family, params, asked):
     return layer
 
 
-def rope_from_config(original, source="config.json", layer_type=None):
-    """A Rope (with model attributes) from a parsed config.json."""
-    if not isinstance(original, dict):
-        raise invalid("%s: the top level is not a JSON object" % source)
+def _merged(original):
+    """The config with a text_config merged over it (its keys win; a null there keeps the
+    top-level value), then the family's defaults where config.json is silent."""
     config = dict(original)
     text = original.get("text_config")
     if isinstance(text, dict):
         for key, value in text.items():
+            if value is None and key in config:
+                continue
             if key != "model_type" or not isinstance(original.get("model_type"), str):
                 config[key] = value
-    # What the family's transformers config class assumes where config.json is silent.
     if isinstance(config.get("model_type"), str):
         for key, value in _FAMILY_DEFAULTS.get(_family(config["model_type"]), {}).items():
             if config.get(key) is None:
                 config[key] = value
-    top = _Reader(config, source)
-    model_type = top.string("model_type") or ""
-    family = _family(model_type)
-    heads = _first(top, "num_attention_heads", "n_head")
-    hidden = _first(top, "hidden_size", "n_embd")
-    max_pos = _first(top, "max_position_embeddings", "n_positions")
+    return config
+
+
+def _rope_parameters(config, source, family, layer_type):
+    """transformers 5's rope_parameters (per layer type for Gemma): (object or None, its
+    key, the layer type)."""
     params = config.get("rope_parameters")
     params = params if isinstance(params, dict) else None
     params_key = "rope_parameters"
@@ -287,41 +292,36 @@ def rope_from_config(original, source="config.json", layer_type=None):
         params, params_key = params[layer], "rope_parameters." + layer
         if not isinstance(params, dict):
             raise invalid("%s: %s is not an object" % (source, params_key))
-    sliding = layer == "sliding_attention"
+    return params, params_key, layer
 
+
+def _layer_base(top, family, layer, params, params_key):
+    """rope theta of the layer type: Gemma 3's sliding layers turn at rope_local_base_freq."""
+    sliding = layer == "sliding_attention"
     local_base = top.number("rope_local_base_freq") if sliding else None
     if local_base is not None:
-        base = local_base  # Gemma 3: sliding layers turn at their own base
-        if not base > 0:
-            raise invalid("%s: rope_local_base_freq is %s; it must be > 0" % (source, base))
+        base, key = local_base, "rope_local_base_freq"
     elif sliding and family == "gemma3" and params is None:
-        base = 10000.0  # Gemma3TextConfig's default rope_local_base_freq
+        base, key = 10000.0, "rope_local_base_freq"  # Gemma3TextConfig's default
     else:
         theta = None
         if params is not None and params_key != "rope_parameters":
-            theta = _Reader(params, source, params_key + ".").number("rope_theta")
+            theta = _Reader(params, top.source, params_key + ".").number("rope_theta")
         if theta is None:
             theta = _first(top, "rope_theta", "rotary_emb_base", kind="number")
         if theta is None and params is not None and params_key == "rope_parameters":
-            theta = _Reader(params, source, "rope_parameters.").number("rope_theta")
-        base = 10000.0 if theta is None else theta
+            theta = _Reader(params, top.source, "rope_parameters.").number("rope_theta")
+        base, key = (10000.0 if theta is None else theta), "rope_theta"
     if not base > 0:
-        raise invalid("%s: rope_theta is %s; it must be > 0" % (source, base))
-    params_reader = None
-    if params is not None:
-        params_reader = _Reader(params, source, params_key + ".")
-        kind = params_reader.string("rope_type")
-        if kind is not None and kind.lower() == "proportional":
-            params_reader = None  # proportional reads partial_rotary_factor itself
-    head_dim, rotary_dim = _head_and_rotary_dim(
-        top, heads, hidden, params_reader, global_head=family == "gemma4" and layer == "full_attention")
+        raise invalid("%s: %s is %s; it must be > 0" % (top.source, key, base))
+    return base
 
-    interleaved = family in ("gptj", "codegen", "deepseek_v2", "deepseek_v3", "llama4", "glm",
-                             "glm4")
-    if top.bool("rope_interleave") is not None:
-        interleaved = top.bool("rope_interleave")
+
+def _scaling_and_mrope(config, top, family, layer, params, params_key, rotary_dim):
+    """(scaling dict or None, mrope fields): rope_scaling (transformers 4) else
+    rope_parameters (transformers 5); the Qwen-VL families need mrope_section from either."""
     mrope = {}
-    if sliding and family == "gemma3" and top.has("rope_scaling"):
+    if layer == "sliding_attention" and family == "gemma3" and top.has("rope_scaling"):
         scaling = None  # HF Gemma 3: rope_scaling is the global layers'
     elif top.has("rope_scaling"):
         scaling = _scaling(config["rope_scaling"], top, "rope_scaling", True, rotary_dim, mrope)
@@ -332,17 +332,48 @@ def rope_from_config(original, source="config.json", layer_type=None):
     if family == "qwen3_vl" and mrope.get("mrope_section"):
         mrope["mrope_interleaved"] = True
     if family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") and not mrope.get("mrope_section"):
-        key = ("rope_scaling" if top.has("rope_scaling") else params_key) + ".mrope_section"
-        raise invalid("%s: %s is required for model_type %s" % (source, key, model_type))
+        raise invalid(
+            "%s: model_type %s needs mrope_section, and neither rope_scaling.mrope_section "
+            "(transformers 4) nor %s.mrope_section (transformers 5) is there; add the model's "
+            "sections (e.g. \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": "
+            "[16, 24, 24]} for Qwen2-VL and Qwen2.5-VL 7B) to its config.json"
+            % (top.source, top.string("model_type"), params_key))
+    return scaling, mrope
 
-    rope = Rope(base=base, rotary_dim=rotary_dim if rotary_dim != head_dim else None,
-                style="gptj" if interleaved else "neox", scaling=scaling, **mrope)
-    rope.head_dim, rope.model_type, rope.layer_type = head_dim, model_type, layer
-    rope.num_attention_heads = heads or 0
+
+def rope_from_config(original, source="config.json", layer_type=None):
+    """(Rope keyword arguments, model attributes) from a parsed config.json."""
+    if not isinstance(original, dict):
+        raise invalid("%s: the top level is not a JSON object" % source)
+    config = _merged(original)
+    top = _Reader(config, source)
+    model_type = top.string("model_type") or ""
+    family = _family(model_type)
+    heads = _first(top, "num_attention_heads", "n_head")
+    hidden = _first(top, "hidden_size", "n_embd")
+    params, params_key, layer = _rope_parameters(config, source, family, layer_type)
+    base = _layer_base(top, family, layer, params, params_key)
+    params_reader = None
+    if params is not None:
+        params_reader = _Reader(params, source, params_key + ".")
+        kind = params_reader.string("rope_type")
+        if kind is not None and kind.lower() == "proportional":
+            params_reader = None  # proportional reads partial_rotary_factor itself
+    head_dim, rotary_dim = _head_and_rotary_dim(
+        top, heads, hidden, params_reader, global_head=family == "gemma4" and layer == "full_attention")
+    interleaved = family in ("gptj", "codegen", "deepseek_v2", "deepseek_v3", "llama4", "glm",
+                             "glm4")
+    if top.bool("rope_interleave") is not None:
+        interleaved = top.bool("rope_interleave")
+    scaling, mrope = _scaling_and_mrope(config, top, family, layer, params, params_key, rotary_dim)
+    fields = dict(base=base, rotary_dim=rotary_dim if rotary_dim != head_dim else None,
+                  style="gptj" if interleaved else "neox", scaling=scaling, **mrope)
     kv_heads = top.int("num_key_value_heads")
-    rope.num_key_value_heads = rope.num_attention_heads if kv_heads is None else kv_heads
-    rope.max_position_embeddings = max_pos or 0
-    return rope
+    attrs = dict(head_dim=head_dim, model_type=model_type, layer_type=layer,
+                 num_attention_heads=heads or 0,
+                 num_key_value_heads=(heads or 0) if kv_heads is None else kv_heads,
+                 max_position_embeddings=_first(top, "max_position_embeddings", "n_positions") or 0)
+    return fields, attrs
 
 
 def rope_from_hf_config(config, source=None, layer_type=None):

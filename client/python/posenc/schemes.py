@@ -6,6 +6,7 @@ or the proto's numbers; unset arguments take the server's defaults. Every helper
 """
 import numpy as np
 
+from posenc import hf_config
 from posenc.errors import invalid
 from posenc.v1 import posenc_pb2 as pb
 
@@ -128,8 +129,11 @@ class Rope(_Message):
         head_dim, num_attention_heads, num_key_value_heads, max_position_embeddings,
         model_type and layer_type as attributes. layer_type ("full_attention" or
         "sliding_attention") picks the layer kind of Gemma 3 / Gemma 4 (default full)."""
-        from posenc import hf_config  # pylint: disable=import-outside-toplevel
-        return hf_config.rope_from_hf_config(config, source, layer_type=layer_type)
+        fields, attrs = hf_config.rope_from_hf_config(config, source, layer_type=layer_type)
+        rope = cls(**fields)
+        for name, value in attrs.items():
+            setattr(rope, name, value)
+        return rope
 
 
 class Level(_Message):
@@ -259,13 +263,17 @@ def scheme_field(scheme, allowed):
 
 class MropeSegment(_Message):
     """One piece of a multimodal prompt: a text run (text_length) or a vision grid (grid_t,
-    grid_h, grid_w, the LLM's merged grid; temporal_scale for Qwen2.5-VL videos)."""
+    grid_h, grid_w, the LLM's merged grid). kind "image" or "video" says which; temporal_scale
+    defaults to 0 for an image (HF Qwen2.5-VL) and 1 otherwise (Qwen2.5-VL videos:
+    second_per_grid_t * tokens_per_second). posenc.mrope_segments builds them from an HF
+    processor's output."""
     _message = pb.MropeSegment
+    _enums = {"kind": pb.MropeSegmentKind}
 
     def __init__(self, text_length=None, grid_t=None, grid_h=None, grid_w=None,
-                 temporal_scale=None):
+                 temporal_scale=None, kind=None):
         super().__init__(text_length=text_length, grid_t=grid_t, grid_h=grid_h,
-                         grid_w=grid_w, temporal_scale=temporal_scale)
+                         grid_w=grid_w, temporal_scale=temporal_scale, kind=kind)
 
 
 _POSITION_FIELDS = ("offsets", "ids", "values", "axis_ids", "mrope_segments")

@@ -736,16 +736,28 @@ void AddOutputs(const NativeRequest& n, std::initializer_list<Output> outputs,
 // (`key`, `scores`) stays in its region only when its output names a region (the same
 // range: in place; another: copied there); otherwise the result goes back inline.
 void MarkShmCopies(NativeRequest& n) {
-  auto mark = [&n](v1::Tensor* t, const v1::SharedMemoryRef& out) {
-    if (t->has_shm() && out.region().empty()) n.copy_from_shm.push_back(t);
+  // `has` first: a mutable_ accessor would create the field.
+  auto mark = [&n](bool has, v1::Tensor* (*field)(NativeRequest&),
+                   const v1::SharedMemoryRef& out) {
+    if (!has || !out.region().empty()) return;
+    v1::Tensor* t = field(n);
+    if (t->has_shm()) n.copy_from_shm.push_back(t);
   };
   switch (KindOf(*n.model)) {
     case ModelKind::kEncode:
-      mark(n.encode.mutable_input(), n.encode.output_shm());
-      mark(n.encode.mutable_key(), n.encode.key_output_shm());
+      mark(n.encode.has_input(), [](NativeRequest& r) { return r.encode.mutable_input(); },
+           n.encode.output_shm());
+      mark(n.encode.has_key(), [](NativeRequest& r) { return r.encode.mutable_key(); },
+           n.encode.key_output_shm());
       break;
-    case ModelKind::kBias: mark(n.bias.mutable_scores(), n.bias.output_shm()); break;
-    case ModelKind::kGraph: mark(n.graph.mutable_input(), v1::SharedMemoryRef()); break;
+    case ModelKind::kBias:
+      mark(n.bias.has_scores(), [](NativeRequest& r) { return r.bias.mutable_scores(); },
+           n.bias.output_shm());
+      break;
+    case ModelKind::kGraph:
+      mark(n.graph.has_input(), [](NativeRequest& r) { return r.graph.mutable_input(); },
+           v1::SharedMemoryRef::default_instance());
+      break;
   }
 }
 

@@ -284,7 +284,8 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
   ASSIGN_OR_RETURN(const std::optional<int64_t> top_original, top.Int("original_max_position_embeddings"));
   ASSIGN_OR_RETURN(const std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
   if (rule->type == v1::YARN || rule->type == v1::LONGROPE) {  // the types that read it
-    RETURN_IF_ERROR(CopyOptional(s, "attention_factor", out, &v1::RopeScaling::set_attention_factor));
+    RETURN_IF_ERROR(
+        CopyOptional(s, "attention_factor", out, &v1::RopeScaling::set_attention_factor));
   }
   RETURN_IF_ERROR(rule->parse({s, top, rotary_dim, factor, original, top_original, max_pos}, out));
   if (out->has_factor() && !(out->factor() > 0)) {

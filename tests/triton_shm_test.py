@@ -56,7 +56,8 @@ def load_clients():
         "inference.grpc_service_pb2_grpc")
     sys.modules["tritonclient.grpc.model_config_pb2"] = importlib.import_module(
         "inference.model_config_pb2")
-    return importlib.import_module("tritonclient.grpc"), importlib.import_module("tritonclient.http")
+    return (importlib.import_module("tritonclient.grpc"),
+            importlib.import_module("tritonclient.http"))
 
 
 class Server:
@@ -211,8 +212,9 @@ def run_combinations(lib, client, region, expected):
                               % (what, err))
                         continue
                     for name in names:
-                        check(got[name] is not None and got[name].shape == expected[model][name].shape
-                              and np.array_equal(got[name], expected[model][name]),
+                        want = expected[model][name]
+                        check(got[name] is not None and got[name].shape == want.shape
+                              and np.array_equal(got[name], want),
                               "%s: %s differs from the all-inline answer" % (what, name))
                     for name, array in arrays.items():
                         now = region.read(layout[name], array.nbytes)

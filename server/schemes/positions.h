@@ -16,14 +16,14 @@ inline constexpr int64_t kMaxPosition = int64_t{1} << 40;
 
 // One piece of a multimodal prompt (posenc.v1.MropeSegment): a text run or a vision grid.
 struct MropeSegmentSpec {
-  // What the segment is (posenc.v1.MropeSegmentKind); decides the default temporal scale.
   enum class Kind { kUnspecified, kText, kImage, kVideo };
-  Kind kind = Kind::kUnspecified;
   int64_t text_length = 0;
   int64_t grid_t = 0;
   int64_t grid_h = 0;
   int64_t grid_w = 0;
   std::optional<double> temporal_scale;
+  // What the segment is (posenc.v1.MropeSegmentKind); decides the default temporal scale.
+  Kind kind = Kind::kUnspecified;
 
   // Frame group t of a grid sits at s + floor(t * TemporalScale()): the given scale, else 0
   // for an image (HF Qwen2.5-VL's second_per_grid_t = 0 for images) and 1 otherwise.

@@ -1,8 +1,8 @@
 // EncodeStream against the real posenc-server on port 0: answers in request order and
 // counted, a bad request answered with its error while the stream goes on, one over the
-// message limit ends it, a client that never reads is held back by flow control instead
-// of growing the server, an answer stays charged to --max_inflight_bytes until it has been written, and open streams
-// take --max_concurrent_calls slots.
+// message limit ends it, a client that never reads is held back by flow control instead of
+// growing the server, an answer stays charged to --max_inflight_bytes until it has been
+// written, and open streams take --max_concurrent_calls slots.
 #include <atomic>
 #include <chrono>
 #include <cstdio>

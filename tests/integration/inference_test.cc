@@ -959,9 +959,8 @@ TEST_F(InferenceTest, ScalingFieldsOfAnotherTypeAreRefused) {
     v1::EncodeRequest native;
     *native.mutable_input() =
         MakeTensor({1, 2, 1, 4}, v1::FLOAT32, Bytes(std::vector<float>(8, 0.5f)));
-    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(scaling,
-                                                            native.mutable_rope()->mutable_scaling())
-                    .ok());
+    v1::RopeScaling* parsed = native.mutable_rope()->mutable_scaling();
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(scaling, parsed).ok());
     v1::EncodeResponse response;
     EXPECT_THAT(posenc::testing::Encode(*native_, native, &response),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(words)));

@@ -272,9 +272,9 @@ class ReferenceDefaults(unittest.TestCase):
 
     def check_family(self, family, parts, seconds=None):
         ids, images, videos = prompt(family, parts)
-        hf = get_rope_index(family, torch.tensor(ids), torch.tensor(images) if len(images) else None,
-                            torch.tensor(videos) if len(videos) else None,
-                            seconds).numpy()
+        hf = get_rope_index(family, torch.tensor(ids),
+                            torch.tensor(images) if len(images) else None,
+                            torch.tensor(videos) if len(videos) else None, seconds).numpy()
         config = {"model_type": family, "image_token_id": IMAGE, "video_token_id": VIDEO,
                   "vision_start_token_id": START,
                   "vision_config": {"spatial_merge_size": MERGE,

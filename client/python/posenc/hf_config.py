@@ -360,7 +360,8 @@ def rope_from_config(original, source="config.json", layer_type=None):
         if kind is not None and kind.lower() == "proportional":
             params_reader = None  # proportional reads partial_rotary_factor itself
     head_dim, rotary_dim = _head_and_rotary_dim(
-        top, heads, hidden, params_reader, global_head=family == "gemma4" and layer == "full_attention")
+        top, heads, hidden, params_reader,
+        global_head=family == "gemma4" and layer == "full_attention")
     interleaved = family in ("gptj", "codegen", "deepseek_v2", "deepseek_v3", "llama4", "glm",
                              "glm4")
     if top.bool("rope_interleave") is not None:

@@ -120,7 +120,7 @@ def mrope_segments(input_ids, image_grid_thw=None, video_grid_thw=None,
     videos = _video_grids(video_grid_thw, second_per_grid_ts, family)
     starts = [i for i, t in enumerate(tokens[:-1]) if t == s["vision_start_token_id"]]
     opened = [tokens[i + 1] for i in starts]
-    remain = {"image": opened.count(s["image_token_id"]), "video": opened.count(s["video_token_id"])}
+    remain = {kind: opened.count(s["%s_token_id" % kind]) for kind in ("image", "video")}
     if remain["image"] > len(images) or remain["video"] > len(videos):
         raise invalid("mrope_segments: the prompt opens %d images and %d videos; "
                       "image_grid_thw has %d and video_grid_thw %d"

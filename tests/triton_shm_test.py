@@ -236,6 +236,24 @@ def inline_answers(grpc_lib, client):
     return expected
 
 
+def default_outputs(lib, client, region, expected):
+    """No outputs listed (all of the model's): every one inline, the input's region kept."""
+    label = lib.__name__.split(".")[-1]
+    model, arrays, names, params = CASES[0]
+    layout, _ = layout_of(arrays, names)
+    inputs = make_inputs(lib, arrays, True, region, layout)
+    before = region.read(0, layout["out_" + names[0]])
+    try:
+        result = client.infer(model, inputs, parameters=params)
+        for name in names:
+            check(np.array_equal(result.as_numpy(name), expected[model][name]),
+                  "%s %s, default outputs: %s differs" % (label, model, name))
+    except Exception as err:  # noqa: BLE001
+        check(False, "%s %s, default outputs: %r" % (label, model, err))
+    check(region.read(0, len(before)) == before,
+          "%s %s, default outputs: an input region was written" % (label, model))
+
+
 def graph_and_overlap(lib, client, region):
     """A graph model's input by shared memory; an output over part of an input's range."""
     edges = np.array([[0, 1], [1, 2], [2, 3], [3, 0]], np.int64)
@@ -284,6 +302,7 @@ def main():
         for lib, client in ((grpc_lib, gclient), (http_lib, hclient)):
             client.register_system_shared_memory("io", "/" + key, region.size)
             run_combinations(lib, client, region, expected)
+            default_outputs(lib, client, region, expected)
             graph_and_overlap(lib, client, region)
             client.unregister_system_shared_memory("io")
     finally:

@@ -57,11 +57,20 @@ InferenceService::InferenceService(const ServiceState& state, const CallRunner& 
 }
 
 absl::StatusOr<CallCost> InferenceService::CostOfNative(const NativeRequest& native) {
+  absl::StatusOr<CallCost> cost;
   switch (KindOf(*native.model)) {
-    case ModelKind::kEncode: return CostOf(native.encode);
-    case ModelKind::kBias: return CostOf(native.bias);
-    default: return CostOf(native.graph);
+    case ModelKind::kEncode: cost = CostOf(native.encode); break;
+    case ModelKind::kBias: cost = CostOf(native.bias); break;
+    default: cost = CostOf(native.graph); break;
   }
+  // An input copied out of its region is held inline and answered inline: its bytes twice
+  // more, in the bulk lane when large.
+  if (!cost.ok()) return cost;
+  for (const v1::Tensor* t : native.copy_from_shm) {
+    cost->bytes += 2 * t->shm().byte_size();
+    if (cost->bytes > kCheapCallBytes) cost->lane = Lane::kBulk, cost->run_inline = false;
+  }
+  return cost;
 }
 
 grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& cancelled,

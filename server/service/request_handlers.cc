@@ -160,6 +160,16 @@ absl::Status Rotate(const ServiceState& state, const SchemeDescriptor& scheme,
   return absl::OkStatus();
 }
 
+// A query longer than the key with the default offset: say which default and what to set,
+// rather than name a query_offset the caller never gave.
+absl::Status DefaultOffsetError(const std::string& scheme, const BiasGeometry& geom) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "query_length (", geom.query_length, ") is more than key_length (", geom.key_length,
+      "); ", scheme, " places the queries at the end of the keys by default (query_offset = "
+      "key_length - query_length, the decode convention): set query_offset >= 0, or give "
+      "key_length >= query_length"));
+}
+
 }  // namespace
 
 void RequestHandlers::CountBytes(uint64_t in_bytes, uint64_t out_bytes,
@@ -265,6 +275,9 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
     ASSIGN_OR_RETURN(spec.query_dtype, DTypeFromProto(q.dtype(), "query.dtype"));
   }
   RETURN_IF_ERROR(scheme->bias_spec(request, spec));
+  if (!request.has_query_offset() && spec.geom.query_offset < 0) {
+    return DefaultOffsetError(scheme->name, spec.geom);
+  }
   ASSIGN_OR_RETURN(const BiasPlan plan, PlanBias(spec, *state_.tables));
   const uint64_t in_bytes = request.scores().data().size() + request.query().data().size();
   RequestTensors tensors(state_.shm, shm_owner);

@@ -270,6 +270,16 @@ class ReferenceDefaults(unittest.TestCase):
                 got = self.client.attention_bias(posenc.T5(bidirectional=bidirectional), q, k)
                 np.testing.assert_array_equal(got, want, "t5 q=%d k=%d" % (q, k))
 
+    def test_decode_default_says_what_to_set_when_the_query_is_longer(self):
+        for scheme in (posenc.T5(), posenc.Shaw(2), posenc.Alibi(num_heads=2)):
+            with self.assertRaises(posenc.PosencError) as err:
+                self.client.attention_bias(scheme, 5, 3)
+            self.assertIn("query_length (5) is more than key_length (3); %s places the queries "
+                          "at the end of the keys by default" % scheme.oneof, err.exception.details)
+            self.assertIn("set query_offset >= 0", err.exception.details)
+            self.assertEqual(self.client.attention_bias(scheme, 5, 3, query_offset=0).shape[-2:],
+                             (5, 3))
+
     def check_family(self, family, parts, seconds=None):
         ids, images, videos = prompt(family, parts)
         hf = get_rope_index(family, torch.tensor(ids),

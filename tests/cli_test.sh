@@ -41,6 +41,25 @@ PY
 
 cli encode --hf-config="$src/tests/fixtures/hf_configs/llama-3.1-8b.json" --offsets=100000 \
   --output="$work/q.npy" | grep -qi "shape" || fail "encode with --hf-config"
+# M-RoPE segments with their kind: an image grid's frames default to temporal scale 0 (HF
+# Qwen2.5-VL), which "@0" spells out; without a kind the scale is 1.
+/usr/bin/python3 -c "import numpy as np; np.save('$work/mq.npy', np.random.default_rng(3).standard_normal((1, 9, 1, 128)).astype(np.float32))"
+vl="$src/tests/fixtures/hf_configs/qwen2.5-vl-7b-instruct.json"
+for segs in "1,image:2x2x2" "1,2x2x2@0" "1,2x2x2" "1,video:2x2x2@2"; do
+  cli encode --hf-config="$vl" --input="$work/mq.npy" --mrope-segments="$segs"     --output="$work/m_${segs//[^a-z0-9]/_}.npy" >/dev/null || fail "encode --mrope-segments=$segs"
+done
+/usr/bin/python3 - "$work" <<'PY' || fail "--mrope-segments kinds"
+import sys, numpy as np
+w = sys.argv[1]
+image, zero, plain, video = (np.load("%s/m_%s.npy" % (w, n)) for n in
+                             ("1_image_2x2x2", "1_2x2x2_0", "1_2x2x2", "1_video_2x2x2_2"))
+assert np.array_equal(image, zero) and not np.array_equal(image, plain), "image kind"
+assert not np.array_equal(video, plain), "video scale"
+PY
+if out=$(cli encode --hf-config="$vl" --input="$work/mq.npy" --mrope-segments="1,photo:2x2x2" 2>&1); then
+  fail "--mrope-segments with an unknown kind was accepted"
+fi
+grep -q "neither a text length" <<<"$out" || fail "--mrope-segments with an unknown kind: $out"
 cli table --scheme=rope --length=64 --dim=8 --output="$work/t.npy" >/dev/null
 /usr/bin/python3 -c "import numpy as np,sys; t=np.load('$work/t.npy'); assert t.shape==(64,2,4), t.shape" \
   || fail "table shape"

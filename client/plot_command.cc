@@ -164,8 +164,8 @@ absl::StatusOr<Heatmap> FetchGraph(PosencClient& client, const Flags& f, const s
 }
 
 // sinusoidal_2d: each of the D features over an N x N patch grid (zeros + pe = pe).
-absl::StatusOr<Heatmap> FetchSinusoidal2d(PosencClient& client, const Flags& f,
-                                          const std::string&, int cell) {
+absl::StatusOr<Heatmap> FetchSinusoidal2d(PosencClient& client, const Flags& f, const std::string&,
+                                          int cell) {
   const int64_t side = Int(f, "side", 14), dim = Int(f, "dim", 16);
   v1::EncodeRequest req;
   req.mutable_sinusoidal_2d()->set_grid_height(side);
@@ -180,8 +180,7 @@ absl::StatusOr<Heatmap> FetchSinusoidal2d(PosencClient& client, const Flags& f,
   return Panels(all.values, dim, side, side, cell, /*transpose_columns=*/true);
 }
 
-using FetchFn = absl::StatusOr<Heatmap> (*)(PosencClient&, const Flags&, const std::string&,
-                                            int);
+using FetchFn = absl::StatusOr<Heatmap> (*)(PosencClient&, const Flags&, const std::string&, int);
 
 absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::string& scheme) {
   static constexpr struct {

@@ -16,6 +16,7 @@ packages=(
   python3-geventhttpclient python3-gevent python3-rapidjson  # tests/third_party/tritonclient
   prometheus curl openssl
   clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and OpenMP for clang
+  clang-format-14 clang-tidy-14 universal-ctags  # scripts/lint.sh
 )
 if [ "${1:-}" = "--examples" ]; then
   packages+=(

@@ -51,8 +51,7 @@ std::string PortInUseMessage(absl::string_view address, absl::string_view flag) 
     host = host.substr(1, host.size() - 2);
   }
   if (!BindFailsInUse(host, port)) return "";
-  return absl::StrCat("port ", port, " on ", host.empty() ? "*" : host, " is in use (", flag,
-                      ")");
+  return absl::StrCat("port ", port, " on ", host.empty() ? "*" : host, " is in use (", flag, ")");
 }
 
 }  // namespace posenc

@@ -69,92 +69,130 @@ Heatmap Panels(const std::vector<float>& values, int64_t panels, int64_t rows, i
   return SideBySide(parts);
 }
 
+// sinusoidal rows [L, D]; rope cos | sin of L positions per row.
+absl::StatusOr<Heatmap> FetchTable(PosencClient& client, const Flags& f, const std::string& scheme,
+                                   int cell) {
+  v1::TableRequest req;
+  req.set_length(Int(f, "length", 128));
+  req.set_dim(static_cast<int32_t>(Int(f, "dim", 64)));
+  if (scheme == "rope") {
+    req.mutable_rope();
+  } else {
+    req.mutable_sinusoidal();
+  }
+  absl::StatusOr<v1::Tensor> t = client.GetTableTensor(req);
+  if (!t.ok()) return t.status();
+  return FromTensor(*t, req.length(), req.dim(), cell);
+}
+
+// alibi: one panel per head; t5 without a table: one panel of bucket ids.
+absl::StatusOr<Heatmap> FetchBias(PosencClient& client, const Flags& f, const std::string& scheme,
+                                  int cell) {
+  v1::BiasRequest req;
+  const int64_t heads = Int(f, "heads", 4);
+  req.set_query_length(Int(f, "query-length", 32));
+  req.set_key_length(Int(f, "key-length", 32));
+  if (scheme == "alibi") {
+    req.mutable_alibi()->set_num_heads(static_cast<int32_t>(heads));
+    req.mutable_alibi()->set_mode(f.Str("mode") == "symmetric" ? v1::SYMMETRIC : v1::CAUSAL);
+  } else {
+    req.mutable_t5()->set_bidirectional(true);
+  }
+  absl::StatusOr<v1::BiasResponse> r = client.AttentionBias(req);
+  if (!r.ok()) return r.status();
+  const int64_t panels = scheme == "alibi" ? heads : 1;
+  Heatmap all = FromTensor(r->output(), panels * req.query_length(), req.key_length(), cell);
+  return Panels(all.values, panels, req.query_length(), req.key_length(), cell, false);
+}
+
+// deberta: the bucketed query - key [Q, K].
+absl::StatusOr<Heatmap> FetchDeberta(PosencClient& client, const Flags& f, const std::string&,
+                                     int cell) {
+  v1::BiasRequest req;
+  req.set_query_length(Int(f, "query-length", 32));
+  req.set_key_length(Int(f, "key-length", 32));
+  req.mutable_deberta();
+  absl::StatusOr<v1::BiasResponse> r = client.AttentionBias(req);
+  if (!r.ok()) return r.status();
+  return FromTensor(r->output(), req.query_length(), req.key_length(), cell);
+}
+
+// tree: the one-hot stack of a complete C-ary tree of depth D, nodes in breadth-first order.
+absl::StatusOr<Heatmap> FetchTree(PosencClient& client, const Flags& f, const std::string&,
+                                  int cell) {
+  const int64_t depth = Int(f, "depth", 3), children = Int(f, "children", 3);
+  v1::GraphRequest req;
+  req.set_encoding(v1::TREE);
+  req.set_max_depth(static_cast<int32_t>(depth));
+  req.set_max_children(static_cast<int32_t>(children));
+  // Breadth-first numbering: node i's parent is (i - 1) / children; depth levels in all.
+  int64_t nodes = 0, level = 1;
+  for (int64_t d = 0; d <= depth; ++d, level *= children) {
+    nodes += level;
+    if (nodes > 100000) {
+      return absl::InvalidArgumentError("--depth and --children give more than 100000 nodes");
+    }
+  }
+  req.set_num_nodes(nodes);
+  for (int64_t i = 0; i < nodes; ++i) req.add_parents(i == 0 ? -1 : (i - 1) / children);
+  absl::StatusOr<v1::GraphResponse> g = client.GraphEncode(req);
+  if (!g.ok()) return g.status();
+  return FromTensor(g->output(), nodes, depth * children, cell);
+}
+
+// graph: the first K eigenvectors of an N x N grid, one panel each.
+absl::StatusOr<Heatmap> FetchGraph(PosencClient& client, const Flags& f, const std::string&,
+                                   int cell) {
+  const int64_t side = Int(f, "side", 16), k = Int(f, "k", 6);
+  v1::GraphRequest req;
+  req.set_num_nodes(side * side);
+  req.set_k(static_cast<int32_t>(k));
+  auto edge = [&req](int64_t a, int64_t b) {
+    req.add_edges(a);
+    req.add_edges(b);
+  };
+  for (int64_t r = 0; r < side; ++r) {
+    for (int64_t c = 0; c < side; ++c) {
+      if (c + 1 < side) edge(r * side + c, r * side + c + 1);
+      if (r + 1 < side) edge(r * side + c, (r + 1) * side + c);
+    }
+  }
+  absl::StatusOr<v1::GraphResponse> g = client.GraphEncode(req);
+  if (!g.ok()) return g.status();
+  Heatmap all = FromTensor(g->output(), side * side, k, cell);
+  return Panels(all.values, k, side, side, cell, /*transpose_columns=*/true);
+}
+
+// sinusoidal_2d: each of the D features over an N x N patch grid (zeros + pe = pe).
+absl::StatusOr<Heatmap> FetchSinusoidal2d(PosencClient& client, const Flags& f, const std::string&,
+                                          int cell) {
+  const int64_t side = Int(f, "side", 14), dim = Int(f, "dim", 16);
+  v1::EncodeRequest req;
+  req.mutable_sinusoidal_2d()->set_grid_height(side);
+  req.mutable_sinusoidal_2d()->set_grid_width(side);
+  v1::Tensor* x = req.mutable_input();
+  for (int64_t d : {int64_t{1}, side * side, dim}) x->add_shape(d);
+  x->set_dtype(v1::FLOAT32);
+  x->mutable_data()->assign(static_cast<size_t>(side * side * dim) * sizeof(float), '\0');
+  absl::StatusOr<v1::EncodeResponse> r = client.Encode(req);
+  if (!r.ok()) return r.status();
+  Heatmap all = FromTensor(r->output(), side * side, dim, cell);
+  return Panels(all.values, dim, side, side, cell, /*transpose_columns=*/true);
+}
+
+using FetchFn = absl::StatusOr<Heatmap> (*)(PosencClient&, const Flags&, const std::string&, int);
+
 absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::string& scheme) {
+  static constexpr struct {
+    const char* scheme;
+    FetchFn fetch;
+  } kFetchers[] = {{"sinusoidal", FetchTable}, {"rope", FetchTable},
+                   {"alibi", FetchBias},       {"t5", FetchBias},
+                   {"deberta", FetchDeberta},  {"graph", FetchGraph},
+                   {"tree", FetchTree},        {"sinusoidal_2d", FetchSinusoidal2d}};
   const int cell = static_cast<int>(Int(f, "cell", 3));
-  if (scheme == "sinusoidal" || scheme == "rope") {
-    v1::TableRequest req;
-    req.set_length(Int(f, "length", 128));
-    req.set_dim(static_cast<int32_t>(Int(f, "dim", 64)));
-    if (scheme == "rope") req.mutable_rope(); else req.mutable_sinusoidal();
-    absl::StatusOr<v1::Tensor> t = client.GetTableTensor(req);
-    if (!t.ok()) return t.status();
-    return FromTensor(*t, req.length(), req.dim(), cell);  // rope: cos | sin per row
-  }
-  if (scheme == "alibi" || scheme == "t5") {
-    v1::BiasRequest req;
-    const int64_t heads = Int(f, "heads", 4);
-    req.set_query_length(Int(f, "query-length", 32));
-    req.set_key_length(Int(f, "key-length", 32));
-    if (scheme == "alibi") {
-      req.mutable_alibi()->set_num_heads(static_cast<int32_t>(heads));
-      req.mutable_alibi()->set_mode(f.Str("mode") == "symmetric" ? v1::SYMMETRIC : v1::CAUSAL);
-    } else {
-      req.mutable_t5()->set_bidirectional(true);
-    }
-    absl::StatusOr<v1::BiasResponse> r = client.AttentionBias(req);
-    if (!r.ok()) return r.status();
-    const int64_t panels = scheme == "alibi" ? heads : 1;  // T5 without a table: bucket ids
-    Heatmap all = FromTensor(r->output(), panels * req.query_length(), req.key_length(), cell);
-    return Panels(all.values, panels, req.query_length(), req.key_length(), cell, false);
-  }
-  if (scheme == "deberta") {
-    v1::BiasRequest req;
-    req.set_query_length(Int(f, "query-length", 32));
-    req.set_key_length(Int(f, "key-length", 32));
-    req.mutable_deberta();
-    absl::StatusOr<v1::BiasResponse> r = client.AttentionBias(req);
-    if (!r.ok()) return r.status();
-    return FromTensor(r->output(), req.query_length(), req.key_length(), cell);
-  }
-  if (scheme == "tree") {
-    const int64_t depth = Int(f, "depth", 3), children = Int(f, "children", 3);
-    v1::GraphRequest req;
-    req.set_encoding(v1::TREE);
-    req.set_max_depth(static_cast<int32_t>(depth));
-    req.set_max_children(static_cast<int32_t>(children));
-    // Breadth-first numbering: node i's parent is (i - 1) / children; depth levels in all.
-    int64_t nodes = 0, level = 1;
-    for (int64_t d = 0; d <= depth; ++d, level *= children) {
-      nodes += level;
-      if (nodes > 100000) {
-        return absl::InvalidArgumentError("--depth and --children give more than 100000 nodes");
-      }
-    }
-    req.set_num_nodes(nodes);
-    for (int64_t i = 0; i < nodes; ++i) req.add_parents(i == 0 ? -1 : (i - 1) / children);
-    absl::StatusOr<v1::GraphResponse> g = client.GraphEncode(req);
-    if (!g.ok()) return g.status();
-    return FromTensor(g->output(), nodes, depth * children, cell);
-  }
-  if (scheme == "graph") {
-    const int64_t side = Int(f, "side", 16), k = Int(f, "k", 6);
-    v1::GraphRequest req;
-    req.set_num_nodes(side * side);
-    req.set_k(static_cast<int32_t>(k));
-    for (int64_t r = 0; r < side; ++r) {
-      for (int64_t c = 0; c < side; ++c) {
-        if (c + 1 < side) { req.add_edges(r * side + c); req.add_edges(r * side + c + 1); }
-        if (r + 1 < side) { req.add_edges(r * side + c); req.add_edges((r + 1) * side + c); }
-      }
-    }
-    absl::StatusOr<v1::GraphResponse> g = client.GraphEncode(req);
-    if (!g.ok()) return g.status();
-    Heatmap all = FromTensor(g->output(), side * side, k, cell);
-    return Panels(all.values, k, side, side, cell, /*transpose_columns=*/true);
-  }
-  if (scheme == "sinusoidal_2d") {
-    const int64_t side = Int(f, "side", 14), dim = Int(f, "dim", 16);
-    v1::EncodeRequest req;
-    req.mutable_sinusoidal_2d()->set_grid_height(side);
-    req.mutable_sinusoidal_2d()->set_grid_width(side);
-    v1::Tensor* x = req.mutable_input();
-    for (int64_t d : {int64_t{1}, side * side, dim}) x->add_shape(d);
-    x->set_dtype(v1::FLOAT32);
-    x->mutable_data()->assign(static_cast<size_t>(side * side * dim) * sizeof(float), '\0');
-    absl::StatusOr<v1::EncodeResponse> r = client.Encode(req);  // zeros + pe = pe
-    if (!r.ok()) return r.status();
-    Heatmap all = FromTensor(r->output(), side * side, dim, cell);
-    return Panels(all.values, dim, side, side, cell, /*transpose_columns=*/true);
+  for (const auto& fetcher : kFetchers) {
+    if (scheme == fetcher.scheme) return fetcher.fetch(client, f, scheme, cell);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "--scheme=", scheme,

@@ -16,6 +16,7 @@ packages=(
   python3-geventhttpclient python3-gevent python3-rapidjson python3-packaging  # tests/third_party/tritonclient
   prometheus curl openssl
   clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and OpenMP for clang
+  clang-format-14 clang-tidy-14 universal-ctags  # scripts/lint.sh
 )
 if [ "${1:-}" = "--examples" ]; then
   packages+=(
@@ -39,3 +40,13 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 echo "setup: all packages present"
+
+# The Node package's dependencies into client/node/node_modules, so that `npm install
+# /path/to/posenc/client/node` from any project (npm links the folder, and Node finds the
+# dependencies beside it) works. Without npm nothing is done; a registry out of reach is a
+# warning: only the Node client needs them.
+node_dir="$(cd "$(dirname "$0")/.." && pwd)/client/node"
+if command -v npm >/dev/null && [ ! -d "$node_dir/node_modules/@grpc/grpc-js" ]; then
+  (cd "$node_dir" && npm ci --omit=dev --no-audit --no-fund --prefer-offline --loglevel=error \
+    >/dev/null 2>&1) || echo "setup: npm could not install client/node's dependencies (the Node client needs them)"
+fi

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "server/common/flags.h"
 #include "server/common/log.h"
+#include "server/common/port_in_use.h"
 #include "server/common/process_tuning.h"
 #include "server/http/http_server.h"
 #include "server/kernels/kernel_impl.h"
@@ -163,16 +164,24 @@ void AnswerHelpOrVersion(int argc, char** argv) {
   }
 }
 
-Flags ParseFlags(int argc, char** argv) {
-  AnswerHelpOrVersion(argc, argv);
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  const posenc::CommandFlags f =
-      OrExit(posenc::CommandFlags::Parse(args, FlagOptions(), /*env_prefix=*/"POSENC_"));
-  Flags flags;
-  posenc::ServerOptions& s = flags.server;
+// Where the server listens: --listen, its unix-socket flags, --metrics_listen.
+void ParseListenFlags(const posenc::CommandFlags& f, posenc::ServerOptions& s) {
   s.listen = f.Str("listen", s.listen);
   s.listen_allow_abstract = OrExit(f.Bool("listen_allow_abstract"));
   s.metrics_listen = f.Str("metrics_listen", s.metrics_listen);
+  if (f.Has("listen_socket_mode")) {
+    const std::string mode = f.Str("listen_socket_mode");
+    char* end = nullptr;
+    const unsigned long bits = std::strtoul(mode.c_str(), &end, 8);
+    if (mode.empty() || *end != '\0' || bits > 0777) {
+      UsageError(std::string(f.Bad("listen_socket_mode", "an octal mode such as 0660").message()));
+    }
+    s.listen_socket_mode = static_cast<uint32_t>(bits);
+  }
+}
+
+// Sizes, budgets, threads and timings of the gRPC server.
+void ParseLimitFlags(const posenc::CommandFlags& f, posenc::ServerOptions& s) {
   s.tables = f.All("table");
   s.cache_bytes = OrExit(f.Count("cache_bytes", s.cache_bytes));
   s.max_message_bytes = OrExit(f.Count("max_message_bytes", s.max_message_bytes));
@@ -183,11 +192,15 @@ Flags ParseFlags(int argc, char** argv) {
       OrExit(f.Count("max_concurrent_calls", posenc::DefaultMaxConcurrentCalls())),
       int64_t{1} << 30);
   s.threads = static_cast<int>(OrExit(f.IntIn("threads", 0, 1024, 0)));
-  const absl::StatusOr<posenc::KernelImpl> kernel = posenc::ParseKernelOverride(f.Str("kernel"));
-  if (!kernel.ok()) UsageError(std::string(f.Bad("kernel", kernel.status().message()).message()));
-  flags.kernel = *kernel;
-  s.stall_threshold = absl::ToChronoMilliseconds(OrExit(
-      f.Duration("stall_threshold", absl::FromChrono(s.stall_threshold))));
+  s.stall_threshold = absl::ToChronoMilliseconds(
+      OrExit(f.Duration("stall_threshold", absl::FromChrono(s.stall_threshold))));
+  s.shutdown_grace = absl::ToChronoMilliseconds(
+      OrExit(f.Duration("shutdown_grace", absl::FromChrono(s.shutdown_grace))));
+  s.log_requests = OrExit(f.Bool("log_requests"));
+}
+
+// TLS files and shared memory.
+void ParseTlsAndShmFlags(const posenc::CommandFlags& f, posenc::ServerOptions& s) {
   s.tls_cert = f.Str("tls_cert");
   s.tls_key = f.Str("tls_key");
   s.tls_client_ca = f.Str("tls_client_ca");
@@ -196,22 +209,11 @@ Flags ParseFlags(int argc, char** argv) {
   s.shm.max_bytes = OrExit(f.Count("shm_max_bytes", s.shm.max_bytes));
   s.shm.max_regions = static_cast<int>(
       std::min<int64_t>(OrExit(f.Count("shm_max_regions", s.shm.max_regions)), 1 << 20));
-  if (f.Has("log_format") && !posenc::ParseLogFormat(f.Str("log_format"), &flags.log_format)) {
-    UsageError(std::string(f.Bad("log_format", "text or json").message()));
-  }
-  s.log_requests = OrExit(f.Bool("log_requests"));
-  if (f.Has("listen_socket_mode")) {
-    const std::string mode = f.Str("listen_socket_mode");
-    char* end = nullptr;
-    const unsigned long bits = std::strtoul(mode.c_str(), &end, 8);
-    if (mode.empty() || *end != '\0' || bits > 0777) {
-      UsageError(std::string(f.Bad("listen_socket_mode", "an octal mode such as 0660").message()));
-    }
-    s.listen_socket_mode = static_cast<uint32_t>(bits);
-  }
-  s.shutdown_grace = absl::ToChronoMilliseconds(
-      OrExit(f.Duration("shutdown_grace", absl::FromChrono(s.shutdown_grace))));
-  posenc::HttpOptions& h = flags.http;
+}
+
+// The HTTP front's flags; its TLS files and body limit are the gRPC server's.
+posenc::HttpOptions ParseHttpFlags(const posenc::CommandFlags& f, const posenc::ServerOptions& s) {
+  posenc::HttpOptions h;
   h.listen = f.Str("http_listen", h.listen);
   h.read_timeout = absl::ToChronoMilliseconds(
       OrExit(f.Duration("http_read_timeout", absl::FromChrono(h.read_timeout))));
@@ -222,6 +224,26 @@ Flags ParseFlags(int argc, char** argv) {
   h.tls_key = s.tls_key;
   h.tls_client_ca = s.tls_client_ca;
   h.max_body_bytes = s.max_message_bytes;
+  return h;
+}
+
+// Every flag, checked; a bad one ends the process (exit 2) before anything is bound.
+Flags ParseFlags(int argc, char** argv) {
+  AnswerHelpOrVersion(argc, argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const posenc::CommandFlags f =
+      OrExit(posenc::CommandFlags::Parse(args, FlagOptions(), /*env_prefix=*/"POSENC_"));
+  Flags flags;
+  ParseListenFlags(f, flags.server);
+  ParseLimitFlags(f, flags.server);
+  ParseTlsAndShmFlags(f, flags.server);
+  const absl::StatusOr<posenc::KernelImpl> kernel = posenc::ParseKernelOverride(f.Str("kernel"));
+  if (!kernel.ok()) UsageError(std::string(f.Bad("kernel", kernel.status().message()).message()));
+  flags.kernel = *kernel;
+  if (f.Has("log_format") && !posenc::ParseLogFormat(f.Str("log_format"), &flags.log_format)) {
+    UsageError(std::string(f.Bad("log_format", "text or json").message()));
+  }
+  flags.http = ParseHttpFlags(f, flags.server);
   return flags;
 }
 
@@ -248,20 +270,53 @@ std::string StartMetrics(posenc::ServiceMetrics& metrics, const std::string& lis
   if (listen.empty()) return "off";
   auto port = metrics.StartExposer(listen);
   if (!port.ok()) {
-    std::cerr << "posenc-server: " << port.status().message() << "\n";
+    const std::string in_use = posenc::PortInUseMessage(listen, "--metrics_listen");
+    std::cerr << "posenc-server: " << (in_use.empty() ? port.status().message() : in_use) << "\n";
     std::exit(1);
   }
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", *port);
 }
 
+// A failed start: one line, exit status 1.
+void ExitIfError(const absl::Status& status) {
+  if (status.ok()) return;
+  std::cerr << "posenc-server: " << status.message() << "\n";
+  std::exit(1);
+}
+
+// Binds the HTTP front if asked and hands it to the server; returns its address ("off").
+std::string StartHttp(const posenc::HttpOptions& options, posenc::PosencServer& server,
+                      posenc::ServiceMetrics* metrics) {
+  if (options.listen.empty()) return "off";
+  auto http = posenc::HttpServer::Start(options, server.inference(), server.tracker(), metrics);
+  ExitIfError(http.status());
+  std::string address = (*http)->address();
+  server.AddFront(std::move(*http));
+  return address;
+}
+
+// Drains the server on the first SIGTERM or SIGINT (blocked in every thread by main).
+std::thread WatchSignals(const sigset_t& signals, posenc::PosencServer& server,
+                         std::chrono::milliseconds grace) {
+  return std::thread([&server, signals, grace] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    posenc::Log(posenc::LogLevel::kInfo, "drain",
+                {{"signal", signal}, {"grace", absl::FormatDuration(absl::FromChrono(grace))}});
+    server.Shutdown(grace);
+  });
+}
+
 }  // namespace
 
+// Every flag is parsed and checked, and the tables and TLS files read, before any port is
+// bound; then /metrics, gRPC and HTTP bind in that order.
 int main(int argc, char** argv) {
   posenc::TuneProcessForServing();
   const Flags flags = ParseFlags(argc, argv);
   posenc::SetLogFormat(flags.log_format);
 
-  // Block the shutdown signals in every thread; one thread waits for them below.
+  // Block the shutdown signals in every thread; one thread waits for them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -273,37 +328,18 @@ int main(int argc, char** argv) {
   posenc::SetKernelOverride(flags.kernel);
   options.threads = posenc::KernelThreads();
   auto metrics = posenc::ServiceMetrics::Create(posenc::kVersion, posenc::MetricsSchemes());
+  auto server = posenc::PosencServer::Create(options, metrics.get());
+  ExitIfError(server.status());
   const std::string metrics_address = StartMetrics(*metrics, options.metrics_listen);
-  auto server = posenc::PosencServer::Start(options, metrics.get());
-  if (!server.ok()) {
-    std::cerr << "posenc-server: " << server.status().message() << "\n";
-    return 1;
-  }
-  std::string http_address = "off";
-  if (!flags.http.listen.empty()) {
-    auto http = posenc::HttpServer::Start(flags.http, (*server)->inference(),
-                                          (*server)->tracker(), metrics.get());
-    if (!http.ok()) {
-      std::cerr << "posenc-server: " << http.status().message() << "\n";
-      return 1;
-    }
-    http_address = (*http)->address();
-    (*server)->AddFront(std::move(*http));
-  }
+  ExitIfError((*server)->Serve());
+  const std::string http_address = StartHttp(flags.http, **server, metrics.get());
   std::printf("posenc-server %s listening grpc=%s metrics=%s http=%s threads=%d\n",
               posenc::kVersion, (*server)->address().c_str(), metrics_address.c_str(),
               http_address.c_str(), posenc::KernelThreads());
   std::fflush(stdout);
   LogStart(options, **server, metrics_address);
 
-  std::thread signal_watcher([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
-    posenc::Log(posenc::LogLevel::kInfo, "drain",
-                {{"signal", signal},
-                 {"grace", absl::FormatDuration(absl::FromChrono(options.shutdown_grace))}});
-    (*server)->Shutdown(options.shutdown_grace);
-  });
+  std::thread signal_watcher = WatchSignals(signals, **server, options.shutdown_grace);
   (*server)->Wait();
   signal_watcher.join();
   posenc::Log(posenc::LogLevel::kInfo, "stopped", {});

@@ -90,5 +90,5 @@ set -e
 stop
 [ "$code" = 1 ] || fail "a busy port should exit 1, got $code"
 [ "$(wc -l <"$work/busy_err")" = 1 ] || fail "a busy port printed more than one line: $(cat "$work/busy_err")"
-grep -q "^posenc-server: cannot listen on --listen=$target" "$work/busy_err" || fail "busy port: $(cat "$work/busy_err")"
+grep -q "^posenc-server: port ${target##*:} on ${target%:*} is in use (--listen)$" "$work/busy_err" || fail "busy port: $(cat "$work/busy_err")"
 echo "log_test: ok"

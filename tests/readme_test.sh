@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs the README's examples against a real posenc-server, so the guide cannot rot.
-#   ```sh blocks      run with bash (-e), each as one script, `posenc-client` on PATH with
-#                     --target set to the test's server
+#   ```sh blocks      run with bash (-e), each as one script; build/client/posenc-client
+#                     (and `posenc-client` on PATH, for docs that assume `cmake --install`)
+#                     with --target set to the test's server. In README.md a bare
+#                     `posenc-client` command is a failure: it is not on PATH after the
+#                     README's two commands.
 #   ```python blocks  run with the venv an earlier sh block made (pip install), else with
 #                     /usr/bin/python3 over the build tree's package
 #   ```js blocks      run with node in the folder where an sh block ran npm install
@@ -25,7 +28,11 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 mkdir -p "$work/repo" "$work/tmp" "$work/bin"
 (cd "$src" && git ls-files -co --exclude-standard -z | xargs -0 tar -cf - 2>/dev/null) | tar -xf - -C "$work/repo"
-ln -s "$build" "$work/repo/build"
+# build/ of the copy: the build tree's entries, with build/client/posenc-client a wrapper that
+# adds the test server's --target.
+mkdir -p "$work/repo/build/client"
+for e in "$build"/* "$build"/.[!.]*; do [ -e "$e" ] && [ "${e##*/}" != client ] && ln -s "$e" "$work/repo/build/"; done
+for e in "$build"/client/*; do [ "${e##*/}" != posenc-client ] && ln -s "$e" "$work/repo/build/client/"; done
 
 "$build/server/posenc-server" --listen=127.0.0.1:0 --metrics_listen= --http_listen=127.0.0.1:0 \
   --threads=1 >"$work/server.out" 2>&1 &
@@ -36,6 +43,7 @@ http=$(grep -m1 " listening " "$work/server.out" | sed -E 's/.* http=([^ ]+).*/\
 [ -n "$target" ] && [ -n "$http" ] || { cat "$work/server.out"; fail "the server did not start"; }
 printf '#!/usr/bin/env bash\nexec %q --target=%q "$@"\n' "$build/client/posenc-client" "$target" >"$work/bin/posenc-client"
 chmod +x "$work/bin/posenc-client"
+cp "$work/bin/posenc-client" "$work/repo/build/client/posenc-client"
 
 npm_ok=1
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
@@ -65,6 +73,9 @@ for block in "$work"/blocks/*; do
   echo "--- $(basename "$block")"; cat "$block"
   case $lang in
     sh)
+      if [ "$doc" = README.md ] && grep -nE '^\s*posenc-client\b' "$block"; then
+        fail "README.md calls a bare posenc-client (not on PATH): write build/client/posenc-client"
+      fi
       if [ "$npm_ok" = 1 ] && grep -q "^npm " "$block" \
         && ! timeout 20 npm ping >/dev/null 2>&1; then
         npm_ok=0; echo "NOTE: npm cannot reach its registry: npm lines and js blocks are skipped"

@@ -5,6 +5,7 @@ line winning. Usage: server_flags_test.py BUILD_DIR SOURCE_DIR"""
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
@@ -46,13 +47,40 @@ check(readme_flags - help_flags == set(),
 bad = run([], {"POSENC_THREADS": "x"})
 check(bad.returncode == 2 and "POSENC_THREADS (--threads) 'x'" in bad.stderr,
       f"POSENC_THREADS=x: exit {bad.returncode}, {bad.stderr.strip()!r}")
-bad = run(["--listen=127.0.0.1:0", "--http_listen="], {"POSENC_MAX_MESSAGE_BYTES": "100"})
+bad = run(["--listen=127.0.0.1:0", "--metrics_listen=", "--http_listen="],
+          {"POSENC_MAX_MESSAGE_BYTES": "100"})
 check(bad.returncode != 0 and "--max_message_bytes=100 is under 4096" in bad.stderr,
       f"POSENC_MAX_MESSAGE_BYTES=100 is refused: {bad.stderr.strip()!r}")
 bad = run([], {"POSENC_LISTEN": "unix-abstract:posenc-test", "POSENC_METRICS_LISTEN": "",
                 "POSENC_HTTP_LISTEN": ""})
 check(bad.returncode != 0 and "--listen_allow_abstract" in bad.stderr,
       f"unix-abstract refused without --listen_allow_abstract: {bad.stderr.strip()!r}")
+
+# A port another socket holds is named with its flag; every flag is checked before any port
+# is bound, so a bad flag is reported even while the ports are taken.
+holder = socket.socket()
+holder.bind(("127.0.0.1", 0))
+holder.listen()
+busy = holder.getsockname()[1]
+try:
+    for flag, args in (("--listen", [f"--listen=127.0.0.1:{busy}", "--metrics_listen="]),
+                       ("--metrics_listen", ["--listen=127.0.0.1:0",
+                                             f"--metrics_listen=127.0.0.1:{busy}"])):
+        bad = run(args + ["--http_listen="], {})
+        want = f"posenc-server: port {busy} on 127.0.0.1 is in use ({flag})"
+        check(bad.returncode == 1 and bad.stderr.strip() == want,
+              f"{flag} on a busy port: exit {bad.returncode}, {bad.stderr.strip()!r}")
+    taken = [f"--listen=127.0.0.1:{busy}", f"--metrics_listen=127.0.0.1:{busy}",
+             "--http_listen="]
+    for flag, want in (("--max_message_bytes=100", "--max_message_bytes=100 is under 4096"),
+                       ("--table=t=/nonexistent/t.npy", "--table=t=/nonexistent/t.npy"),
+                       ("--tls_cert=/nonexistent/c.pem", "--tls_cert needs --tls_key"),
+                       ("--threads=x", "--threads")):
+        bad = run(taken + [flag], {})
+        check(bad.returncode != 0 and want in bad.stderr and "in use" not in bad.stderr,
+              f"{flag} is refused before the busy ports are bound: {bad.stderr.strip()!r}")
+finally:
+    holder.close()
 
 # POSENC_KERNEL (--kernel): a value that names no implementation, or an instruction set this
 # CPU lacks, is refused at start with the choices or the reason.

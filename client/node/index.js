@@ -6,21 +6,30 @@
 // enums as strings ('FLOAT32', 'NEOX'), int64 as numbers and bytes as Buffers. Every call
 // returns a Promise; a failed call rejects with grpc-js's ServiceError (.code, .details).
 'use strict';
-const fs = require('fs');
 const path = require('path');
-const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
+// A dependency, or an error that says how to get it: `npm install /path/to/client/node` links
+// the folder, and Node then looks for the dependencies in the folder's own node_modules.
+function dependency(name) {
+  try {
+    return require(name);
+  } catch (err) {
+    if (err.code !== 'MODULE_NOT_FOUND' || !String(err.message).includes(name)) throw err;
+    throw new Error(`posenc-client: cannot load ${name} beside ${__dirname}: run \`npm ci ` +
+      `--omit=dev\` in that folder (scripts/setup.sh does), or install the package from ` +
+      `its tarball (npm pack) or with npm install --install-links`);
+  }
+}
+const grpc = dependency('@grpc/grpc-js');
+const protoLoader = dependency('@grpc/proto-loader');
 
 // The server's default --max_message_bytes; grpc-js receives only 4 MiB unless raised.
 const DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
-// The folder holding posenc/v1/posenc.proto: the copy packed into the package (npm pack),
-// else the repository's proto/ (a checkout installed with `npm install ./client/node`).
+// The folder holding posenc/v1/posenc.proto and grpc/health/v1/health.proto: copies of the
+// repository's proto/ kept inside the package (tests/CMakeLists.txt checks they are equal), so
+// an installed, linked or packed posenc-client loads the contract from its own folder.
 function protoRoot() {
-  for (const root of [path.join(__dirname, 'proto'), path.join(__dirname, '..', '..', 'proto')]) {
-    if (fs.existsSync(path.join(root, 'posenc', 'v1', 'posenc.proto'))) return root;
-  }
-  throw new Error(`posenc-client: posenc/v1/posenc.proto not found beside ${__dirname}`);
+  return path.join(__dirname, 'proto');
 }
 
 let loaded = null;

@@ -22,9 +22,10 @@
 #include "grpc/support/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/resource_quota.h"
-#include "server/common/log.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/common/log.h"
+#include "server/common/port_in_use.h"
 #include "server/common/status_macros.h"
 #include "server/service/channelz.h"
 #include "server/tables/table_file.h"
@@ -197,18 +198,31 @@ class SocketUmask {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOptions& options,
-                                                                  ServiceMetrics* metrics) {
+absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Create(const ServerOptions& options,
+                                                                   ServiceMetrics* metrics) {
   RETURN_IF_ERROR(CheckOptions(options));
   std::unique_ptr<PosencServer> server(new PosencServer());
   RETURN_IF_ERROR(LoadTables(options.tables, server->tables_));
-  ASSIGN_OR_RETURN(auto credentials, Credentials(options));
+  ASSIGN_OR_RETURN(server->credentials_, Credentials(options));
+  server->options_ = options;
   server->metrics_ = metrics;
   server->CreateServices(options);
-  RETURN_IF_ERROR(server->Listen(options, credentials));
-  server->health_->Set(v1::PositionalEncoding::service_full_name(), true);
-  server->health_->Set(inference::GRPCInferenceService::service_full_name(), true);
-  server->monitor_ = std::thread(&PosencServer::Monitor, server.get(), options.stall_threshold);
+  return server;
+}
+
+absl::Status PosencServer::Serve() {
+  if (server_) return absl::FailedPreconditionError("the server is serving already");
+  RETURN_IF_ERROR(Listen(options_, credentials_));
+  health_->Set(v1::PositionalEncoding::service_full_name(), true);
+  health_->Set(inference::GRPCInferenceService::service_full_name(), true);
+  monitor_ = std::thread(&PosencServer::Monitor, this, options_.stall_threshold);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOptions& options,
+                                                                  ServiceMetrics* metrics) {
+  ASSIGN_OR_RETURN(std::unique_ptr<PosencServer> server, Create(options, metrics));
+  RETURN_IF_ERROR(server->Serve());
   return server;
 }
 
@@ -331,9 +345,11 @@ absl::Status PosencServer::Listen(const ServerOptions& options,
   if (!server_ || (!unix_socket && !abstract_socket && bound_port == 0)) {
     held_log.Drop();
     server_.reset();
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on --listen=", options.listen,
-        " (the port is in use, or the address is not one of this host's)"));
+    const std::string in_use = PortInUseMessage(options.listen, "--listen");
+    if (!in_use.empty()) return absl::UnavailableError(in_use);
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on --listen=", options.listen,
+                     " (not an address of this host, or a port this user may not bind)"));
   }
   port_ = bound_port;
   if (!unix_socket) {

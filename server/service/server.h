@@ -91,8 +91,16 @@ struct ServerOptions {
 
 class PosencServer {
  public:
-  // Loads the tables and binds the port. `metrics` may be null; it must outlive the server.
-  // Errors name the flag at fault (--table, --listen, --tls_*, --max_message_bytes).
+  // Checks every option, reads the TLS files, loads the tables and builds the services, and
+  // binds nothing: a bad flag is reported before any port is taken. `metrics` may be null;
+  // it must outlive the server. Errors name the flag at fault (--table, --listen, --tls_*,
+  // --max_message_bytes).
+  static absl::StatusOr<std::unique_ptr<PosencServer>> Create(const ServerOptions& options,
+                                                              ServiceMetrics* metrics);
+  // Binds --listen and serves; once only. A port another socket holds is UNAVAILABLE
+  // "port N on HOST is in use (--listen)".
+  absl::Status Serve();
+  // Create, then Serve.
   static absl::StatusOr<std::unique_ptr<PosencServer>> Start(const ServerOptions& options,
                                                              ServiceMetrics* metrics);
   ~PosencServer();
@@ -122,10 +130,13 @@ class PosencServer {
   // Every 100 ms: readiness follows whether cheap calls make progress; memory freed by large
   // calls goes back to the system once nothing runs.
   void Monitor(std::chrono::milliseconds stall_threshold);
-  // Start's steps: the services and what they share, then the bound gRPC server.
+  // Create's and Serve's steps: the services and what they share, then the bound gRPC server.
   void CreateServices(const ServerOptions& options);
   absl::Status Listen(const ServerOptions& options,
                       const std::shared_ptr<grpc::ServerCredentials>& credentials);
+
+  ServerOptions options_;                                 // as Create got them
+  std::shared_ptr<grpc::ServerCredentials> credentials_;  // for Serve
 
   // Declared in the order they must outlive each other: the server goes first.
   NamedTables tables_;

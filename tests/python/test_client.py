@@ -127,6 +127,28 @@ class ClientTest(unittest.TestCase):
         want = x.astype(np.float64) + sinusoidal_ref(range(4), 16)
         assert_close(self, y, want, 2e-3, "float16")
 
+    def test_dtype_converts_float32_input(self):
+        x = self.randn(1, 8, 64)
+        for dtype, narrow in (("bfloat16", posenc.to_bfloat16), ("float16",
+                                                                 lambda a: a.astype(np.float16))):
+            sent = posenc.tensors.to_tensor(x, dtype)
+            self.assertEqual(sent.data, narrow(x).tobytes(), dtype + ": the values, rounded")
+            y = self.client.encode(x, posenc.Sinusoidal(), dtype=dtype)
+            self.assertEqual(y.shape, (1, 8, 64))
+            np.testing.assert_array_equal(y, self.client.encode(narrow(x), posenc.Sinusoidal(),
+                                                                dtype=dtype))
+            got = (posenc.from_bfloat16(y) if dtype == "bfloat16" else y).astype(np.float64)
+            want = x.astype(np.float64) + sinusoidal_ref(range(8), 64)
+            # Two roundings of half an ulp: the input's (at |x|), the output's (at |y|).
+            bits = 7 if dtype == "bfloat16" else 10
+            ulp = lambda v: 2.0 ** (np.floor(np.log2(np.maximum(np.abs(v), 2.0 ** -14))) - bits)
+            bound = ulp(x) / 2 + ulp(np.abs(want) + ulp(x)) / 2
+            self.assertTrue(np.all(np.abs(got - want) <= bound), dtype + " beyond its roundings")
+        with self.assertRaises(posenc.PosencError) as refused:
+            self.client.encode(np.zeros((1, 4, 8), np.int32), posenc.Sinusoidal(),
+                               dtype="bfloat16")
+        self.assertIn("posenc.tensors.to_bfloat16", refused.exception.details)
+
     # -- RoPE ---------------------------------------------------------------------------
     def test_rope_neox_matches_rotate_half(self):
         q, k = self.randn(1, 6, 4, 32), self.randn(1, 6, 2, 32)  # GQA: 2 key heads

@@ -157,7 +157,11 @@ class Client:
                output_shm=None, key_output_shm=None, timeout=None):
         """Applies `scheme` to `x` (a numpy array, or a ShmTensor). Returns the output array,
         or (output, key_output) when `key` is given. positions: an int offset, a dict of
-        offsets/ids/values, or a posenc.pb.Positions. uint16 arrays travel as bfloat16."""
+        offsets/ids/values, or a posenc.pb.Positions. dtype ("float32", "float16",
+        "bfloat16"; x's own by default) is the wire type of x and key: a float32 (or float64)
+        array is converted to it, bfloat16 rounded to nearest-even as
+        posenc.tensors.to_bfloat16 does, and the output comes back in it. uint16 arrays are
+        bfloat16 bit patterns and travel unchanged."""
         request = self._encode_request(x, scheme, positions, key, request_id, dtype=dtype,
                                        output_shm=output_shm, key_output_shm=key_output_shm)
         response = self._call(self._stub.Encode, request, timeout, request_id)

@@ -55,11 +55,39 @@ def wire_dtype(dtype):
     return _TO_WIRE[key]
 
 
+_ITEMSIZE = {pb.FLOAT32: 4, pb.FLOAT16: 2, pb.BFLOAT16: 2, pb.INT32: 4, pb.INT64: 8}
+
+
+def _as_wire_values(array, wire):
+    """`array` holding `wire`'s values: floating arrays are rounded to a float wire type
+    (float16: numpy's astype; bfloat16: to_bfloat16, nearest-even); other arrays keep their
+    bytes, so uint16 bit patterns go as bfloat16 or float16 as they are."""
+    floating = array.dtype.kind == "f" or (_BF16 is not None and array.dtype == _BF16)
+    if not floating or _FROM_WIRE.get(wire) == array.dtype.newbyteorder("="):
+        return array
+    if wire == pb.BFLOAT16:
+        return to_bfloat16(array.astype(np.float32))
+    if wire == pb.FLOAT16:
+        return array.astype(np.float16)
+    if wire == pb.FLOAT32:
+        return array.astype(np.float32)
+    return array
+
+
 def to_tensor(array, dtype=None):
-    """A Tensor holding `array`'s bytes (little-endian, C order). `dtype` overrides the wire
-    type, e.g. "bfloat16" for a uint16 array."""
+    """A Tensor holding `array`'s values (little-endian, C order). `dtype` picks the wire
+    type: a floating array (float32, float64, float16) is converted to it when it is
+    float32, float16 or bfloat16 (bfloat16 rounds to nearest, ties to even, as
+    posenc.tensors.to_bfloat16 does); an integer array keeps its bytes, so a uint16 array
+    of bit patterns goes as dtype "bfloat16" or "float16" unchanged. An array whose
+    element size does not fit the wire type is refused."""
     array = np.asarray(array)
     wire = wire_dtype(dtype if dtype is not None else array.dtype)
+    array = _as_wire_values(array, wire)
+    if array.dtype.itemsize != _ITEMSIZE.get(wire, array.dtype.itemsize):
+        raise invalid("a %s array cannot travel as %s: convert it first (for bfloat16, "
+                      "posenc.tensors.to_bfloat16 gives the uint16 bit patterns)"
+                      % (array.dtype, pb.DType.Name(wire)))
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     data = np.ascontiguousarray(array).tobytes()

@@ -11,7 +11,7 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
       cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
       prometheus-cpp-dev nlohmann-json3-dev \
-      libeigen3-dev libspectra-dev libpng-dev busybox-static libcivetweb-dev libssl-dev \
+      libeigen3-dev libspectra-dev libpng-dev busybox-static libboost1.81-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./

@@ -12,7 +12,7 @@ packages=(
   nlohmann-json3-dev libeigen3-dev libspectra-dev libpng-dev
   python3-numpy python3-grpcio python3-yaml python3-h2  # h2: tests/hostile_client_test.py
   python3-torch  # the float64 references of tests/python/test_rope_models.py
-  libcivetweb-dev libssl-dev  # the HTTP/REST binding (civetweb loads libssl.so for TLS)
+  libboost1.81-dev libssl-dev  # the HTTP/REST binding and /metrics (Boost.Beast, OpenSSL 3)
   python3-geventhttpclient python3-gevent python3-rapidjson python3-packaging  # tests/third_party/tritonclient
   prometheus curl openssl
   clang-14 libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer and OpenMP for clang

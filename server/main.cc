@@ -54,8 +54,11 @@ constexpr FlagSpec kFlagSpecs[] = {
      "an HTTP request's headers, and then its body, must arrive within this; an idle "
      "keep-alive connection closes after it (default 30s)"},
     {"http_threads", "N",
-     "HTTP worker threads, each serving one connection at a time (default: 8 per core, at "
-     "least 32)"},
+     "HTTP I/O threads, each an event loop serving any number of connections; inference "
+     "runs on the work pool (default 2)"},
+    {"http_max_upload_bytes", "N",
+     "bytes all HTTP request bodies still arriving may hold together, also counted in "
+     "--max_inflight_bytes (default: half of --max_inflight_bytes)"},
     {"table", "NAME=PATH.npy|NAME=PATH.safetensors:TENSOR", "a named table (repeatable)"},
     {"cache_bytes", "N", "budget of the precomputed-table cache (default 268435456)"},
     {"max_message_bytes", "N",
@@ -218,8 +221,8 @@ posenc::HttpOptions ParseHttpFlags(const posenc::CommandFlags& f, const posenc::
   h.read_timeout = absl::ToChronoMilliseconds(
       OrExit(f.Duration("http_read_timeout", absl::FromChrono(h.read_timeout))));
   if (h.read_timeout.count() < 1) UsageError("--http_read_timeout must be at least 1ms");
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  h.threads = static_cast<int>(OrExit(f.IntIn("http_threads", 1, 4096, std::max(32, 8 * cores))));
+  h.threads = static_cast<int>(OrExit(f.IntIn("http_threads", 1, 64, 2)));
+  h.max_upload_bytes = OrExit(f.Count("http_max_upload_bytes", 0));
   h.tls_cert = s.tls_cert;
   h.tls_key = s.tls_key;
   h.tls_client_ca = s.tls_client_ca;

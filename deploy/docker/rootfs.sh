@@ -16,11 +16,6 @@ ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sor
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
   done
-# civetweb (the HTTP binding) loads OpenSSL by its unversioned names for HTTPS: link them
-# beside the versioned copies the binaries load, so one OpenSSL is in the process.
-find "$root" -name 'libssl.so.*' -o -name 'libcrypto.so.*' | while read -r lib; do
-  ln -sf "$(basename "$lib")" "$(dirname "$lib")/$(basename "$lib" | sed 's/\.so\..*/.so/')"
-done
 cp /bin/busybox "$root/bin/busybox"
 for applet in sh tr cat ls sleep ps; do ln -s busybox "$root/bin/$applet"; done
 printf 'root:x:0:0:root:/root:/bin/sh\nposenc:x:10001:10001:posenc:/nonexistent:/bin/false\n' \

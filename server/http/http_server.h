@@ -1,16 +1,19 @@
 // The Open Inference Protocol's HTTP/REST binding (KServe v2 REST as Triton serves it, with
 // the binary tensor data and system shared-memory extensions) on --http_listen, served by
-// civetweb. A front of the same engine as the gRPC binding: an infer body becomes the
-// ModelInferRequest the gRPC ModelInfer takes and runs through InferenceService::Infer (the
-// same conversion, cost, admission and work pool); the metadata answers are the gRPC ones
-// in JSON. Calls are counted in posenc_requests_total under the Http* method labels.
+// http_core.h (Boost.Beast). A front of the same engine as the gRPC binding: an infer body
+// becomes the ModelInferRequest the gRPC ModelInfer takes and runs through
+// InferenceService::InferAsync (the same conversion, cost, admission and work pool); the
+// metadata answers are the gRPC ones in JSON. Calls are counted in posenc_requests_total
+// under the Http* method labels.
 //
-// Limits: a body over --max_message_bytes is refused (413) from its Content-Length before
-// it is read; its bytes are admitted (--max_inflight_bytes) before they are read; headers
-// must arrive within the read timeout, and the body too (a watchdog cuts a trickling body
-// off at its deadline). Drain (ServerFront): once it
-// starts, new calls get 503 and accepted ones run to completion.
-// Thread-safe; civetweb's worker threads call the handlers.
+// Limits (docs/operations.md): a body over --max_message_bytes is refused (413) from its
+// Content-Length before it is read; as it arrives, its bytes are granted from
+// --http_max_upload_bytes (all uploads in progress together) and from --max_inflight_bytes,
+// and it takes a call slot only once complete. The JSON is parsed and the answer written on
+// the work pool, never on the I/O threads. Drain (ServerFront): once it starts, new
+// requests get 503 and their connection closes; accepted ones run to completion; Stop
+// closes whatever is still open.
+// Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -18,28 +21,33 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/http/http_core.h"
 #include "server/service/inference_service.h"
 #include "server/service/server.h"
-
-struct mg_context;
-struct mg_connection;
 
 namespace posenc {
 
 struct HttpOptions {
-  std::string listen = "0.0.0.0:8000";  // host:port; port 0 picks one
+  std::string listen = "0.0.0.0:8000";  // host:port or [v6]:port; port 0 picks one
   std::string tls_cert, tls_key, tls_client_ca;  // PEM files, as --tls_* for gRPC
   size_t max_body_bytes = size_t{64} << 20;      // --max_message_bytes
-  // Headers must arrive within this of the connection's request start, and the body
-  // within this of the headers; an idle keep-alive connection is closed after it.
+  // --http_read_timeout: a body must arrive within this of its headers, and a keep-alive
+  // connection may idle this long between requests.
   std::chrono::milliseconds read_timeout{30000};
-  int threads = 32;  // civetweb workers: each serves one connection at a time
+  // A request's headers must arrive within this of its first byte (of the connection, on a
+  // new one, TLS handshake included).
+  std::chrono::milliseconds header_timeout{5000};
+  int threads = 2;  // --http_threads: I/O threads (event loops)
+  // --http_max_upload_bytes: the bytes all uploads in progress may hold together; 0 is
+  // half of --max_inflight_bytes.
+  uint64_t max_upload_bytes = 0;
 };
 
-class HttpServer final : public ServerFront {
+class HttpServer final : public ServerFront, private HttpHandler {
  public:
   // Binds the port. Errors name the flag at fault (--http_listen, --tls_*).
   // REQUIRES: `inference` and `tracker` outlive the server; `metrics` may be null.
@@ -50,42 +58,50 @@ class HttpServer final : public ServerFront {
   ~HttpServer() override;
 
   // The bound address, e.g. "0.0.0.0:8000".
-  const std::string& address() const { return address_; }
-  int port() const { return port_; }
+  const std::string& address() const { return core_->address(); }
+  int port() const { return core_->port(); }
 
   void StartDrain() override;
   bool WaitIdle(std::chrono::steady_clock::time_point deadline) override;
   void Stop() override;
 
-  // civetweb's entry point; `self` is the HttpServer.
-  static int HandleRequest(mg_connection* conn, void* self);
-
  private:
   class Call;
-  class ReadWatchdog;
+  class Uploads;
+  struct InferJob;
   HttpServer(const HttpOptions& options, const InferenceService& inference,
              CallTracker& tracker, ServiceMetrics* metrics);
-  int Serve(mg_connection* conn);
+
+  // HttpHandler
+  std::optional<HttpResponse> Screen(HttpRequest& request) override;
+  void Handle(HttpRequest request, HttpRespond respond) override;
+
+  // The answers of the endpoints that are not infer, on the I/O thread.
+  HttpResponse Answer(Call& call, const HttpRequest& request);
+  // Infer, on the work pool: parse, run, write.
+  void SubmitInfer(std::shared_ptr<Call> call, HttpRequest request, HttpRespond respond);
+  void RunInfer(std::shared_ptr<InferJob> job);
+  void FinishInfer(std::shared_ptr<InferJob> job, CallOutcome outcome);
+  bool Ready() const;
   // Admits a tracked call: false (and the caller answers 503) once the drain began.
   bool Enter();
   void Leave();
+  void JobDone();
 
   const HttpOptions options_;
   const InferenceService& inference_;
   CallTracker& tracker_;
   ServiceMetrics* const metrics_;
-  std::unique_ptr<ReadWatchdog> watchdog_;  // outlives ctx_ (stopped first)
-  mg_context* ctx_ = nullptr;
-  bool library_initialized_ = false;
-  std::string address_;
-  int port_ = 0;
+  std::unique_ptr<Uploads> uploads_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable idle_;
   bool draining_ = false;  // guarded by mu_
-  int64_t inflight_ = 0;   // guarded by mu_
+  int64_t inflight_ = 0;   // guarded by mu_: calls accepted and not yet answered
+  int64_t jobs_ = 0;       // guarded by mu_: infer work handed to the pool, not yet answered
   std::atomic<bool> stopping_{false};
   std::once_flag stop_once_;
+  std::unique_ptr<HttpCore> core_;  // last: stopped and destroyed first
 };
 
 }  // namespace posenc

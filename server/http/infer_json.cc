@@ -21,6 +21,8 @@ using nlohmann::json;
 
 // Nested "data" arrays deeper than this are refused (tensors here have at most 5 axes).
 constexpr int kMaxDataDepth = 32;
+// Arrays and objects a request body may nest (the "data" arrays are bounded tighter above).
+constexpr int kMaxJsonDepth = 64;
 
 enum class Kind { kFloat, kSigned, kUnsigned, kBool };
 
@@ -153,78 +155,83 @@ absl::StatusOr<int64_t> ParseShape(const json& tensor, const std::string& what,
   return count;
 }
 
+absl::Status OutOfRange(const std::string& what, int64_t index, const char* type) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ".data[", index, "] is out of range for ", type));
+}
+
+// A JSON number as the little-endian bytes of a floating-point `type` in `buf`.
+absl::Status FloatElement(const json& v, const Datatype& type, const std::string& what,
+                          int64_t index, char* buf) {
+  if (!v.is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ".data[", index, "] is ", v.type_name(), ", not a number"));
+  }
+  const double d = v.get<double>();
+  const float f = static_cast<float>(d);
+  if (!std::isfinite(d) || (type.bytes < 8 && !std::isfinite(f))) {
+    return OutOfRange(what, index, type.name);
+  }
+  if (type.bytes == 8) {
+    std::memcpy(buf, &d, 8);
+  } else if (type.bytes == 4) {
+    std::memcpy(buf, &f, 4);
+  } else {
+    const uint16_t h =
+        std::string_view(type.name) == "BF16" ? FloatToBFloat16(f) : FloatToHalf(f);
+    if (std::string_view(type.name) == "FP16" && !std::isfinite(HalfToFloat(h))) {
+      return OutOfRange(what, index, "FP16");
+    }
+    std::memcpy(buf, &h, 2);
+  }
+  return absl::OkStatus();
+}
+
+// A JSON integer as the little-endian bytes of an integer `type` in `buf`.
+absl::Status IntegerElement(const json& v, const Datatype& type, const std::string& what,
+                            int64_t index, char* buf) {
+  if (!v.is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ".data[", index, "] is ", v.is_number() ? "not an integer" : v.type_name(), "; ",
+        type.name, " needs integers"));
+  }
+  const int bits = static_cast<int>(type.bytes) * 8;
+  uint64_t raw = 0;
+  if (type.kind == Kind::kUnsigned) {
+    const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
+    const uint64_t u = negative ? 0 : v.get<uint64_t>();
+    if (negative || (bits < 64 && u >> bits != 0)) return OutOfRange(what, index, type.name);
+    raw = u;
+  } else {
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return OutOfRange(what, index, type.name);
+    }
+    const int64_t s = v.get<int64_t>();
+    if (bits < 64 && (s < -(int64_t{1} << (bits - 1)) || s >= (int64_t{1} << (bits - 1)))) {
+      return OutOfRange(what, index, type.name);
+    }
+    raw = static_cast<uint64_t>(s);
+  }
+  std::memcpy(buf, &raw, type.bytes);  // little-endian host
+  return absl::OkStatus();
+}
+
 // Appends one JSON element as little-endian bytes of `type`.
 absl::Status AppendElement(const json& v, const Datatype& type, const std::string& what,
                            int64_t index, std::string& bytes) {
   char buf[8];
   switch (type.kind) {
-    case Kind::kBool: {
+    case Kind::kBool:
       if (!v.is_boolean()) {
         return absl::InvalidArgumentError(
             absl::StrCat(what, ".data[", index, "] must be true or false for BOOL"));
       }
       buf[0] = v.get<bool>() ? 1 : 0;
       break;
-    }
-    case Kind::kFloat: {
-      if (!v.is_number()) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ".data[", index, "] is ",
-                                                       v.type_name(), ", not a number"));
-      }
-      const double d = v.get<double>();
-      const float f = static_cast<float>(d);
-      if (!std::isfinite(d) || (type.bytes < 8 && !std::isfinite(f))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ".data[", index, "] is out of range for ", type.name));
-      }
-      if (type.bytes == 8) {
-        std::memcpy(buf, &d, 8);
-      } else if (type.bytes == 4) {
-        std::memcpy(buf, &f, 4);
-      } else {
-        const uint16_t h = std::string_view(type.name) == "BF16" ? FloatToBFloat16(f)
-                                                                  : FloatToHalf(f);
-        if (std::string_view(type.name) == "FP16" && !std::isfinite(HalfToFloat(h))) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(what, ".data[", index, "] is out of range for FP16"));
-        }
-        std::memcpy(buf, &h, 2);
-      }
-      break;
-    }
+    case Kind::kFloat: RETURN_IF_ERROR(FloatElement(v, type, what, index, buf)); break;
     case Kind::kSigned:
-    case Kind::kUnsigned: {
-      if (!v.is_number_integer()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ".data[", index, "] is ", v.is_number() ? "not an integer" : v.type_name(),
-            "; ", type.name, " needs integers"));
-      }
-      const int bits = static_cast<int>(type.bytes) * 8;
-      uint64_t raw = 0;
-      if (type.kind == Kind::kUnsigned) {
-        const bool negative = !v.is_number_unsigned() && v.get<int64_t>() < 0;
-        const uint64_t u = negative ? 0 : v.get<uint64_t>();
-        if (negative || (bits < 64 && u >> bits != 0)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(what, ".data[", index, "] is out of range for ", type.name));
-        }
-        raw = u;
-      } else {
-        if (v.is_number_unsigned() &&
-            v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(what, ".data[", index, "] is out of range for ", type.name));
-        }
-        const int64_t s = v.get<int64_t>();
-        if (bits < 64 && (s < -(int64_t{1} << (bits - 1)) || s >= (int64_t{1} << (bits - 1)))) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(what, ".data[", index, "] is out of range for ", type.name));
-        }
-        raw = static_cast<uint64_t>(s);
-      }
-      std::memcpy(buf, &raw, type.bytes);  // little-endian host
-      break;
-    }
+    case Kind::kUnsigned: RETURN_IF_ERROR(IntegerElement(v, type, what, index, buf)); break;
   }
   bytes.append(buf, type.bytes);
   return absl::OkStatus();
@@ -270,6 +277,72 @@ absl::Status DataBytes(const json& data, const Datatype& type, int64_t count,
   return absl::OkStatus();
 }
 
+// An input's name, datatype, shape and parameters into `in`; `what` gains its name. Returns
+// its datatype and element count.
+absl::StatusOr<std::pair<const Datatype*, int64_t>> ParseInputHeader(const json& t,
+                                                                     std::string& what,
+                                                                     inference::ModelInferRequest::InferInputTensor& in) {
+  if (!t.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, " must be an object"));
+  ASSIGN_OR_RETURN(*in.mutable_name(), StringField(t, "name", what, true));
+  what = absl::StrCat(what, " ('", in.name(), "')");
+  ASSIGN_OR_RETURN(*in.mutable_datatype(), StringField(t, "datatype", what, true));
+  const Datatype* type = FindDatatype(in.datatype());
+  if (type == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ".datatype '", in.datatype(), "' is not one of BOOL, UINT8..UINT64, "
+        "INT8..INT64, FP16, BF16, FP32, FP64"));
+  }
+  ASSIGN_OR_RETURN(const int64_t count, ParseShape(t, what, in));
+  auto params = t.find("parameters");
+  if (params != t.end()) {
+    RETURN_IF_ERROR(ToParameters(*params, what + ".parameters", {"binary_data_size"},
+                                 *in.mutable_parameters()));
+  }
+  return std::make_pair(type, count);
+}
+
+// inputs[i]: its data from "data", from the binary part after the JSON (at `offset`, which
+// advances), or from its shared-memory region (read later).
+absl::Status ParseInput(const json& t, size_t i, absl::string_view binary, size_t json_bytes,
+                        size_t& offset, inference::ModelInferRequest& request) {
+  std::string what = absl::StrCat("inputs[", i, "]");
+  auto* in = request.add_inputs();
+  ASSIGN_OR_RETURN(const auto header, ParseInputHeader(t, what, *in));
+  auto data = t.find("data");
+  auto params = t.find("parameters");
+  if (params != t.end() && params->contains("binary_data_size")) {
+    const json& size_value = (*params)["binary_data_size"];
+    if (!size_value.is_number_unsigned()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ".parameters.binary_data_size must be an integer >= 0"));
+    }
+    if (data != t.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has both data and parameters.binary_data_size"));
+    }
+    const uint64_t size = size_value.get<uint64_t>();
+    if (size > binary.size() - offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ".parameters.binary_data_size is ", size, " but only ", binary.size() - offset,
+          " bytes of binary data are left in the body"));
+    }
+    request.add_raw_input_contents()->assign(binary.data() + offset, size);
+    offset += size;
+    return absl::OkStatus();
+  }
+  if (in->parameters().count("shared_memory_region")) {
+    if (data == t.end()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has both data and parameters.shared_memory_region"));
+  }
+  if (data == t.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " has no data, parameters.binary_data_size or parameters.shared_memory_region"));
+  }
+  return DataBytes(*data, *header.first, header.second, what, json_bytes,
+                   *request.add_raw_input_contents());
+}
+
 absl::Status ParseInputs(const json& inputs, absl::string_view binary, size_t json_bytes,
                          inference::ModelInferRequest& request) {
   if (!inputs.is_array()) {
@@ -277,59 +350,7 @@ absl::Status ParseInputs(const json& inputs, absl::string_view binary, size_t js
   }
   size_t offset = 0;  // into `binary`
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const json& t = inputs[i];
-    std::string what = absl::StrCat("inputs[", i, "]");
-    if (!t.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, " must be an object"));
-    auto* in = request.add_inputs();
-    ASSIGN_OR_RETURN(*in->mutable_name(), StringField(t, "name", what, true));
-    what = absl::StrCat(what, " ('", in->name(), "')");
-    ASSIGN_OR_RETURN(*in->mutable_datatype(), StringField(t, "datatype", what, true));
-    const Datatype* type = FindDatatype(in->datatype());
-    if (type == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ".datatype '", in->datatype(), "' is not one of BOOL, UINT8..UINT64, "
-          "INT8..INT64, FP16, BF16, FP32, FP64"));
-    }
-    ASSIGN_OR_RETURN(const int64_t count, ParseShape(t, what, *in));
-    const json empty = json::object();
-    auto params_it = t.find("parameters");
-    const json& params = params_it == t.end() ? empty : *params_it;
-    RETURN_IF_ERROR(ToParameters(params, what + ".parameters", {"binary_data_size"},
-                                 *in->mutable_parameters()));
-    auto data = t.find("data");
-    auto size_it = params.find("binary_data_size");
-    if (size_it != params.end()) {
-      if (!size_it->is_number_unsigned()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ".parameters.binary_data_size must be an integer >= 0"));
-      }
-      if (data != t.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " has both data and parameters.binary_data_size"));
-      }
-      const uint64_t size = size_it->get<uint64_t>();
-      if (size > binary.size() - offset) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ".parameters.binary_data_size is ", size, " but only ",
-            binary.size() - offset, " bytes of binary data are left in the body"));
-      }
-      request.add_raw_input_contents()->assign(binary.data() + offset, size);
-      offset += size;
-      continue;
-    }
-    if (in->parameters().count("shared_memory_region")) {
-      if (data != t.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " has both data and parameters.shared_memory_region"));
-      }
-      continue;
-    }
-    if (data == t.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " has no data, parameters.binary_data_size or parameters.shared_memory_region"));
-    }
-    RETURN_IF_ERROR(DataBytes(*data, *type, count, what, json_bytes,
-                              *request.add_raw_input_contents()));
+    RETURN_IF_ERROR(ParseInput(inputs[i], i, binary, json_bytes, offset, request));
   }
   if (offset != binary.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -480,11 +501,30 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> hea
         " bytes"));
   }
   json request;
+  bool too_deep = false;
+  // Nesting is bounded while parsing: every later step that walks a value (dump(), the
+  // destructor of a deep array) recurses once per level, so an unbounded body could
+  // exhaust the I/O thread's stack.
+  const json::parser_callback_t bound_depth = [&too_deep](int depth, json::parse_event_t event,
+                                                         json&) {
+    if (depth > kMaxJsonDepth &&
+        (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start)) {
+      too_deep = true;
+      throw std::length_error("nesting");
+    }
+    return true;
+  };
   try {
-    request = json::parse(body.begin(), body.begin() + json_bytes);
+    request = json::parse(body.begin(), body.begin() + json_bytes, bound_depth);
+  } catch (const std::length_error&) {
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the request body is not valid JSON: ", ParseErrorText(e.what())));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request body is nested deeper than ", kMaxJsonDepth,
+        " levels of arrays and objects"));
   }
   if (!request.is_object()) {
     return absl::InvalidArgumentError("the request body must be a JSON object");

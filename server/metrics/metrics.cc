@@ -11,13 +11,12 @@
 #include <fstream>
 #include <iterator>
 #include <vector>
-#include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/http/http_core.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -120,7 +119,6 @@ const char* MethodName(Method m) {
 
 struct ServiceMetrics::Impl {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
   std::shared_ptr<ProcessCollector> process = std::make_shared<ProcessCollector>();
   // Pre-built children, indexed [method][scheme][code] (scheme 0 is "none"); null for
   // pairs never served. Sized once in Create, never resized.
@@ -140,6 +138,9 @@ struct ServiceMetrics::Impl {
   prometheus::Counter* cache_misses = nullptr;
   prometheus::Counter* cache_evictions = nullptr;
   prometheus::Gauge* cache_bytes = nullptr;
+  // /metrics over HTTP (StartExposer); last, so it stops before what it serves goes.
+  std::unique_ptr<HttpHandler> handler;
+  std::unique_ptr<HttpCore> http;
 };
 
 namespace {
@@ -308,27 +309,69 @@ void ServiceMetrics::OnBytes(size_t total_bytes) {
 }
 
 namespace {
-constexpr int kMetricsThreads = 32;
-constexpr int kMetricsRequestTimeoutMs = 2000;
+
+// A scrape's connection: its request must arrive within this, and a scrape is one small GET.
+constexpr std::chrono::milliseconds kMetricsRequestTimeout{2000};
+constexpr size_t kMetricsMaxBody = 4096;
+
+// GET /metrics: the registry and the process collector in Prometheus's text format,
+// serialized on the I/O thread (a scrape is small and lock-free to collect).
+class MetricsHandler final : public HttpHandler {
+ public:
+  MetricsHandler(std::shared_ptr<prometheus::Registry> registry,
+                 std::shared_ptr<prometheus::Collectable> process)
+      : registry_(std::move(registry)), process_(std::move(process)) {}
+
+  std::optional<HttpResponse> Screen(HttpRequest& request) override {
+    if (request.path != "/metrics") return Text(404, "only /metrics is served here\n");
+    if (request.method != "GET") {
+      HttpResponse r = Text(405, "use GET\n");
+      r.headers.emplace_back("Allow", "GET");
+      return r;
+    }
+    return std::nullopt;
+  }
+
+  void Handle(HttpRequest, HttpRespond respond) override {
+    std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    std::vector<prometheus::MetricFamily> process = process_->Collect();
+    families.insert(families.end(), std::make_move_iterator(process.begin()),
+                    std::make_move_iterator(process.end()));
+    HttpResponse r = Text(200, prometheus::TextSerializer().Serialize(families));
+    r.content_type = "text/plain; version=0.0.4";
+    std::move(respond)(std::move(r));
+  }
+
+ private:
+  static HttpResponse Text(int status, std::string body) {
+    HttpResponse r;
+    r.status = status;
+    r.content_type = "text/plain";
+    r.body = std::move(body);
+    return r;
+  }
+
+  const std::shared_ptr<prometheus::Registry> registry_;
+  const std::shared_ptr<prometheus::Collectable> process_;
+};
+
 }  // namespace
 
+// Served by server/http's event-driven core: an idle or slow scraper holds a few KiB and no
+// thread, so sockets left open (slowloris) cannot delay a scrape.
 absl::StatusOr<int> ServiceMetrics::StartExposer(const std::string& address) {
-  try {  // civetweb reports a port it cannot bind by throwing
-    // A connection holds one of civetweb's worker threads until its request is read; a
-    // slow or idle client (slowloris) is dropped after request_timeout_ms, and takes one
-    // thread of kMetricsThreads, so a few of them cannot block a scrape.
-    impl_->exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", address, "num_threads", std::to_string(kMetricsThreads),
-        "request_timeout_ms", std::to_string(kMetricsRequestTimeoutMs)});
-    impl_->exposer->RegisterCollectable(impl_->registry);
-    impl_->exposer->RegisterCollectable(impl_->process);
-    const auto ports = impl_->exposer->GetListeningPorts();
-    if (ports.empty()) return absl::UnavailableError("metrics exposer bound no port");
-    return static_cast<int>(ports.front());
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on --metrics_listen=", address, ": ", e.what()));
-  }
+  impl_->handler = std::make_unique<MetricsHandler>(impl_->registry, impl_->process);
+  HttpCoreOptions options;
+  options.listen = address;
+  options.flag = "--metrics_listen";
+  options.max_body_bytes = kMetricsMaxBody;
+  options.header_timeout = kMetricsRequestTimeout;
+  options.body_timeout = kMetricsRequestTimeout;
+  options.io_threads = 1;
+  absl::StatusOr<std::unique_ptr<HttpCore>> http = HttpCore::Start(options, *impl_->handler);
+  if (!http.ok()) return http.status();
+  impl_->http = std::move(*http);
+  return impl_->http->port();
 }
 
 std::string ServiceMetrics::Render() const {

@@ -64,7 +64,9 @@ class ServiceMetrics : public TableCacheObserver {
   void OnEvict(size_t count) override;
   void OnBytes(size_t total_bytes) override;
 
-  // Serves /metrics over HTTP on `address` (host:port, port 0 picks one). Returns the port.
+  // Serves GET /metrics over HTTP on `address` (host:port or [v6]:port, port 0 picks one)
+  // with server/http's core (one I/O thread). Returns the port; UNAVAILABLE "port N on ADDR
+  // is in use (--metrics_listen)" for a busy port.
   absl::StatusOr<int> StartExposer(const std::string& address);
 
   // The metrics as Prometheus text, for tests.

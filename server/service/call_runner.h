@@ -101,8 +101,11 @@ inline std::string SharedMemoryOwner(const grpc::ServerContextBase* context) {
 struct CallOutcome {
   grpc::Status status;
   // The status is admission's refusal (RESOURCE_EXHAUSTED for a full budget, not a size
-  // limit), which HTTP answers 429 rather than 413.
+  // limit).
   bool refused = false;
+  // ... and one that may succeed later (IsRetryableRefusal), which HTTP answers 429 with
+  // Retry-After; a cost that can never fit is 413 without it.
+  bool retryable = false;
   // The admission the work ran under, for its holder to keep until the response has been
   // written, since the cost it was admitted for includes the response.
   Admission::Ticket ticket;
@@ -157,6 +160,7 @@ class CallRunner {
     if (!ticket.ok()) {  // refused before anything was allocated for it
       outcome.status = ToGrpcStatus(ticket.status(), request_id);
       outcome.refused = true;
+      outcome.retryable = IsRetryableRefusal(ticket.status());
       return false;
     }
     outcome.ticket = std::move(*ticket);

@@ -119,35 +119,23 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                             });
 }
 
-CallOutcome InferenceService::Infer(ModelInferRequest& request, const CancelCheck& cancelled,
-                                    ModelInferResponse& response) const {
-  absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
+void InferenceService::InferAsync(ModelInferRequest& request, CancelCheck cancelled,
+                                  ModelInferResponse& response, InferDone done) const {
+  auto native = std::make_shared<absl::StatusOr<std::unique_ptr<NativeRequest>>>(
+      ToNativeRequest(request, convert_));
   absl::StatusOr<CallCost> cost =
-      native.ok() ? CostOfNative(**native) : WithId(native.status(), request.id());
-  // Filled by whichever thread ran the call (this one, for an inline call).
-  struct {
-    std::mutex mu;
-    std::condition_variable ready;
-    std::optional<CallOutcome> outcome;
-  } done;
+      native->ok() ? CostOfNative(***native) : WithId(native->status(), request.id());
   runner_.Run(
       cost, CallRunner::Slot::kCall, /*request_id=*/"",
-      [&cancelled] {
+      [cancelled = std::move(cancelled)] {
         return cancelled() ? grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled")
                            : grpc::Status::OK;
       },
       response,
-      [this, &native, &response](const CancelCheck& stopped) {
-        return Run(**native, stopped, response);
+      [this, native, &response](const CancelCheck& stopped) {
+        return Run(***native, stopped, response);
       },
-      [&done](CallOutcome outcome) {
-        std::lock_guard<std::mutex> lock(done.mu);
-        done.outcome = std::move(outcome);
-        done.ready.notify_one();  // under the lock: Infer may return as soon as it is free
-      });
-  std::unique_lock<std::mutex> lock(done.mu);
-  done.ready.wait(lock, [&done] { return done.outcome.has_value(); });
-  return std::move(*done.outcome);
+      std::move(done));
 }
 
 // Each message is placed (inline or on the pool) before it is converted, since the

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "absl/functional/any_invocable.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/service/call_runner.h"
 #include "server/service/inference_convert.h"
@@ -32,11 +33,13 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // The path ModelInfer takes, for a front that is not gRPC (server/http): converts
   // `request` (taking its raw bytes) and runs it through CallRunner::Run (admitted or
   // refused at once, on this thread when its cost says it runs inline, else on the work
-  // pool, the response checked against --max_message_bytes). Blocks the calling thread
-  // until `response` is filled or the call has failed; the outcome's ticket is for the
-  // front to hold until the response has been written. `cancelled` is polled by long work.
-  CallOutcome Infer(inference::ModelInferRequest& request, const CancelCheck& cancelled,
-                    inference::ModelInferResponse& response) const;
+  // pool, the response checked against --max_message_bytes), then passes the outcome to
+  // done(CallOutcome) on the thread that ran the work, without blocking this one. The
+  // outcome's ticket is for the front to hold until the response has been written.
+  // `cancelled` is polled by long work. REQUIRES: `request` and `response` outlive done.
+  using InferDone = absl::AnyInvocable<void(CallOutcome) &&>;
+  void InferAsync(inference::ModelInferRequest& request, CancelCheck cancelled,
+                  inference::ModelInferResponse& response, InferDone done) const;
 
   // What the metadata rpcs answer, for every front. NOT_FOUND for an unknown model.
   void FillServerMetadata(inference::ServerMetadataResponse& response) const;

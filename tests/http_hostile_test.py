@@ -1,0 +1,321 @@
+#!/usr/bin/python3
+"""Hostile clients against the HTTP front of a real posenc-server (raw sockets, loopback).
+
+Each attack runs while a well-behaved client makes a small HTTP infer and a small gRPC infer;
+after each, the server must be alive, its RSS within --max_inflight_bytes + 20 %, and the
+good client answered (200 / OK):
+
+- 1000 idle connections and 200 trickling a header byte every 0.5 s;
+- bodies that declare 64 MiB and send nothing (32 of them), stalled chunked bodies (16);
+- a refusal (413 for a declared 1 GiB) answered and the connection closed at once;
+- 40 clients pipelining 50 requests each without reading;
+- a parameter nested 1000 levels deep in each position, and one 10^6 deep (400);
+- a JSON body whose parsed document can never fit --max_inflight_bytes (413);
+- /metrics with 100 idle and trickling sockets open: a scrape under 1 s.
+
+Usage: http_hostile_test.py BUILD_DIR SOURCE_DIR
+"""
+import importlib
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD, SRC = sys.argv[1], sys.argv[2]
+WORK = tempfile.mkdtemp(prefix="posenc_http_hostile_")
+BUDGET_MIB = 256
+FAILURES = []
+GOOD_BODY = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1, 2],
+                                    "data": [0, 0]}]}).encode()
+
+
+def check(ok, what):
+    if not ok:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def load_stubs():
+    out = os.path.join(WORK, "stubs")
+    os.makedirs(out)
+    proto = os.path.join(SRC, "proto")
+    subprocess.run(["protoc", "-I", proto, "--python_out=" + out, "--grpc_python_out=" + out,
+                    "--plugin=protoc-gen-grpc_python=" + (shutil.which("grpc_python_plugin")
+                                                          or "/usr/bin/grpc_python_plugin"),
+                    os.path.join(proto, "inference", "grpc_service.proto"),
+                    os.path.join(proto, "inference", "model_config.proto")], check=True)
+    sys.path.insert(0, out)
+    return (importlib.import_module("inference.grpc_service_pb2"),
+            importlib.import_module("inference.grpc_service_pb2_grpc"))
+
+
+class Server:
+    def __init__(self, *flags):
+        self.log = open(os.path.join(WORK, "server.log"), "w+")
+        self.proc = subprocess.Popen(
+            [os.path.join(BUILD, "server", "posenc-server"), "--listen=127.0.0.1:0",
+             "--metrics_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0", "--threads=1",
+             "--max_inflight_bytes=%d" % (BUDGET_MIB << 20)] + list(flags),
+            stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            self.log.seek(0)
+            m = re.search(r"grpc=\S+:(\d+) metrics=\S+:(\d+) http=\S+:(\d+)", self.log.read())
+            if m:
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("posenc-server did not start")
+        self.grpc, self.metrics, self.http = (int(p) for p in m.groups())
+
+    def rss_mib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            kib = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+        return kib / 1024
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+def http_infer(port, timeout=3):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(GOOD_BODY) + GOOD_BODY)
+        head, body = read_response(s)
+        return head, body
+    finally:
+        s.close()
+
+
+def read_response(s):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data, b""
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    m = re.search(rb"Content-Length: (\d+)", head, re.I)
+    while m and len(rest) < int(m.group(1)):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return head, rest
+
+
+def well_behaved(server, stub, pb, what):
+    """The server alive, within its budget, and a good client answered on both protocols."""
+    check(server.proc.poll() is None, "%s: the server died (%s)" % (what, server.proc.poll()))
+    if server.proc.poll() is not None:
+        return
+    try:
+        head, body = http_infer(server.http)
+        check(head.startswith(b"HTTP/1.1 200"), "%s: good HTTP infer got %r" % (what, head[:40]))
+    except OSError as e:
+        check(False, "%s: good HTTP infer failed: %s" % (what, e))
+    req = pb.ModelInferRequest(model_name="sinusoidal")
+    req.inputs.add(name="input", datatype="FP32", shape=[1, 1, 2])
+    req.raw_input_contents.append(b"\0" * 8)
+    try:
+        stub.ModelInfer(req, timeout=3)
+    except Exception as e:  # noqa: BLE001
+        check(False, "%s: good gRPC infer failed: %s" % (what, e))
+    rss = server.rss_mib()
+    check(rss < BUDGET_MIB * 1.2, "%s: RSS %.0f MiB over the budget + 20 %%" % (what, rss))
+
+
+def open_many(port, n):
+    out = []
+    for _ in range(n):
+        out.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+    return out
+
+
+def close_all(socks):
+    for s in socks:
+        try:
+            s.close()
+        except OSError:
+            pass
+
+
+def test_idle_and_trickling(server, stub, pb):
+    idle = open_many(server.http, 1000)
+    trickle = open_many(server.http, 200)
+    for s in trickle:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\n")
+    for _ in range(3):
+        for s in trickle:
+            try:
+                s.sendall(b"X")
+            except OSError:
+                pass
+        well_behaved(server, stub, pb, "1000 idle + 200 trickling")
+        time.sleep(0.5)
+    close_all(idle + trickle)
+
+
+def test_absent_bodies(server, stub, pb):
+    socks = open_many(server.http, 32)
+    for s in socks:
+        s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 67108864\r\n\r\n{")
+    chunked = open_many(server.http, 16)
+    for s in chunked:
+        s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n10\r\n{\"inputs\": [  ")
+    time.sleep(0.3)
+    for _ in range(5):
+        well_behaved(server, stub, pb, "32 declared-but-absent and 16 stalled chunked bodies")
+    close_all(socks + chunked)
+
+
+def test_refusal_closes(server):
+    s = socket.create_connection(("127.0.0.1", server.http), timeout=5)
+    start = time.monotonic()
+    s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 1073741824\r\n\r\n")
+    head, _ = read_response(s)
+    try:
+        rest = s.recv(100)
+    except OSError:
+        rest = b""
+    check(head.startswith(b"HTTP/1.1 413") and b"Retry-After" not in head and rest == b"" and
+          time.monotonic() - start < 1, "a 413 closes at once: %r %r" % (head[:80], rest))
+    s.close()
+
+
+def test_pipelining(server, stub, pb):
+    one = (b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(GOOD_BODY) + GOOD_BODY)
+    socks = open_many(server.http, 40)
+    for s in socks:
+        s.setblocking(False)
+        try:
+            s.send(one * 50)
+        except OSError:
+            pass
+    time.sleep(0.3)
+    for _ in range(3):
+        well_behaved(server, stub, pb, "40 clients pipelining without reading")
+    close_all(socks)
+
+
+def test_nested_parameters(server, stub, pb):
+    deep = "[" * 1000 + "]" * 1000
+    bodies = [
+        '{"parameters": {"x": %s}, "inputs": []}' % deep,
+        '{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1,1,2], "data": [0,0],'
+        ' "parameters": {"x": %s}}]}' % deep,
+        '{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1,1,2], "data": [0,0]}],'
+        ' "outputs": [{"name": "output", "parameters": {"x": %s}}]}' % deep,
+    ]
+    for i, text in enumerate(bodies):
+        body = text.encode()
+        s = socket.create_connection(("127.0.0.1", server.http), timeout=5)
+        s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        try:
+            head, body = read_response(s)
+        except OSError:
+            head, body = b"", b""
+        s.close()
+        check(head.startswith(b"HTTP/1.1 400") and b"nested deeper" in body,
+              "nested parameter %d: %r %r" % (i, head[:40], body[:120]))
+        well_behaved(server, stub, pb, "a parameter nested 1000 deep (%d)" % i)
+    # A million levels (2 MB): refused while parsing, before anything walks the value.
+    deep = b'{"parameters": {"x": ' + b"[" * 1000000 + b"]" * 1000000 + b'}, "inputs": []}'
+    head, body = post(server.http, deep)
+    check(head.startswith(b"HTTP/1.1 400") and b"nested deeper" in body,
+          "a parameter nested 10^6 deep: %r %r" % (head[:40], body[:120]))
+    well_behaved(server, stub, pb, "a parameter nested 10^6 deep")
+
+
+def post(port, body, timeout=30):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        return read_response(s)
+    finally:
+        s.close()
+
+
+def test_json_document_charged(server, stub, pb):
+    """A JSON body whose parsed document (16 bytes per byte) can never fit the budget: 413
+    without being parsed, and the server's memory stays inside it."""
+    n = (20 << 20) // 2  # 20 MiB of "0,"
+    body = (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, %d, 2], "data": ['
+            % (n // 2) + b"0," * (n - 1) + b"0]}]}")
+    head, text = post(server.http, body)
+    check(head.startswith(b"HTTP/1.1 413") and b"JSON" in text,
+          "a 20 MiB JSON body (320 MiB parsed) on a 256 MiB budget: %r %r"
+          % (head[:40], text[:160]))
+    well_behaved(server, stub, pb, "a JSON body whose document cannot fit")
+
+
+def test_metrics_slowloris(server):
+    idle = open_many(server.metrics, 50)
+    trickle = open_many(server.metrics, 50)
+    for s in trickle:
+        s.sendall(b"GET /metrics HTTP/1.1\r\n")
+    worst = 0
+    for _ in range(3):
+        start = time.monotonic()
+        text = subprocess.run(["curl", "-sS", "--max-time", "5",
+                               "http://127.0.0.1:%d/metrics" % server.metrics],
+                              capture_output=True, text=True).stdout
+        worst = max(worst, time.monotonic() - start)
+        check("posenc_requests_total" in text, "a scrape with 100 slow sockets open")
+        for s in trickle:
+            try:
+                s.sendall(b"X")
+            except OSError:
+                pass
+    check(worst < 1, "scrapes with 100 slow sockets took up to %.2fs" % worst)
+    close_all(idle + trickle)
+
+
+def main():
+    import grpc
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    pb, pb_grpc = load_stubs()
+    server = Server()
+    try:
+        stub = pb_grpc.GRPCInferenceServiceStub(
+            grpc.insecure_channel("127.0.0.1:%d" % server.grpc))
+        well_behaved(server, stub, pb, "at start")
+        test_idle_and_trickling(server, stub, pb)
+        test_absent_bodies(server, stub, pb)
+        test_refusal_closes(server)
+        test_pipelining(server, stub, pb)
+        test_nested_parameters(server, stub, pb)
+        test_json_document_charged(server, stub, pb)
+        test_metrics_slowloris(server)
+        well_behaved(server, stub, pb, "at the end")
+    finally:
+        code = server.stop()
+        check(code == 0, "posenc-server exits 0 on SIGTERM (got %s)" % code)
+        if FAILURES:
+            print(open(os.path.join(WORK, "server.log")).read()[-3000:])
+        shutil.rmtree(WORK, ignore_errors=True)
+    if FAILURES:
+        print("FAILED: %d checks" % len(FAILURES))
+        sys.exit(1)
+    print("PASS: the HTTP front holds against idle, trickling, absent, stalled, pipelining, "
+          "nested and metrics-slowloris clients")
+
+
+if __name__ == "__main__":
+    main()

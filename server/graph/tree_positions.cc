@@ -101,14 +101,11 @@ absl::StatusOr<std::vector<int32_t>> Depths(absl::Span<const int64_t> parents) {
   return depth;
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<float>> ComputeTreeEncoding(const TreeSpec& spec,
-                                                       const GraphLimits& limits) {
-  RETURN_IF_ERROR(ValidateTreeFields(spec, limits));
-  const int64_t n = spec.num_nodes;
+// Every parent in [-1, num_nodes) and not the node itself.
+absl::Status CheckParents(absl::Span<const int64_t> parents) {
+  const auto n = static_cast<int64_t>(parents.size());
   for (int64_t v = 0; v < n; ++v) {
-    const int64_t p = spec.parents[v];
+    const int64_t p = parents[v];
     if (p < -1 || p >= n) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parents[", v, "] is ", p, "; node ", v, "'s parent must be -1 or in [0, ", n, ")"));
@@ -118,22 +115,38 @@ absl::StatusOr<std::vector<float>> ComputeTreeEncoding(const TreeSpec& spec,
           "parents[", v, "] is ", p, "; node ", v, " is its own parent (a cycle)"));
     }
   }
-  ASSIGN_OR_RETURN(const std::vector<int32_t> depth, Depths(spec.parents));
-  // Child index: rank among the parent's children in increasing node id.
+  return absl::OkStatus();
+}
+
+// Each node's child index: its rank among its parent's children in increasing node id (-1
+// for a root), each below max_children.
+absl::StatusOr<std::vector<int32_t>> ChildIndices(absl::Span<const int64_t> parents,
+                                                  int32_t max_children) {
+  const auto n = static_cast<int64_t>(parents.size());
   std::vector<int32_t> child(static_cast<size_t>(n), -1);
-  {
-    std::vector<int32_t> children_seen(static_cast<size_t>(n), 0);
-    for (int64_t v = 0; v < n; ++v) {
-      const int64_t p = spec.parents[v];
-      if (p < 0) continue;
-      child[v] = children_seen[p]++;
-      if (child[v] >= spec.max_children) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parents: node ", v, " is child ", child[v], " (0-based, by increasing id) of node ",
-            p, "; max_children is ", spec.max_children));
-      }
+  std::vector<int32_t> children_seen(static_cast<size_t>(n), 0);
+  for (int64_t v = 0; v < n; ++v) {
+    const int64_t p = parents[v];
+    if (p < 0) continue;
+    child[v] = children_seen[p]++;
+    if (child[v] >= max_children) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parents: node ", v, " is child ", child[v], " (0-based, by increasing id) of node ",
+          p, "; max_children is ", max_children));
     }
   }
+  return child;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> ComputeTreeEncoding(const TreeSpec& spec,
+                                                       const GraphLimits& limits) {
+  RETURN_IF_ERROR(ValidateTreeFields(spec, limits));
+  const int64_t n = spec.num_nodes;
+  RETURN_IF_ERROR(CheckParents(spec.parents));
+  ASSIGN_OR_RETURN(const std::vector<int32_t> depth, Depths(spec.parents));
+  ASSIGN_OR_RETURN(const std::vector<int32_t> child, ChildIndices(spec.parents, spec.max_children));
   const int64_t dim = spec.table ? spec.table_dim : 1;
   int64_t steps = 0;
   for (int32_t d : depth) steps += std::min(d, spec.max_depth);

@@ -711,6 +711,31 @@ ShawDotsFn ShawDotsFor(KernelImpl implementation) {
   return IsaBoundFor(implementation) == KernelImpl::kScalar ? ShawDotsScalar : ShawDotsAvx2;
 }
 
+// ShawQueryTerm's arguments: a table of width dim, query [batch, heads, q, dim] in a float
+// dtype, and scores of the same batch and heads.
+absl::Status ValidateShawQueryCall(const ShawSpec& spec, const BiasGeometry& geom,
+                                   const float* table, int64_t dim,
+                                   const ConstTensorView& query, const TensorView& out) {
+  RETURN_IF_ERROR(ValidateShawCall(spec, geom));
+  if (table == nullptr || dim < 1) {
+    return absl::InvalidArgumentError("shaw.table has no data");
+  }
+  if (!IsFloat(query.dtype) || query.shape.size() != 4 ||
+      query.shape[2] != geom.query_length || query.shape[3] != dim || query.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query is ", ShapeString(query.shape), " ", DTypeName(query.dtype),
+        "; it must be [batch, heads, query_length (", geom.query_length, "), d (", dim,
+        ")] FLOAT32, FLOAT16 or BFLOAT16"));
+  }
+  RETURN_IF_ERROR(ValidateScores(geom, query.shape[1], "query.shape[1]", out));
+  if (out.shape[0] != query.shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("scores.shape[0] (batch) is ", out.shape[0],
+                                                   "; it must equal query.shape[0] (",
+                                                   query.shape[0], ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status BuildShawIndex(const ShawSpec& spec, const BiasGeometry& geom, int32_t* out) {
@@ -751,23 +776,7 @@ absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
 absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
                            int64_t dim, const ConstTensorView& query, const TensorView& out,
                            bool add_to_out, KernelImpl implementation) {
-  RETURN_IF_ERROR(ValidateShawCall(spec, geom));
-  if (table == nullptr || dim < 1) {
-    return absl::InvalidArgumentError("shaw.table has no data");
-  }
-  if (!IsFloat(query.dtype) || query.shape.size() != 4 ||
-      query.shape[2] != geom.query_length || query.shape[3] != dim || query.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "query is ", ShapeString(query.shape), " ", DTypeName(query.dtype),
-        "; it must be [batch, heads, query_length (", geom.query_length, "), d (", dim,
-        ")] FLOAT32, FLOAT16 or BFLOAT16"));
-  }
-  RETURN_IF_ERROR(ValidateScores(geom, query.shape[1], "query.shape[1]", out));
-  if (out.shape[0] != query.shape[0]) {
-    return absl::InvalidArgumentError(absl::StrCat("scores.shape[0] (batch) is ", out.shape[0],
-                                                   "; it must equal query.shape[0] (",
-                                                   query.shape[0], ")"));
-  }
+  RETURN_IF_ERROR(ValidateShawQueryCall(spec, geom, table, dim, query, out));
   const int64_t q = geom.query_length, k = geom.key_length;
   const int32_t kmax = spec.max_relative_position;
   const int64_t rows = query.shape[0] * query.shape[1] * q;

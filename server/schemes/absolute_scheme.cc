@@ -212,6 +212,26 @@ absl::Status CheckScales(const CombineSpec& combine, absl::string_view field) {
   return CheckScale(field, ".pe_scale", combine.pe_scale);
 }
 
+// Where the add reads its rows faster in a layout of its own (for `dtype`), a copy of
+// `table` in that layout is cached beside it under `key`, and `rows` reads from it.
+absl::Status AddLaidOutRows(const Table& table, const std::string& key, DType dtype,
+                            const PositionGrid& grid, TableCache& cache, EncodingRows& rows) {
+  const AddRowLayout* layout = AddRowLayoutFor(dtype);
+  if (layout == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(rows.laid_out_table,
+                   cache.GetOrCompute(absl::StrCat(key, "/", layout->name()),
+                                      [&]() -> absl::StatusOr<Table> {
+                                        Table t{table.rows, table.cols,
+                                                std::vector<float>(table.data.size())};
+                                        layout->LayOut(table.data.data(), t.rows, t.cols,
+                                                       t.data.data());
+                                        return t;
+                                      }));
+  rows.layout = layout;
+  for (int64_t start : grid.starts) rows.laid_out.push_back(rows.laid_out_table->Row(start));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const CombineSpec& combine,
@@ -247,22 +267,8 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
                                           RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal"));
                                           return t;
                                         }));
-    // Where the add reads its rows faster in a layout of its own, a copy of the table in
-    // that layout is cached beside it.
-    const AddRowLayout* layout =
-        combine.fusion == Fusion::kAdd && grid.contiguous ? AddRowLayoutFor(e.x3.dtype) : nullptr;
-    if (layout != nullptr) {
-      ASSIGN_OR_RETURN(rows.laid_out_table,
-                       cache.GetOrCompute(absl::StrCat(key, "/", layout->name()),
-                                          [&]() -> absl::StatusOr<Table> {
-                                            Table t{table->rows, table->cols,
-                                                    std::vector<float>(table->data.size())};
-                                            layout->LayOut(table->data.data(), t.rows, t.cols,
-                                                           t.data.data());
-                                            return t;
-                                          }));
-      rows.layout = layout;
-      for (int64_t start : grid.starts) rows.laid_out.push_back(rows.laid_out_table->Row(start));
+    if (combine.fusion == Fusion::kAdd && grid.contiguous) {
+      RETURN_IF_ERROR(AddLaidOutRows(*table, key, e.x3.dtype, grid, cache, rows));
     }
     RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));
   } else {
@@ -483,6 +489,80 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
   return Combine(e, input, rows, combine, limits);
 }
 
+namespace {
+
+// positions.values for fourier: alone, seq*m or batch*seq*m finite coordinates within 2^40.
+absl::Status CheckFourierValues(const PositionsSpec& positions, const Embeddings& e,
+                                int64_t m) {
+  if (!positions.ids.empty() || !positions.offsets.empty()) {
+    return absl::InvalidArgumentError(
+        "positions.values is set together with positions.ids or positions.offsets; fourier "
+        "takes one of them");
+  }
+  const auto n = static_cast<int64_t>(positions.values.size());
+  // seq * m and batch * seq * m are below 2^63: seq and batch come from a checked shape of
+  // at most 2^40 elements' bytes, m <= kMaxFourierAxes.
+  if (n != e.seq * m && n != e.batch * e.seq * m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.values has ", n, " entries; fourier with num_axes ", m, " needs seq*", m,
+        " (", e.seq * m, ") or batch*seq*", m, " (", e.batch * e.seq * m, ")"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = positions.values[i];
+    if (!(std::abs(v) <= kMaxFourierCoordinate)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions.values[", i, "] is ", v, "; fourier coordinates must be finite, within "
+          "+-2^40"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One row per token from its m coordinates in positions.values (checked).
+absl::Status FourierRowsFromValues(const FourierEncoder& encoder,
+                                   const PositionsSpec& positions, const Embeddings& e,
+                                   const SchemeLimits& limits, EncodingRows& rows) {
+  const int64_t m = encoder.num_axes(), width = encoder.dim();
+  const auto n = static_cast<int64_t>(positions.values.size());
+  const int64_t groups = n == e.seq * m ? 1 : e.batch;
+  RETURN_IF_ERROR(AllocateScratch(rows, groups, e.seq, limits));
+  for (int64_t i = 0; i < groups * e.seq; ++i) {
+    encoder.Row(positions.values.data() + i * m, rows.scratch.data() + i * width);
+  }
+  return absl::OkStatus();
+}
+
+// Rows for integer positions: from a cached table of rows 0..max when it pays, else
+// computed per token into scratch.
+absl::Status FourierRowsFromGrid(const FourierEncoder& encoder, const PositionGrid& grid,
+                                 TableCache& cache, const SchemeLimits& limits,
+                                 EncodingRows& rows) {
+  const int64_t width = encoder.dim();
+  const std::optional<int64_t> rows_needed =
+      DenseTableRows(kSinusoidalDensePolicy, grid.max_position, grid.groups() * grid.seq,
+                     width * int64_t{sizeof(float)}, cache.budget_bytes());
+  if (rows_needed) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
+                     cache.GetOrCompute(encoder.IntegerRowsKey(*rows_needed),
+                                        [&]() -> absl::StatusOr<Table> {
+                                          Table t = encoder.IntegerRows(*rows_needed);
+                                          RETURN_IF_ERROR(CheckRowsFinite(t.data, "fourier"));
+                                          return t;
+                                        }));
+    return RowsFromTable(std::move(table), grid, limits, rows);
+  }
+  RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
+  for (int64_t g = 0; g < grid.groups(); ++g) {
+    for (int64_t t = 0; t < grid.seq; ++t) {
+      const double v = static_cast<double>(grid.At(g, t));
+      encoder.Row(&v, rows.scratch.data() + (g * grid.seq + t) * width);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
                                             const CombineSpec& combine, TensorView input,
                                             const PositionsSpec& positions, TableCache& cache,
@@ -509,33 +589,11 @@ absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
   EncodingRows rows;
   rows.dim = width;
   if (!positions.values.empty()) {
-    if (!positions.ids.empty() || !positions.offsets.empty()) {
-      return absl::InvalidArgumentError(
-          "positions.values is set together with positions.ids or positions.offsets; fourier "
-          "takes one of them");
+    RETURN_IF_ERROR(CheckFourierValues(positions, e, m));
+    if (e.seq == 0 || e.batch == 0) {
+      return Combine(e, input, EncodingRows::None(width), combine, limits);
     }
-    const auto n = static_cast<int64_t>(positions.values.size());
-    // seq * m and batch * seq * m are below 2^63: seq and batch come from a checked shape of
-    // at most 2^40 elements' bytes, m <= kMaxFourierAxes.
-    if (n != e.seq * m && n != e.batch * e.seq * m) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.values has ", n, " entries; fourier with num_axes ", m, " needs seq*",
-          m, " (", e.seq * m, ") or batch*seq*", m, " (", e.batch * e.seq * m, ")"));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = positions.values[i];
-      if (!(std::abs(v) <= kMaxFourierCoordinate)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "positions.values[", i, "] is ", v, "; fourier coordinates must be finite, within "
-            "+-2^40"));
-      }
-    }
-    const int64_t groups = n == e.seq * m ? 1 : e.batch;
-    if (e.seq == 0 || e.batch == 0) return Combine(e, input, EncodingRows::None(width), combine, limits);
-    RETURN_IF_ERROR(AllocateScratch(rows, groups, e.seq, limits));
-    for (int64_t i = 0; i < groups * e.seq; ++i) {
-      encoder.Row(positions.values.data() + i * m, rows.scratch.data() + i * width);
-    }
+    RETURN_IF_ERROR(FourierRowsFromValues(encoder, positions, e, limits, rows));
   } else {
     if (m != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -543,30 +601,12 @@ absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
           " values per token (integer positions serve num_axes 1 only)"));
     }
     ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
-    if (e.seq == 0 || e.batch == 0) return Combine(e, input, EncodingRows::None(width), combine, limits);
-    const std::optional<int64_t> rows_needed =
-        DenseTableRows(kSinusoidalDensePolicy, grid.max_position, grid.groups() * grid.seq,
-                       width * int64_t{sizeof(float)}, cache.budget_bytes());
-    if (rows_needed) {
-      ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
-                       cache.GetOrCompute(encoder.IntegerRowsKey(*rows_needed),
-                                          [&]() -> absl::StatusOr<Table> {
-                                            Table t = encoder.IntegerRows(*rows_needed);
-                                            RETURN_IF_ERROR(CheckRowsFinite(t.data, "fourier"));
-                                            return t;
-                                          }));
-      RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));
-      return Combine(e, input, rows, combine, limits);
+    if (e.seq == 0 || e.batch == 0) {
+      return Combine(e, input, EncodingRows::None(width), combine, limits);
     }
-    RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
-    for (int64_t g = 0; g < grid.groups(); ++g) {
-      for (int64_t t = 0; t < grid.seq; ++t) {
-        const double v = static_cast<double>(grid.At(g, t));
-        encoder.Row(&v, rows.scratch.data() + (g * grid.seq + t) * width);
-      }
-    }
+    RETURN_IF_ERROR(FourierRowsFromGrid(encoder, grid, cache, limits, rows));
   }
-  RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "fourier"));
+  RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "fourier"));  // empty with a table
   return Combine(e, input, rows, combine, limits);
 }
 

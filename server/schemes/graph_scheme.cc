@@ -117,6 +117,19 @@ absl::StatusOr<const Table*> FindTreeTable(const GraphRequestSpec& s, const Name
   return t;
 }
 
+// The tree encoding of `spec`, summing rows of `tree_table` when it is set.
+absl::StatusOr<std::vector<float>> TreeEncoding(const GraphRequestSpec& spec,
+                                                const Table* tree_table,
+                                                const GraphLimits& graph_limits) {
+  TreeSpec tree{spec.graph.num_nodes, spec.parents, spec.max_depth, spec.max_children,
+                spec.depth_decay.value_or(1.0)};
+  if (tree_table) {
+    tree.table = tree_table->data.data();
+    tree.table_dim = tree_table->cols;
+  }
+  return ComputeTreeEncoding(tree, graph_limits);
+}
+
 }  // namespace
 
 absl::StatusOr<GraphResult> ApplyGraph(const GraphRequestSpec& spec,
@@ -162,14 +175,8 @@ absl::StatusOr<GraphResult> ApplyGraph(const GraphRequestSpec& spec,
       break;
     }
     case GraphEncodingKind::kTree: {
-      TreeSpec tree{n, spec.parents, spec.max_depth, spec.max_children,
-                    spec.depth_decay.value_or(1.0)};
-      if (tree_table) {
-        tree.table = tree_table->data.data();
-        tree.table_dim = tree_table->cols;
-      }
-      ASSIGN_OR_RETURN(encoding, ComputeTreeEncoding(tree, graph_limits));
-      width = tree_table ? tree_table->cols : int64_t{spec.max_depth} * spec.max_children;
+      ASSIGN_OR_RETURN(encoding, TreeEncoding(spec, tree_table, graph_limits));
+      width = WidthOf(spec, tree_table);
       break;
     }
   }

@@ -245,32 +245,80 @@ void SpreadGroups(const Dims& q, bool shared, std::vector<const float*>& rows) {
   }
 }
 
-// From the cached prefix table of positions 0..dense_rows-1 (with xPos each table row holds
-// the query row then the key row). A token whose axes differ gets its row assembled from
-// the table rows of its axis positions, slot by slot; every other token points into the
+// The cached prefix table of positions 0..dense_rows-1 (with xPos each table row holds the
+// query row then the key row).
+absl::StatusOr<std::shared_ptr<const Table>> DenseRopeTable(const RopeFrequencies& freqs,
+                                                            int rotary_dim, int64_t dense_rows,
+                                                            const std::string& table_key,
+                                                            TableCache& cache) {
+  const bool xpos = freqs.xpos.has_value();
+  const int64_t width = xpos ? 2 * rotary_dim : rotary_dim;
+  return cache.GetOrCompute(table_key, [&]() -> absl::StatusOr<Table> {
+    Table t;
+    t.rows = dense_rows;
+    t.cols = width;
+    t.data.resize(static_cast<size_t>(dense_rows) * width);
+    if (xpos) {
+      FillRopeQueryKeyRowRange(freqs, 0, dense_rows, t.data.data());
+    } else {
+      FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
+    }
+    RETURN_IF_ERROR(CheckRowsFinite(t.data, RowsField(freqs)));
+    return t;
+  });
+}
+
+// Assembles the row of a token whose axes differ: slot f (cos at f, sin at half + f; the
+// key's at rotary_dim + ...) from the table row of its axis. Slots come in runs of one axis
+// (Qwen2-VL's sections: three runs), copied run by run; interleaved axes (Qwen3-VL) make
+// runs of one slot, where a slot-by-slot pick is cheaper.
+class MixedRowAssembler {
+ public:
+  MixedRowAssembler(const RopeFrequencies& freqs, int rotary_dim)
+      : slot_axis_(freqs.slot_axis.data()),
+        half_(rotary_dim / 2),
+        width_(freqs.xpos.has_value() ? 2 * rotary_dim : rotary_dim) {
+    for (int64_t f = 0; f < half_ && !freqs.slot_axis.empty(); ++f) {
+      const int axis = freqs.slot_axis[f];
+      if (runs_.empty() || runs_.back().axis != axis) runs_.push_back({f, 0, axis});
+      ++runs_.back().count;
+    }
+    few_runs_ = runs_.size() <= 2 * static_cast<size_t>(kMaxRopeAxes);
+  }
+
+  void Assemble(const float* const* axis_rows, float* out) const {
+    for (int64_t part = 0; part < width_; part += half_) {
+      if (few_runs_) {
+        for (const Run& run : runs_) {
+          const int64_t at = part + run.first;
+          std::copy_n(axis_rows[run.axis] + at, run.count, out + at);
+        }
+      } else {
+        for (int64_t f = 0; f < half_; ++f) out[part + f] = axis_rows[slot_axis_[f]][part + f];
+      }
+    }
+  }
+
+ private:
+  struct Run {
+    int64_t first, count;
+    int axis;
+  };
+  const uint8_t* slot_axis_;
+  const int64_t half_, width_;
+  std::vector<Run> runs_;
+  bool few_runs_ = true;
+};
+
+// From the cached prefix table (DenseRopeTable). A token whose axes differ gets its row
+// assembled from the table rows of its axis positions; every other token points into the
 // table.
 absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& positions,
                             const Dims& q, int rotary_dim, int64_t dense_rows,
                             const std::string& table_key, TableCache& cache, TokenRows& out) {
   const bool xpos = freqs.xpos.has_value();
   const int64_t width = xpos ? 2 * rotary_dim : rotary_dim;
-  ASSIGN_OR_RETURN(out.dense,
-                   cache.GetOrCompute(table_key,
-                                      [&]() -> absl::StatusOr<Table> {
-                                        Table t;
-                                        t.rows = dense_rows;
-                                        t.cols = width;
-                                        t.data.resize(static_cast<size_t>(dense_rows) * width);
-                                        if (xpos) {
-                                          FillRopeQueryKeyRowRange(freqs, 0, dense_rows,
-                                                                   t.data.data());
-                                        } else {
-                                          FillRopeRowRange(freqs, 0, dense_rows, t.data.data());
-                                        }
-                                        RETURN_IF_ERROR(
-                                            CheckRowsFinite(t.data, RowsField(freqs)));
-                                        return t;
-                                      }));
+  ASSIGN_OR_RETURN(out.dense, DenseRopeTable(freqs, rotary_dim, dense_rows, table_key, cache));
   const Table& table = *out.dense;
   const int64_t groups = positions.groups();
   int64_t p[kMaxRopeAxes];
@@ -282,22 +330,7 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
     }
   }
   out.built.resize(static_cast<size_t>(mixed * width));
-  const int64_t half = rotary_dim / 2;
-  // Slots in runs of one axis (Qwen2-VL's sections: three runs), copied run by run from the
-  // table rows of their axis.
-  struct Run {
-    int64_t first, count;
-    int axis;
-  };
-  std::vector<Run> runs;
-  for (int64_t f = 0; f < half && !freqs.slot_axis.empty(); ++f) {
-    const int axis = freqs.slot_axis[f];
-    if (runs.empty() || runs.back().axis != axis) runs.push_back({f, 0, axis});
-    ++runs.back().count;
-  }
-  // Interleaved axes (Qwen3-VL) make runs of one slot: there a slot-by-slot pick is cheaper.
-  const bool few_runs = runs.size() <= 2 * static_cast<size_t>(kMaxRopeAxes);
-  const uint8_t* slot_axis = freqs.slot_axis.data();
+  const MixedRowAssembler assembler(freqs, rotary_dim);
   float* next = out.built.data();
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t s = 0; s < q.seq; ++s) {  // seq
@@ -306,22 +339,9 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
       if (positions.Get(g, s, p)) {
         row = table.Row(p[0]);
       } else {
-        // Slot f (cos at f, sin at half + f; the key's at rotary_dim + ...) from the
-        // table row of its axis.
         const float* axis_rows[kMaxRopeAxes];
         for (int a = 0; a < positions.axes->num_axes; ++a) axis_rows[a] = table.Row(p[a]);
-        for (int64_t part = 0; part < width; part += half) {
-          if (few_runs) {
-            for (const Run& run : runs) {
-              const int64_t at = part + run.first;
-              std::copy_n(axis_rows[run.axis] + at, run.count, next + at);
-            }
-          } else {
-            for (int64_t f = 0; f < half; ++f) {
-              next[part + f] = axis_rows[slot_axis[f]][part + f];
-            }
-          }
-        }
+        assembler.Assemble(axis_rows, next);
         row = next;
         next += width;
       }

@@ -7,43 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
-#include "server/kernels/convert_kernel.h"
-#include "server/kernels/finite_kernel.h"
 #include "server/service/proto_convert.h"
 #include "server/service/request_tensors.h"
 #include "server/schemes/scheme_proto.h"
+#include "server/schemes/scheme_results.h"
 
 namespace posenc {
 namespace {
-
-// A result that is not finite is an error, not an answer. Encode and graph results must be
-// finite: an inf or NaN comes from `source` (the input or the key) or from scales or values
-// that overflow its dtype. A bias may hold -inf (ALiBi's causal mask), so there only NaN is
-// (from a NaN in `source`, or +inf scores meeting the mask).
-// `at` is the index of the first offending element of `result`, or -1.
-enum class Allowed { kFiniteOnly, kInfinities };
-absl::Status ResultError(const TensorView& result, int64_t at, const char* source,
-                         Allowed allowed) {
-  if (at < 0) return absl::OkStatus();
-  const bool finite_only = allowed == Allowed::kFiniteOnly;
-  const std::string cause =
-      finite_only
-          ? absl::StrCat("holds inf or NaN, or the scales and values overflow ",
-                         DTypeName(result.dtype))
-          : std::string("holds NaN, or +inf that meets the causal mask's -inf");
-  return absl::InvalidArgumentError(absl::StrCat(
-      source, " gives a result that is ", finite_only ? "not finite" : "NaN", " (element ", at,
-      " of the ", DTypeName(result.dtype), " result ", ShapeString(result.shape), "): ",
-      source, " ", cause));
-}
-
-absl::Status CheckResult(const TensorView& result, const char* source, Allowed allowed) {
-  const int64_t n = result.NumElements();
-  return ResultError(result,
-                     allowed == Allowed::kFiniteOnly ? FirstNonFinite(result.dtype, result.data, n)
-                                                     : FirstNan(result.dtype, result.data, n),
-                     source, allowed);
-}
 
 class KernelTimer {
  public:
@@ -170,6 +140,60 @@ absl::Status DefaultOffsetError(const std::string& scheme, const BiasGeometry& g
       "key_length >= query_length"));
 }
 
+// The key and positions fields are only set for schemes that take them.
+absl::Status CheckEncodeFieldsTaken(const SchemeDescriptor& scheme,
+                                    const v1::EncodeRequest& request,
+                                    const PositionsSpec& positions) {
+  if (request.has_key() && !scheme.takes_key) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key is set; only ", Takers([](const SchemeDescriptor& s) { return s.takes_key; }),
+        " keys"));
+  }
+  if (!positions.values.empty() && !scheme.takes_position_values) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.values is set; only ",
+        Takers([](const SchemeDescriptor& s) { return s.takes_position_values; }), " it"));
+  }
+  if (positions.has_axis_positions() && !scheme.takes_axis_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
+        " is set; only ",
+        Takers([](const SchemeDescriptor& s) { return s.takes_axis_positions; }), " it"));
+  }
+  return absl::OkStatus();
+}
+
+// An additive scheme's result is finite: where the kernel looked as it wrote, its finding;
+// else a scan of the result (the concatenation, or the input written in place).
+absl::Status CheckAddResult(const AbsoluteResult& result, const Placement& placed) {
+  if (result.first_non_finite.has_value()) {
+    return ResultError(placed.view, *result.first_non_finite, "input", Allowed::kFiniteOnly);
+  }
+  const ConstTensorView written =
+      result.concat ? ConstTensorView{placed.view.dtype, result.shape, result.concat->data()}
+                    : ConstTensorView(placed.view);
+  return CheckResult(written, "input", Allowed::kFiniteOnly);
+}
+
+// The request's bias geometry, query and scheme fields as a BiasSpec.
+absl::StatusOr<BiasSpec> BiasSpecOf(const SchemeDescriptor& scheme,
+                                    const v1::BiasRequest& request) {
+  BiasSpec spec;
+  spec.geom = MakeBiasGeometry(request.query_length(), request.key_length());
+  if (request.has_query_offset()) spec.geom.query_offset = request.query_offset();
+  spec.add_to_scores = request.has_scores();
+  if (request.has_query()) {  // Shaw's query term; PlanBias refuses it for other schemes
+    const v1::Tensor& q = request.query();
+    spec.query_shape = Shape(q.shape().begin(), q.shape().end());
+    ASSIGN_OR_RETURN(spec.query_dtype, DTypeFromProto(q.dtype(), "query.dtype"));
+  }
+  RETURN_IF_ERROR(scheme.bias_spec(request, spec));
+  if (!request.has_query_offset() && spec.geom.query_offset < 0) {
+    return DefaultOffsetError(scheme.name, spec.geom);
+  }
+  return spec;
+}
+
 }  // namespace
 
 void RequestHandlers::CountBytes(uint64_t in_bytes, uint64_t out_bytes,
@@ -205,23 +229,8 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
   const uint64_t in_bytes = request.input().data().size() + request.key().data().size();
   RequestTensors tensors(state_.shm, shm_owner);
   ASSIGN_OR_RETURN(TensorView input, tensors.View(request.mutable_input(), "input"));
-  if (request.has_key() && !scheme->takes_key) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key is set; only ", Takers([](const SchemeDescriptor& s) { return s.takes_key; }),
-        " keys"));
-  }
   const PositionsSpec positions = PositionsFromProto(request.positions());
-  if (!positions.values.empty() && !scheme->takes_position_values) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "positions.values is set; only ",
-        Takers([](const SchemeDescriptor& s) { return s.takes_position_values; }), " it"));
-  }
-  if (positions.has_axis_positions() && !scheme->takes_axis_positions) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
-        " is set; only ",
-        Takers([](const SchemeDescriptor& s) { return s.takes_axis_positions; }), " it"));
-  }
+  RETURN_IF_ERROR(CheckEncodeFieldsTaken(*scheme, request, positions));
   if (scheme->rotate != nullptr) {
     RETURN_IF_ERROR(Rotate(state_, *scheme, request, response, tensors, input, positions));
     CountBytes(in_bytes, response.output().data().size() + response.key_output().data().size(),
@@ -243,15 +252,7 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
     result = scheme->add(state_.Env(), request, placed.view, positions);
   }
   if (!result.ok()) return result.status();
-  if (result->first_non_finite.has_value()) {  // the kernel looked as it wrote
-    RETURN_IF_ERROR(
-        ResultError(placed.view, *result->first_non_finite, "input", Allowed::kFiniteOnly));
-  } else {
-    RETURN_IF_ERROR(CheckResult(result->concat ? TensorView{placed.view.dtype, result->shape,
-                                                            result->concat->data()}
-                                               : placed.view,
-                                "input", Allowed::kFiniteOnly));
-  }
+  RETURN_IF_ERROR(CheckAddResult(*result, placed));
   RETURN_IF_ERROR(FillResponse(*result, placed, tensors, request, response));
   RETURN_IF_ERROR(tensors.CheckIntact());
   CountBytes(in_bytes, response.output().data().size(), tensors);
@@ -265,19 +266,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
   *label = scheme ? scheme->label : kNoScheme;
   response.set_request_id(request.request_id());
   if (scheme == nullptr || scheme->bias_spec == nullptr) return UnknownScheme(request);
-  BiasSpec spec;
-  spec.geom = MakeBiasGeometry(request.query_length(), request.key_length());
-  if (request.has_query_offset()) spec.geom.query_offset = request.query_offset();
-  spec.add_to_scores = request.has_scores();
-  if (request.has_query()) {  // Shaw's query term; PlanBias refuses it for other schemes
-    const v1::Tensor& q = request.query();
-    spec.query_shape = Shape(q.shape().begin(), q.shape().end());
-    ASSIGN_OR_RETURN(spec.query_dtype, DTypeFromProto(q.dtype(), "query.dtype"));
-  }
-  RETURN_IF_ERROR(scheme->bias_spec(request, spec));
-  if (!request.has_query_offset() && spec.geom.query_offset < 0) {
-    return DefaultOffsetError(scheme->name, spec.geom);
-  }
+  ASSIGN_OR_RETURN(const BiasSpec spec, BiasSpecOf(*scheme, request));
   ASSIGN_OR_RETURN(const BiasPlan plan, PlanBias(spec, *state_.tables));
   const uint64_t in_bytes = request.scores().data().size() + request.query().data().size();
   RequestTensors tensors(state_.shm, shm_owner);
@@ -423,10 +412,7 @@ absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_
   // The position of the chunk's first row (row `first` of the table).
   chunk.set_first_position(TablePositionsFromProto(request).At(first));
   t->set_dtype(DTypeToProto(dtype));
-  std::string* data = t->mutable_data();
-  data->resize(rows.rows.data.size() * DTypeSize(dtype));
-  return ConvertFromFloat32(rows.rows.data.data(), dtype, data->data(),
-                            static_cast<int64_t>(rows.rows.data.size()));
+  return WriteTableRows(rows, dtype, *t->mutable_data());
 }
 
 }  // namespace posenc

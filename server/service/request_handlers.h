@@ -15,7 +15,6 @@
 #include "absl/status/status.h"
 #include "server/common/cancel.h"
 #include "posenc/v1/posenc.pb.h"
-#include "server/graph/laplacian.h"
 #include "server/metrics/metrics.h"
 #include "server/service/request_tensors.h"
 #include "server/shm/shared_memory_registry.h"

@@ -22,8 +22,7 @@ void FillFloats(void* p, DType dtype, size_t n, float value) {
   }
 }
 
-double BestSeconds(const std::function<void()>& fn, double budget_s, int min_reps,
-                   int max_reps) {
+double BestSeconds(const std::function<void()>& fn, double budget_s, int min_reps, int max_reps) {
   fn();  // warm-up: tables, primitives, page faults
   double best = 1e30;
   const Clock::time_point start = Clock::now();

@@ -24,7 +24,7 @@ struct Options {
   bool quick = false;
   bool kernels = true;
   bool e2e = true;
-  int threads = 0;           // kernel threads, here and in posenc-server; 0 = cores
+  int threads = 0;            // kernel threads, here and in posenc-server; 0 = cores
   double cell_seconds = 1.0;  // per e2e cell and round; 48 MiB cells get 2.5x
   // Each side keeps its best of these (e2e: posenc and the echo; kernels: the kernel and
   // its roofline, at least 2), so one noisy round hurts neither.

@@ -28,8 +28,8 @@ using posenc::testing::GridEdges;
 using posenc::testing::RandomEdges;
 using posenc::testing::RingEdges;
 
-double Run(const char* name, int64_t n, const std::vector<int64_t>& edges, int k,
-           bool normalized, const posenc::GraphLimits& limits) {
+double Run(const char* name, int64_t n, const std::vector<int64_t>& edges, int k, bool normalized,
+           const posenc::GraphLimits& limits) {
   const posenc::GraphSpec spec{n, edges, k, normalized};
   const auto start = Clock::now();
   auto enc = posenc::ComputeLaplacianEncoding(spec, limits);
@@ -83,9 +83,10 @@ void RandomWalkRow(const char* name, int64_t n, const std::vector<int64_t>& edge
   });
   double diff = 0;
   for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
-  std::printf("%-34s n=%-8lld S=%-3d %8.4f s  float64 dense powers %8.4f s  ratio %.3f  "
-              "max |diff| %.2g\n",
-              name, static_cast<long long>(n), steps, fast, reference, fast / reference, diff);
+  std::printf(
+      "%-34s n=%-8lld S=%-3d %8.4f s  float64 dense powers %8.4f s  ratio %.3f  "
+      "max |diff| %.2g\n",
+      name, static_cast<long long>(n), steps, fast, reference, fast / reference, diff);
 }
 
 void ShortestPathRow(int64_t n, const std::vector<int64_t>& edges, int anchors) {
@@ -116,10 +117,11 @@ void ShortestPathRow(int64_t n, const std::vector<int64_t>& edges, int anchors) 
       wrong += got[i * anchors + a] != (d >= 1e300 ? -1 : static_cast<int32_t>(d));
     }
   }
-  std::printf("%-34s n=%-8lld A=%-3d %8.4f s  float64 Floyd-Warshall %8.4f s  ratio %.4f  "
-              "mismatches %lld\n",
-              "shortest path, random 3/node", static_cast<long long>(n), anchors, fast,
-              reference, fast / reference, static_cast<long long>(wrong));
+  std::printf(
+      "%-34s n=%-8lld A=%-3d %8.4f s  float64 Floyd-Warshall %8.4f s  ratio %.4f  "
+      "mismatches %lld\n",
+      "shortest path, random 3/node", static_cast<long long>(n), anchors, fast, reference,
+      fast / reference, static_cast<long long>(wrong));
 }
 
 void TreeRow(int64_t n, int depth, int children) {
@@ -155,10 +157,11 @@ void TreeRow(int64_t n, int depth, int children) {
   });
   double diff = 0;
   for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
-  std::printf("%-34s n=%-8lld D=%-3d %8.4f s  float64 walk to the root %8.4f s  ratio %.3f  "
-              "max |diff| %.2g\n",
-              "tree one-hot, random recursive", static_cast<long long>(n), depth, fast,
-              reference, fast / reference, diff);
+  std::printf(
+      "%-34s n=%-8lld D=%-3d %8.4f s  float64 walk to the root %8.4f s  ratio %.3f  "
+      "max |diff| %.2g\n",
+      "tree one-hot, random recursive", static_cast<long long>(n), depth, fast, reference,
+      fast / reference, diff);
 }
 
 }  // namespace

@@ -19,9 +19,7 @@ namespace {
 
 class Echo final : public posenc::HttpHandler {
  public:
-  std::optional<posenc::HttpResponse> Screen(posenc::HttpRequest&) override {
-    return std::nullopt;
-  }
+  std::optional<posenc::HttpResponse> Screen(posenc::HttpRequest&) override { return std::nullopt; }
 
   void Handle(posenc::HttpRequest request, posenc::HttpRespond respond) override {
     const std::string* header = request.Header("inference-header-content-length");
@@ -37,9 +35,11 @@ class Echo final : public posenc::HttpHandler {
     const size_t binary = json_bytes <= body->size() ? body->size() - json_bytes : 0;
     posenc::HttpResponse r;
     r.content_type = "application/octet-stream";
-    r.body = "{\"model_name\":\"echo\",\"model_version\":\"1\",\"outputs\":[{\"name\":\"output\","
-             "\"datatype\":\"FP32\",\"shape\":[" + std::to_string(binary / 4) +
-             "],\"parameters\":{\"binary_data_size\":" + std::to_string(binary) + "}}]}";
+    r.body =
+        "{\"model_name\":\"echo\",\"model_version\":\"1\",\"outputs\":[{\"name\":\"output\","
+        "\"datatype\":\"FP32\",\"shape\":[" +
+        std::to_string(binary / 4) +
+        "],\"parameters\":{\"binary_data_size\":" + std::to_string(binary) + "}}]}";
     r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(r.body.size()));
     r.more.emplace_back(body->data() + (body->size() - binary), binary);
     r.keep = body;

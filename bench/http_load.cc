@@ -28,8 +28,7 @@ int HttpPort(const testing::ServerChild& child, const std::string& name) {
   std::smatch m;
   const std::string& line = child.start_line();
   if (!child.started() || !std::regex_search(line, m, std::regex(R"(http=\S*:(\d+))"))) {
-    std::fprintf(stderr, "posenc-bench: %s did not start HTTP: '%s'\n", name.c_str(),
-                 line.c_str());
+    std::fprintf(stderr, "posenc-bench: %s did not start HTTP: '%s'\n", name.c_str(), line.c_str());
     std::exit(1);
   }
   return std::stoi(m[1]);
@@ -68,7 +67,8 @@ class Connection {
     buffer_.erase(0, end + 4);
     const int status = std::atoi(head.c_str() + 9);
     const size_t at = head.find("Content-Length: ");
-    const size_t length = at == std::string::npos ? 0 : std::strtoull(head.c_str() + at + 16, nullptr, 10);
+    const size_t length =
+        at == std::string::npos ? 0 : std::strtoull(head.c_str() + at + 16, nullptr, 10);
     body.resize(length);  // the same size every call: no zero-fill after the first
     size_t have = std::min(length, buffer_.size());
     std::memcpy(body.data(), buffer_.data(), have);
@@ -96,16 +96,17 @@ class Connection {
 // A binary infer of `payload` bytes of fp32 0.25 shaped [1, payload/1024, 256].
 std::string InferRequest(size_t payload) {
   const size_t seq = payload / (256 * sizeof(float));
-  const std::string header = absl::StrCat(
-      R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,)", seq,
-      R"(,256],"parameters":{"binary_data_size":)", payload,
-      R"(}}],"parameters":{"binary_data_output":true}})");
+  const std::string header =
+      absl::StrCat(R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,)", seq,
+                   R"(,256],"parameters":{"binary_data_size":)", payload,
+                   R"(}}],"parameters":{"binary_data_output":true}})");
   std::string data(payload, '\0');
   FillFloats(data.data(), DType::kFloat32, payload / sizeof(float), 0.25f);
-  return absl::StrCat("POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: bench\r\n"
-                      "Content-Type: application/octet-stream\r\n"
-                      "Inference-Header-Content-Length: ", header.size(),
-                      "\r\nContent-Length: ", header.size() + payload, "\r\n\r\n", header, data);
+  return absl::StrCat(
+      "POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: bench\r\n"
+      "Content-Type: application/octet-stream\r\n"
+      "Inference-Header-Content-Length: ",
+      header.size(), "\r\nContent-Length: ", header.size() + payload, "\r\n\r\n", header, data);
 }
 
 // posenc answers x[1] = 0.25 + cos(0) = 1.25 at position 0; the echo returns 0.25.
@@ -176,8 +177,8 @@ Cell RunCell(int port, const std::string& request, size_t payload, int concurren
 }  // namespace
 
 json RunHttp(const Options& o) {
-  std::vector<std::string> args = {o.server_binary, "--listen=127.0.0.1:0", "--metrics_listen=",
-                                   "--http_listen=127.0.0.1:0"};
+  std::vector<std::string> args = {o.server_binary, "--listen=127.0.0.1:0",
+                                   "--metrics_listen=", "--http_listen=127.0.0.1:0"};
   if (o.threads > 0) args.push_back(absl::StrCat("--threads=", o.threads));
   testing::ServerChild posenc(args, std::chrono::seconds(30));
   testing::ServerChild echo({o.http_echo_binary, "--http_listen=127.0.0.1:0"},

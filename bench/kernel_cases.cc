@@ -43,7 +43,8 @@ struct KernelFixture {
       : nb(nb), seq(seq), dim(dim), q_batch(q_batch), q_seq(q_seq), q_heads(q_heads),
         head_dim(head_dim), bias_heads(bias_heads), bias_len(bias_len),
         tensor(std::max({nb * seq * dim, q_batch * q_seq * q_heads * head_dim,
-                         bias_heads * bias_len * bias_len}) * sizeof(float)),
+                         bias_heads * bias_len * bias_len}) *
+               sizeof(float)),
         concat_input(static_cast<size_t>(nb * seq * (dim / 2)) * sizeof(float)),
         cache(size_t{256} << 20) {
     learned = std::make_shared<Table>();
@@ -67,7 +68,7 @@ struct KernelFixture {
   Buffer concat_input;  // CONCAT's x, [nb, seq, dim/2] (its output is `tensor`)
   TableCache cache;
   std::shared_ptr<Table> learned;
-  std::vector<float> t5_table;  // [32 buckets, heads]
+  std::vector<float> t5_table;    // [32 buckets, heads]
   std::vector<double> fourier_b;  // [dim/2, 1] Fourier frequencies
   std::vector<float> shaw_table;  // [2 * kShawK + 1, kShawDim]
   std::vector<float> shaw_query;  // [1, bias_heads, bias_len, kShawDim]
@@ -89,24 +90,24 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, KernelImpl isa,
   };
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
-    cases.push_back({"sinusoidal_add", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
-                     [&f, data, dt, emb_shape] {
-                       SinusoidalSpec spec;
-                       TensorView x{dt, emb_shape, data};
-                       Check(ApplySinusoidal(spec, CombineSpec{}, x, PositionsSpec{}, f.cache,
-                                             SchemeLimits{})
-                                 .status(),
-                             "ApplySinusoidal");
-                     },
-                     last_add});
+    cases.push_back(
+        {"sinusoidal_add", size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
+         [&f, data, dt, emb_shape] {
+           SinusoidalSpec spec;
+           TensorView x{dt, emb_shape, data};
+           Check(ApplySinusoidal(spec, CombineSpec{}, x, PositionsSpec{}, f.cache, SchemeLimits{})
+                     .status(),
+                 "ApplySinusoidal");
+         },
+         last_add});
   }
   // The add kernel alone, each implementation on the same rows: the hand-written rows of
   // this pass's ISA (cache-blocked) against oneDNN's binary_add with broadcast (at the ISA
   // oneDNN runs on in this process; see RunKernelsEveryIsa).
   for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
     const size_t bytes = static_cast<size_t>(emb_n) * DTypeSize(dt);
-    for (auto [label, impl] : {std::pair{"add_vector", isa},
-                               std::pair{"add_onednn", KernelImpl::kOneDnn}}) {
+    for (auto [label, impl] :
+         {std::pair{"add_vector", isa}, std::pair{"add_onednn", KernelImpl::kOneDnn}}) {
       cases.push_back({label, size, emb_shape, dt, bytes, 2 * bytes + pe_bytes,
                        [&f, data, dt, emb_shape, impl = impl] {
                          TensorView x{dt, emb_shape, data};
@@ -130,11 +131,11 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, KernelImpl isa,
       if (!checked_rows) first = FirstNonFinite(DType::kFloat32, data, x.NumElements());
       if (first >= 0) Check(absl::InternalError("the add's result is not finite"), "add");
     };
-    cases.push_back({"add_checked", size, emb_shape, DType::kFloat32, bytes,
-                     2 * bytes + pe_bytes, [add] { add(true); }, last_add,
+    cases.push_back({"add_checked", size, emb_shape, DType::kFloat32, bytes, 2 * bytes + pe_bytes,
+                     [add] { add(true); }, last_add,
                      /*comparison=*/true});
-    cases.push_back({"add_then_scan", size, emb_shape, DType::kFloat32, bytes,
-                     2 * bytes + pe_bytes, [add] { add(false); }, last_add,
+    cases.push_back({"add_then_scan", size, emb_shape, DType::kFloat32, bytes, 2 * bytes + pe_bytes,
+                     [add] { add(false); }, last_add,
                      /*comparison=*/true});
   }
   // MULTIPLY fusion (x * pe), the 2D sin-cos of a patch grid (seq = 8 x 16 or 32 x 64
@@ -147,8 +148,9 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, KernelImpl isa,
                      [&f, data, dt, emb_shape] {
                        CombineSpec multiply;
                        multiply.fusion = Fusion::kMultiply;
-                       Check(ApplySinusoidal(SinusoidalSpec{}, multiply, TensorView{dt, emb_shape, data},
-                                             PositionsSpec{}, f.cache, SchemeLimits{})
+                       Check(ApplySinusoidal(SinusoidalSpec{}, multiply,
+                                             TensorView{dt, emb_shape, data}, PositionsSpec{},
+                                             f.cache, SchemeLimits{})
                                  .status(),
                              "ApplySinusoidal MULTIPLY");
                      },
@@ -177,15 +179,15 @@ void AddAbsoluteCases(KernelFixture& f, const std::string& size, KernelImpl isa,
                      last_add});
   }
   const size_t bytes = static_cast<size_t>(emb_n) * sizeof(float);
-  cases.push_back({"learned_add", size, emb_shape, DType::kFloat32, bytes, 2 * bytes + pe_bytes,
-                   [&f, data, emb_shape] {
-                     TensorView x{DType::kFloat32, emb_shape, data};
-                     LearnedSpec spec{"bench", f.learned, Overflow::kError};
-                     Check(ApplyLearned(spec, CombineSpec{}, x, PositionsSpec{}, SchemeLimits{})
-                               .status(),
-                           "ApplyLearned");
-                   },
-                   last_add});
+  cases.push_back(
+      {"learned_add", size, emb_shape, DType::kFloat32, bytes, 2 * bytes + pe_bytes,
+       [&f, data, emb_shape] {
+         TensorView x{DType::kFloat32, emb_shape, data};
+         LearnedSpec spec{"bench", f.learned, Overflow::kError};
+         Check(ApplyLearned(spec, CombineSpec{}, x, PositionsSpec{}, SchemeLimits{}).status(),
+               "ApplyLearned");
+       },
+       last_add});
 }
 
 // RoPE on queries [q_batch, q_seq, q_heads, head_dim], both pairings, every dtype.
@@ -213,9 +215,9 @@ void AddRopeCases(KernelFixture& f, const std::string& size, std::vector<KernelC
   const int64_t text = f.q_seq / 32;
   const int64_t grid_h = f.q_seq / 64;
   const int64_t grid_w = (f.q_seq - 4 * text) / grid_h;
-  std::vector<MropeSegmentSpec> segments = {
-      {text, 0, 0, 0, 1.0}, {0, 1, grid_h, grid_w, 1.0},
-      {f.q_seq - text - grid_h * grid_w, 0, 0, 0, 1.0}};
+  std::vector<MropeSegmentSpec> segments = {{text, 0, 0, 0, 1.0},
+                                            {0, 1, grid_h, grid_w, 1.0},
+                                            {f.q_seq - text - grid_h * grid_w, 0, 0, 0, 1.0}};
   const int half = static_cast<int>(f.head_dim / 2);
   const std::vector<int> sections = {half / 4, half * 3 / 8, half - half / 4 - half * 3 / 8};
   // imrope: Qwen3-VL's interleaved axes (runs of one slot), as llama.cpp names it.
@@ -243,7 +245,8 @@ void AddRopeCases(KernelFixture& f, const std::string& size, std::vector<KernelC
 void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelCase>& cases) {
   void* data = f.tensor.data();
   const BiasGeometry geom = MakeBiasGeometry(f.bias_len, f.bias_len);
-  const size_t bias_bytes = static_cast<size_t>(f.bias_heads * f.bias_len * f.bias_len) * sizeof(float);
+  const size_t bias_bytes =
+      static_cast<size_t>(f.bias_heads * f.bias_len * f.bias_len) * sizeof(float);
   const Shape bias_shape{f.bias_heads, f.bias_len, f.bias_len};
   const Shape scores_shape{1, f.bias_heads, f.bias_len, f.bias_len};
   AlibiSpec alibi;
@@ -254,7 +257,8 @@ void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelC
   const float* t5_table = f.t5_table.data();
   cases.push_back({"alibi_build", size, bias_shape, DType::kFloat32, bias_bytes, bias_bytes,
                    [data, alibi, geom] {
-                     Check(BuildAlibiBias(alibi, geom, static_cast<float*>(data)), "BuildAlibiBias");
+                     Check(BuildAlibiBias(alibi, geom, static_cast<float*>(data)),
+                           "BuildAlibiBias");
                    },
                    nullptr});
   cases.push_back({"t5_build", size, bias_shape, DType::kFloat32, bias_bytes, bias_bytes,
@@ -263,13 +267,14 @@ void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelC
                            "BuildT5Bias");
                    },
                    nullptr});
-  cases.push_back({"alibi_add", size, scores_shape, DType::kFloat32, bias_bytes, 2 * bias_bytes,
-                   [data, alibi, geom, scores_shape] {
-                     // Zeroed by the fill below, so repeated adds of -inf stay -inf, never NaN.
-                     Check(AddAlibiBias(alibi, geom, TensorView{DType::kFloat32, scores_shape, data}),
-                           "AddAlibiBias");
-                   },
-                   nullptr});
+  cases.push_back(
+      {"alibi_add", size, scores_shape, DType::kFloat32, bias_bytes, 2 * bias_bytes,
+       [data, alibi, geom, scores_shape] {
+         // Zeroed by the fill below, so repeated adds of -inf stay -inf, never NaN.
+         Check(AddAlibiBias(alibi, geom, TensorView{DType::kFloat32, scores_shape, data}),
+               "AddAlibiBias");
+       },
+       nullptr});
   cases.push_back({"t5_add", size, scores_shape, DType::kFloat32, bias_bytes, 2 * bias_bytes,
                    [data, t5, geom, heads, t5_table, scores_shape] {
                      Check(AddT5Bias(t5, geom, t5_table, heads,
@@ -279,8 +284,8 @@ void AddBiasCases(KernelFixture& f, const std::string& size, std::vector<KernelC
                    nullptr});
   // DeBERTa's INT32 [q, k] buckets (HF's defaults).
   const size_t ids_bytes = static_cast<size_t>(f.bias_len * f.bias_len) * 4;
-  cases.push_back({"deberta_build", size, Shape{f.bias_len, f.bias_len}, DType::kInt32,
-                   ids_bytes, ids_bytes,
+  cases.push_back({"deberta_build", size, Shape{f.bias_len, f.bias_len}, DType::kInt32, ids_bytes,
+                   ids_bytes,
                    [data, geom] {
                      Check(BuildDebertaPositions(DebertaSpec{}, geom, static_cast<int32_t*>(data)),
                            "BuildDebertaPositions");
@@ -338,22 +343,21 @@ void AddConvertCases(KernelFixture& f, const std::string& size, std::vector<Kern
     for (auto [label, impl] : impls) {
       cases.push_back({absl::StrCat("convert_", label), size, Shape{f.seq, f.dim}, dt, out_bytes,
                        out_bytes + static_cast<size_t>(n) * 4,
-                       [=] { Check(ConvertFromFloat32(table, dt, out, n, impl), "Convert"); },
-                       last, /*comparison=*/true});
+                       [=] { Check(ConvertFromFloat32(table, dt, out, n, impl), "Convert"); }, last,
+                       /*comparison=*/true});
     }
   }
   // The check every Encode result gets (finite_kernel.h): one read of a float32 [seq, dim]
   // table of finite values, so it scans to the end.
   const size_t table_bytes = static_cast<size_t>(n) * sizeof(float);
-  cases.push_back({"finite_check", size, Shape{f.seq, f.dim}, DType::kFloat32, table_bytes,
-                   table_bytes,
-                   [=] {
-                     if (FirstNonFinite(DType::kFloat32, table, n) != -1) {
-                       Check(absl::InternalError("a finite table was found not finite"),
-                             "FirstNonFinite");
-                     }
-                   },
-                   nullptr});
+  cases.push_back(
+      {"finite_check", size, Shape{f.seq, f.dim}, DType::kFloat32, table_bytes, table_bytes,
+       [=] {
+         if (FirstNonFinite(DType::kFloat32, table, n) != -1) {
+           Check(absl::InternalError("a finite table was found not finite"), "FirstNonFinite");
+         }
+       },
+       nullptr});
 }
 
 std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, KernelImpl isa) {
@@ -368,7 +372,8 @@ std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, Ker
 // Whether --filter (a substring of "name dtype size") keeps `c`.
 bool Selected(const Options& o, const KernelCase& c) {
   return o.filter.empty() ||
-         absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) != std::string::npos;
+         absl::StrCat(c.name, " ", DTypeLabel(c.dtype), " ", c.size).find(o.filter) !=
+             std::string::npos;
 }
 
 // One case's row: the kernel and its roofline alternate, `rounds` times (at least twice).
@@ -377,7 +382,8 @@ bool Selected(const Options& o, const KernelCase& c) {
 // `round_ratios`). This VM's bandwidth at 64 MiB swings 2x over seconds: the best kernel
 // over the best roofline paired a fast minute with a slow one (0.50 and 1.33 for bf16 and
 // fp16 RoPE in one run); a ratio taken within one round sees one state of the machine.
-json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds, KernelImpl isa) {
+json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds,
+                 KernelImpl isa) {
   // The builds only write: beside the read-modify-write roofline they also get a
   // write-only one (the better of streaming and plain stores).
   const bool write_only = c.moved_bytes == c.tensor_bytes;
@@ -442,8 +448,8 @@ json RunKernels(const Options& o, KernelImpl isa) {
       FillFloats(fixture.tensor.data(), c.dtype, c.tensor_bytes / DTypeSize(c.dtype),
                  c.name == "alibi_add" ? 0.0f : 0.25f);
       if (absl::StartsWith(c.name, "concat_")) {
-        FillFloats(fixture.concat_input.data(), c.dtype, fixture.nb * fixture.seq * (fixture.dim / 2),
-                   0.25f);
+        FillFloats(fixture.concat_input.data(), c.dtype,
+                   fixture.nb * fixture.seq * (fixture.dim / 2), 0.25f);
       }
       // A oneDNN without a kernel here runs another implementation: no row then.
       if (absl::EndsWith(c.name, "_onednn")) {
@@ -454,9 +460,9 @@ json RunKernels(const Options& o, KernelImpl isa) {
       if (!o.json) {
         std::fprintf(stderr,
                      "  kernel %-6s %-15s %-5s %-22s %-4s %8.3f ms %7.1f GB/s (roofline %.1f)\n",
-                     KernelImplName(isa), c.name.c_str(), c.size.c_str(), ShapeString(c.shape).c_str(),
-                     DTypeLabel(c.dtype), r["ms"].get<double>(), r["gbps"].get<double>(),
-                     r["roofline_gbps"].get<double>());
+                     KernelImplName(isa), c.name.c_str(), c.size.c_str(),
+                     ShapeString(c.shape).c_str(), DTypeLabel(c.dtype), r["ms"].get<double>(),
+                     r["gbps"].get<double>(), r["roofline_gbps"].get<double>());
       }
       results.push_back(std::move(r));
     }
@@ -468,9 +474,10 @@ json RunKernels(const Options& o, KernelImpl isa) {
 // binary_add runs as on a CPU whose widest ISA that is: oneDNN fixes its ISA once per
 // process. Returns the child's kernel rows.
 json RunChildPass(const Options& o, KernelImpl isa) {
-  std::string command = absl::StrCat("DNNL_MAX_CPU_ISA=", isa == KernelImpl::kAvx2 ? "AVX2" : "AVX512_CORE",
-                                     " ", o.self_binary, " --kernels-only --json --isa=",
-                                     KernelImplName(isa), " --threads=", o.threads, " --rounds=", o.rounds);
+  std::string command =
+      absl::StrCat("DNNL_MAX_CPU_ISA=", isa == KernelImpl::kAvx2 ? "AVX2" : "AVX512_CORE", " ",
+                   o.self_binary, " --kernels-only --json --isa=", KernelImplName(isa),
+                   " --threads=", o.threads, " --rounds=", o.rounds);
   if (o.quick) absl::StrAppend(&command, " --quick");
   if (!o.filter.empty()) {
     std::string quoted;  // single-quoted for the shell

@@ -77,20 +77,19 @@ constexpr Front kInferenceFront{"ModelInfer", "ModelStreamInfer",
                                 "/inference.GRPCInferenceService/ModelStreamInfer", true};
 
 // One blocking unary call of pre-serialised bytes.
-grpc::Status UnaryCall(grpc::GenericStub& stub, const char* method,
-                       const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+grpc::Status UnaryCall(grpc::GenericStub& stub, const char* method, const grpc::ByteBuffer& request,
+                       grpc::ByteBuffer* response) {
   grpc::ClientContext context;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
   grpc::Status status;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, response,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = std::move(s);
-                   done = true;
-                   cv.notify_one();
-                 });
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, response, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    done = true;
+    cv.notify_one();
+  });
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return done; });
   return status;
@@ -180,8 +179,9 @@ struct CellResult {
 
 double Percentile(std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
-  const size_t i = std::min(sorted.size() - 1,
-                            static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())) - 1));
+  const size_t i =
+      std::min(sorted.size() - 1,
+               static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())) - 1));
   return sorted[i];
 }
 
@@ -431,9 +431,8 @@ void Verify(const std::string& name, const std::shared_ptr<grpc::Channel>& chann
       std::fprintf(stderr,
                    "posenc-bench: %s answered %s %s wrongly (%s; %zu bytes; x[%zu] = %g, "
                    "expected %g)\n",
-                   name.c_str(), streaming ? front.stream_rpc : front.unary_rpc,
-                   w.shape.c_str(), status.error_message().c_str(), bytes, w.check_index,
-                   value, expected);
+                   name.c_str(), streaming ? front.stream_rpc : front.unary_rpc, w.shape.c_str(),
+                   status.error_message().c_str(), bytes, w.check_index, value, expected);
       std::exit(1);
     }
   }
@@ -559,10 +558,9 @@ std::vector<Workload> Workloads(const Options& o, const Front& front) {
 json RunE2e(const Options& o) {
   // With --echo-vs-echo the "posenc" side is a second echo (an A/A run).
   const char* server_name = o.echo_vs_echo ? "posenc-bench-echo (as the server)" : "posenc-server";
-  ChildServer posenc(server_name, o.echo_vs_echo
-                                      ? std::vector<std::string>{o.echo_binary,
-                                                                 "--listen=127.0.0.1:0"}
-                                      : ServerArgs(o, {}));
+  ChildServer posenc(server_name, o.echo_vs_echo ? std::vector<std::string>{o.echo_binary,
+                                                                            "--listen=127.0.0.1:0"}
+                                                 : ServerArgs(o, {}));
   ChildServer echo("posenc-bench-echo", {o.echo_binary, "--listen=127.0.0.1:0"});
   const Channels posenc_channels = Connect(posenc.address());  // for the answers' checks
   const Channels echo_channels = Connect(echo.address());
@@ -754,8 +752,8 @@ json RunShm(const Options& o) {
                        kNativeFront, false, payload, concurrency);
       results.push_back(ShmRow(payload, concurrency, shm_best, inline_best, kernel_mbps));
       if (!o.json) {
-        std::fprintf(stderr, "  shm Encode %9zu B x%d: shm %8.1f MB/s inline %8.1f MB/s\n",
-                     payload, concurrency, shm_best.mbps, inline_best.mbps);
+        std::fprintf(stderr, "  shm Encode %9zu B x%d: shm %8.1f MB/s inline %8.1f MB/s\n", payload,
+                     concurrency, shm_best.mbps, inline_best.mbps);
       }
     }
     UnregisterRegion(*stub);

@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "bench/bench_common.h"
-#include "bench/kernel_cases.h"
 #include "bench/http_load.h"
+#include "bench/kernel_cases.h"
 #include "bench/load.h"
 #include "bench/report.h"
 #include "server/common/flags.h"

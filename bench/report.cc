@@ -28,7 +28,8 @@ json MachineInfo() {
               {"kernel_threads", KernelThreads()},
               {"avx2", __builtin_cpu_supports("avx2") != 0},
               {"avx512f", __builtin_cpu_supports("avx512f") != 0},
-              {"isas", [] {
+              {"isas",
+               [] {
                  json names = json::array();
                  for (KernelImpl isa : CpuVectorIsas()) names.push_back(KernelImplName(isa));
                  return names;
@@ -62,20 +63,25 @@ void KernelTargets(const json& kernels, json& targets) {
 // (a small call by reference costs no more than the same call inline).
 void ShmTargets(const json& shm, json& targets) {
   for (const json& r : shm) {
-    const std::string what = absl::StrCat("shm Encode ", PayloadLabel(r["payload_bytes"]),
-                                          " x", r["concurrency"].get<int>());
+    const std::string what = absl::StrCat("shm Encode ", PayloadLabel(r["payload_bytes"]), " x",
+                                          r["concurrency"].get<int>());
     const size_t payload = r["payload_bytes"].get<size_t>();
     if (payload == (size_t{48} << 20)) {
-      targets.push_back({{"target", "shm speedup over inline >= 20"}, {"what", what},
-                         {"value", r["speedup"]}, {"met", r["speedup"].get<double>() >= 20}});
-      targets.push_back({{"target", "shm >= 0.6 of the kernel alone"}, {"what", what},
+      targets.push_back({{"target", "shm speedup over inline >= 20"},
+                         {"what", what},
+                         {"value", r["speedup"]},
+                         {"met", r["speedup"].get<double>() >= 20}});
+      targets.push_back({{"target", "shm >= 0.6 of the kernel alone"},
+                         {"what", what},
                          {"value", r["kernel_ratio"]},
                          {"met", r["kernel_ratio"].get<double>() >= 0.6}});
     } else if (payload == (size_t{64} << 10) || payload == (size_t{16} << 10)) {
       const double p50_ratio =
           r["shm_p50_ms"].get<double>() / std::max(1e-9, r["inline_p50_ms"].get<double>());
-      targets.push_back({{"target", "shm p50 <= inline p50 (16, 64 KiB)"}, {"what", what},
-                         {"value", p50_ratio}, {"met", p50_ratio <= 1.0}});
+      targets.push_back({{"target", "shm p50 <= inline p50 (16, 64 KiB)"},
+                         {"what", what},
+                         {"value", p50_ratio},
+                         {"met", p50_ratio <= 1.0}});
     }
   }
 }
@@ -129,9 +135,8 @@ void PrintKernels(const json& kernels) {
               "dtype", "impl", "ms", "GB/s", "roof GB/s", "ratio", "write-only roof GB/s, ratio");
   for (const json& k : kernels) {
     std::printf("%-6s %-15s %-22s %-5s %-17s %6.3f %9.1f %9.1f %7.2f",
-                k.value("isa", std::string("?")).c_str(),
-                k["name"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
-                k["dtype"].get<std::string>().c_str(),
+                k.value("isa", std::string("?")).c_str(), k["name"].get<std::string>().c_str(),
+                k["shape"].get<std::string>().c_str(), k["dtype"].get<std::string>().c_str(),
                 k.value("impl", std::string("-")).c_str(), k["ms"].get<double>(),
                 k["gbps"].get<double>(), k["roofline_gbps"].get<double>(),
                 k["ratio"].get<double>());
@@ -156,40 +161,39 @@ void PrintE2e(const json& e2e) {
         "%6.2f\n",
         e["rpc"].get<std::string>().c_str(), scheme.c_str(),
         e.value("shape", std::string("?")).c_str(), e["concurrency"].get<int>(),
-        e["posenc_rps"].get<double>(), e["echo_rps"].get<double>(),
-        e["posenc_mbps"].get<double>(), e["echo_mbps"].get<double>(), e["ratio"].get<double>(),
-        e["posenc_p50_ms"].get<double>(), e["echo_p50_ms"].get<double>(), p50,
-        e["posenc_p99_ms"].get<double>(), e["echo_p99_ms"].get<double>(),
-        e["p99_ratio"].get<double>());
+        e["posenc_rps"].get<double>(), e["echo_rps"].get<double>(), e["posenc_mbps"].get<double>(),
+        e["echo_mbps"].get<double>(), e["ratio"].get<double>(), e["posenc_p50_ms"].get<double>(),
+        e["echo_p50_ms"].get<double>(), p50, e["posenc_p99_ms"].get<double>(),
+        e["echo_p99_ms"].get<double>(), e["p99_ratio"].get<double>());
   }
 }
 
 // HTTP/REST binary infer against an HTTP echo on the same library.
 void PrintHttp(const json& http) {
-  std::printf("\n%-10s %-7s %4s %9s %9s %6s %8s %8s %8s %8s\n", "rpc", "payload", "conc",
-              "posMB/s", "echoMB/s", "ratio", "pos p50", "echo p50", "pos p99", "echo p99");
+  std::printf("\n%-10s %-7s %4s %9s %9s %6s %8s %8s %8s %8s\n", "rpc", "payload", "conc", "posMB/s",
+              "echoMB/s", "ratio", "pos p50", "echo p50", "pos p99", "echo p99");
   for (const json& r : http) {
     std::printf("%-10s %-7s %4d %9.1f %9.1f %6.2f %8.3f %8.3f %8.3f %8.3f\n",
                 r["rpc"].get<std::string>().c_str(),
-                PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
-                r["concurrency"].get<int>(), r["posenc_mbps"].get<double>(),
-                r["echo_mbps"].get<double>(), r["ratio"].get<double>(),
-                r["posenc_p50_ms"].get<double>(), r["echo_p50_ms"].get<double>(),
-                r["posenc_p99_ms"].get<double>(), r["echo_p99_ms"].get<double>());
+                PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(), r["concurrency"].get<int>(),
+                r["posenc_mbps"].get<double>(), r["echo_mbps"].get<double>(),
+                r["ratio"].get<double>(), r["posenc_p50_ms"].get<double>(),
+                r["echo_p50_ms"].get<double>(), r["posenc_p99_ms"].get<double>(),
+                r["echo_p99_ms"].get<double>());
   }
 }
 
 void PrintShm(const json& shm) {
-  std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc",
-              "shmMB/s", "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
+  std::printf("\n%-8s %-7s %4s %9s %9s %9s %8s %7s %8s %8s\n", "rpc", "payload", "conc", "shmMB/s",
+              "inlMB/s", "kernMB/s", "speedup", "kern x", "shm p50", "inl p50");
   for (const json& r : shm) {
     std::printf("%-8s %-7s %4d %9.1f %9.1f %9.1f %8.1f %7.2f %8.3f %8.3f\n",
                 r["rpc"].get<std::string>().c_str(),
-                PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(),
-                r["concurrency"].get<int>(), r["shm_mbps"].get<double>(),
-                r["inline_mbps"].get<double>(), r["kernel_mbps"].get<double>(),
-                r["speedup"].get<double>(), r["kernel_ratio"].get<double>(),
-                r["shm_p50_ms"].get<double>(), r["inline_p50_ms"].get<double>());
+                PayloadLabel(r["payload_bytes"].get<size_t>()).c_str(), r["concurrency"].get<int>(),
+                r["shm_mbps"].get<double>(), r["inline_mbps"].get<double>(),
+                r["kernel_mbps"].get<double>(), r["speedup"].get<double>(),
+                r["kernel_ratio"].get<double>(), r["shm_p50_ms"].get<double>(),
+                r["inline_p50_ms"].get<double>());
   }
 }
 

@@ -83,8 +83,8 @@ double Roofline::Gbps(size_t bytes, double budget_s, bool write_only) {
   for (int threads : {1, KernelThreads()}) {
     for (int pass : write_only ? std::vector<int>{1, 2} : std::vector<int>{0}) {
       // a, b keep values bounded: x -> 0.5x + 0.5 converges to 1.
-      best_s = std::min(best_s,
-                        BestSeconds([&] { Rmw(x, n, 0.5f, 0.5f, threads, pass); }, budget_s));
+      best_s =
+          std::min(best_s, BestSeconds([&] { Rmw(x, n, 0.5f, 0.5f, threads, pass); }, budget_s));
     }
     if (KernelThreads() == 1) break;
   }

@@ -30,17 +30,20 @@ absl::StatusOr<CommandLine> SplitCommandLine(const std::vector<std::string>& wor
     std::string name = word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     for (char& c : name) c = c == '_' ? '-' : c;
     if (name == "help" || !kConnectionFlags.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          word, " comes before the command; only the connection flags (--target, --timeout, "
-                "--tls...) may, the others follow it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(word,
+                       " comes before the command; only the connection flags (--target, --timeout, "
+                       "--tls...) may, the others follow it"));
     }
     leading.push_back(word);
     if (eq == std::string::npos && name != "tls") {  // --target ADDR: the value is next
-      if (i + 1 >= words.size()) return absl::InvalidArgumentError(absl::StrCat(word, " needs a value"));
+      if (i + 1 >= words.size())
+        return absl::InvalidArgumentError(absl::StrCat(word, " needs a value"));
       leading.push_back(words[++i]);
     }
   }
-  if (i >= words.size()) return absl::InvalidArgumentError("no command (posenc-client --help lists them)");
+  if (i >= words.size())
+    return absl::InvalidArgumentError("no command (posenc-client --help lists them)");
   line.command = words[i];
   line.args.assign(words.begin() + i + 1, words.end());
   line.args.insert(line.args.end(), leading.begin(), leading.end());

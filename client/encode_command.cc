@@ -36,9 +36,8 @@ absl::StatusOr<v1::EncodeResponse> EncodeByReference(PosencClient& client,
   const uint64_t in = request.input().data().size(), key = request.key().data().size();
   const uint64_t key_at = (in + 63) / 64 * 64;
   const std::string name = absl::StrCat("cli_", getpid());
-  ASSIGN_OR_RETURN(ShmRegion region,
-                   ShmRegion::Create(absl::StrCat("/posenc_cli_", getpid()),
-                                     std::max<uint64_t>(key_at + key, 64)));
+  ASSIGN_OR_RETURN(ShmRegion region, ShmRegion::Create(absl::StrCat("/posenc_cli_", getpid()),
+                                                       std::max<uint64_t>(key_at + key, 64)));
   MoveIntoShm(region, name, 0, request.mutable_input());
   if (request.has_key()) MoveIntoShm(region, name, key_at, request.mutable_key());
   RETURN_IF_ERROR(client.RegisterSharedMemory(region.RegisterRequest(name)));
@@ -51,7 +50,8 @@ absl::StatusOr<v1::EncodeResponse> EncodeByReference(PosencClient& client,
   if (response->has_key_output()) outputs.push_back(response->mutable_key_output());
   for (v1::Tensor* t : outputs) {
     if (!t->has_shm()) continue;  // e.g. CONCAT, answered inline
-    ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, region.Slice(t->shm().offset(), t->shm().byte_size()));
+    ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes,
+                     region.Slice(t->shm().offset(), t->shm().byte_size()));
     t->set_data(bytes.data(), bytes.size());
     t->clear_shm();
   }
@@ -91,8 +91,8 @@ int RunEncodeStream(const Flags& f, v1::EncodeRequest& request) {
       });
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!status.ok()) return RpcError("EncodeStream", status);
-  const size_t bytes_in = static_cast<size_t>(*count) *
-                          (request.input().data().size() + request.key().data().size());
+  const size_t bytes_in =
+      static_cast<size_t>(*count) * (request.input().data().size() + request.key().data().size());
   PrintTensorSummary("last output", last.output(), *print);
   std::cout << absl::StrFormat(
       "%d responses in %.3f s: %.1f req/s, %.1f MiB/s sent, %.1f MiB/s received\n", received,

@@ -50,9 +50,9 @@ absl::Status WriteHeatmapPng(const std::string& path, const Heatmap& map) {
   const int64_t width = map.cols * map.cell, height = map.rows * map.cell;
   if (map.rows < 1 || map.cols < 1 || map.cell < 1 || width > 16384 || height > 16384 ||
       static_cast<int64_t>(map.values.size()) != map.rows * map.cols) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a heatmap of ", map.rows, " x ", map.cols, " values at ", map.cell,
-        " px each cannot be drawn (1 to 16384 px a side)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a heatmap of ", map.rows, " x ", map.cols, " values at ", map.cell,
+                     " px each cannot be drawn (1 to 16384 px a side)"));
   }
   float limit = 0;
   for (float v : map.values) {

@@ -71,8 +71,7 @@ class JsonReader {
   }
 
   absl::Status Missing(const char* key, absl::string_view why) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ": ", Name(key), " is required ", why));
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", Name(key), " is required ", why));
   }
   std::string Name(const char* key) const { return absl::StrCat(prefix_, key); }
   const std::string& source() const { return source_; }
@@ -160,7 +159,8 @@ absl::Status ParseLlama3(const ScalingInputs& in, v1::RopeScaling* out) {
   if (!in.original) return in.s.Missing("original_max_position_embeddings", "for llama3 scaling");
   out->set_factor(*in.factor);
   out->set_original_max_position_embeddings(*in.original);
-  RETURN_IF_ERROR(CopyOptional(in.s, "low_freq_factor", out, &v1::RopeScaling::set_low_freq_factor));
+  RETURN_IF_ERROR(
+      CopyOptional(in.s, "low_freq_factor", out, &v1::RopeScaling::set_low_freq_factor));
   return CopyOptional(in.s, "high_freq_factor", out, &v1::RopeScaling::set_high_freq_factor);
 }
 
@@ -280,8 +280,10 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
   v1::RopeScaling* out = rope->mutable_scaling();
   out->set_type(rule->type);
   ASSIGN_OR_RETURN(const std::optional<double> factor, s.Number("factor"));
-  ASSIGN_OR_RETURN(const std::optional<int64_t> original, s.Int("original_max_position_embeddings"));
-  ASSIGN_OR_RETURN(const std::optional<int64_t> top_original, top.Int("original_max_position_embeddings"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> original,
+                   s.Int("original_max_position_embeddings"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> top_original,
+                   top.Int("original_max_position_embeddings"));
   ASSIGN_OR_RETURN(const std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
   if (rule->type == v1::YARN || rule->type == v1::LONGROPE) {  // the types that read it
     RETURN_IF_ERROR(
@@ -289,8 +291,8 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
   }
   RETURN_IF_ERROR(rule->parse({s, top, rotary_dim, factor, original, top_original, max_pos}, out));
   if (out->has_factor() && !(out->factor() > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(top.source(), ": ", s.Name("factor"), " is ", out->factor(), "; it must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat(top.source(), ": ", s.Name("factor"), " is ",
+                                                   out->factor(), "; it must be > 0"));
   }
   return absl::OkStatus();
 }
@@ -299,12 +301,18 @@ absl::Status ParseScaling(const json& scaling_json, const JsonReader& top, const
 // `hidden` receives hidden_size (or n_embd) for the head width.
 absl::Status ReadSizes(const JsonReader& top, HfRopeConfig* out, std::optional<int64_t>* hidden) {
   ASSIGN_OR_RETURN(std::optional<int64_t> heads, top.Int("num_attention_heads"));
-  if (!heads) { ASSIGN_OR_RETURN(heads, top.Int("n_head")); }
+  if (!heads) {
+    ASSIGN_OR_RETURN(heads, top.Int("n_head"));
+  }
   ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads, top.Int("num_key_value_heads"));
   ASSIGN_OR_RETURN(*hidden, top.Int("hidden_size"));
-  if (!*hidden) { ASSIGN_OR_RETURN(*hidden, top.Int("n_embd")); }
+  if (!*hidden) {
+    ASSIGN_OR_RETURN(*hidden, top.Int("n_embd"));
+  }
   ASSIGN_OR_RETURN(std::optional<int64_t> max_pos, top.Int("max_position_embeddings"));
-  if (!max_pos) { ASSIGN_OR_RETURN(max_pos, top.Int("n_positions")); }
+  if (!max_pos) {
+    ASSIGN_OR_RETURN(max_pos, top.Int("n_positions"));
+  }
   out->num_attention_heads = heads.value_or(0);
   out->num_key_value_heads = kv_heads.value_or(out->num_attention_heads);
   out->max_position_embeddings = max_pos.value_or(0);
@@ -314,13 +322,17 @@ absl::Status ReadSizes(const JsonReader& top, HfRopeConfig* out, std::optional<i
 // rope_theta | rotary_emb_base | rope_parameters.rope_theta, default 10000; must be > 0.
 absl::StatusOr<double> ReadTheta(const JsonReader& top, const json* rope_parameters) {
   ASSIGN_OR_RETURN(std::optional<double> theta, top.Number("rope_theta"));
-  if (!theta) { ASSIGN_OR_RETURN(theta, top.Number("rotary_emb_base")); }
+  if (!theta) {
+    ASSIGN_OR_RETURN(theta, top.Number("rotary_emb_base"));
+  }
   if (!theta && rope_parameters != nullptr) {
-    ASSIGN_OR_RETURN(theta, JsonReader(*rope_parameters, top.source(), "rope_parameters.").Number("rope_theta"));
+    ASSIGN_OR_RETURN(
+        theta, JsonReader(*rope_parameters, top.source(), "rope_parameters.").Number("rope_theta"));
   }
   const double base = theta.value_or(10000.0);
   if (!(base > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(top.source(), ": rope_theta is ", base, "; it must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(top.source(), ": rope_theta is ", base, "; it must be > 0"));
   }
   return base;
 }
@@ -329,13 +341,17 @@ absl::StatusOr<double> ReadTheta(const JsonReader& top, const json* rope_paramet
 absl::StatusOr<int64_t> ReadHeadDim(const JsonReader& top, std::optional<int64_t> hidden,
                                     int64_t heads) {
   ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, top.Int("qk_rope_head_dim"));
-  if (!head_dim) { ASSIGN_OR_RETURN(head_dim, top.Int("head_dim")); }
   if (!head_dim) {
-    if (!hidden || heads <= 0) return top.Missing("head_dim", "(or hidden_size and num_attention_heads)");
+    ASSIGN_OR_RETURN(head_dim, top.Int("head_dim"));
+  }
+  if (!head_dim) {
+    if (!hidden || heads <= 0)
+      return top.Missing("head_dim", "(or hidden_size and num_attention_heads)");
     head_dim = *hidden / heads;  // Python's //
   }
   if (*head_dim < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(top.source(), ": head_dim is ", *head_dim, "; it must be >= 2"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(top.source(), ": head_dim is ", *head_dim, "; it must be >= 2"));
   }
   return *head_dim;
 }
@@ -359,16 +375,16 @@ absl::StatusOr<int64_t> ReadRotaryDim(const JsonReader& top, int64_t head_dim,
       rotary_key = params->Name("partial_rotary_factor");
     }
     if (fraction && !(*fraction > 0 && *fraction <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(top.source(), ": ", rotary_key, " is ", *fraction, "; it must be in (0, 1]"));
+      return absl::InvalidArgumentError(absl::StrCat(top.source(), ": ", rotary_key, " is ",
+                                                     *fraction, "; it must be in (0, 1]"));
     }
     // int() truncates, as in HF.
     rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * fraction.value_or(1.0));
   }
   if (*rotary_dim < 2 || *rotary_dim > head_dim || *rotary_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(top.source(), ": ", rotary_key, " gives rotary_dim ",
-                                                   *rotary_dim, " for head_dim ", head_dim,
-                                                   "; it must be even and in [2, head_dim]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(top.source(), ": ", rotary_key, " gives rotary_dim ", *rotary_dim,
+                     " for head_dim ", head_dim, "; it must be even and in [2, head_dim]"));
   }
   return *rotary_dim;
 }
@@ -399,9 +415,12 @@ std::string FamilyOf(const std::string& model_type) {
 // published Gemma configs leave most of them out.
 json FamilyDefaults(const std::string& family) {
   if (family == "gemma3") {
-    return json{{"head_dim", 256},         {"num_attention_heads", 8},
-                {"num_key_value_heads", 4}, {"rope_theta", 1000000.0},
-                {"rope_local_base_freq", 10000.0}, {"max_position_embeddings", 131072}};
+    return json{{"head_dim", 256},
+                {"num_attention_heads", 8},
+                {"num_key_value_heads", 4},
+                {"rope_theta", 1000000.0},
+                {"rope_local_base_freq", 10000.0},
+                {"max_position_embeddings", 131072}};
   }
   if (family == "gemma4") {
     return json{{"head_dim", 256},
@@ -423,20 +442,19 @@ bool HasLayerTypes(const std::string& family) { return family == "gemma3" || fam
 
 // The layer type asked for, checked: "" for families without layer types.
 absl::StatusOr<std::string> ResolveLayerType(const std::string& source, const std::string& family,
-                                             const json* rope_parameters,
-                                             absl::string_view asked) {
+                                             const json* rope_parameters, absl::string_view asked) {
   const bool keyed = rope_parameters != nullptr && rope_parameters->contains("full_attention");
   if (!HasLayerTypes(family) && !keyed) {
     if (asked.empty()) return std::string();
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": layer_type '", asked, "' is given, but model_type '", family,
-        "' has no per-layer RoPE (gemma3 and gemma4 have)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": layer_type '", asked, "' is given, but model_type '", family,
+                     "' has no per-layer RoPE (gemma3 and gemma4 have)"));
   }
   const std::string layer(asked.empty() ? "full_attention" : asked);
   if (layer != "full_attention" && layer != "sliding_attention") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": layer_type '", layer, "' is unknown; expected full_attention or "
-        "sliding_attention"));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": layer_type '", layer,
+                                                   "' is unknown; expected full_attention or "
+                                                   "sliding_attention"));
   }
   return layer;
 }
@@ -463,7 +481,8 @@ json MergedConfig(const json& original) {
   if (auto it = config.find("model_type"); it != config.end() && it->is_string()) {
     const json defaults = FamilyDefaults(FamilyOf(it->get<std::string>()));
     for (const auto& [key, value] : defaults.items()) {
-      if (auto have = config.find(key); have == config.end() || have->is_null()) config[key] = value;
+      if (auto have = config.find(key); have == config.end() || have->is_null())
+        config[key] = value;
     }
   }
   return config;
@@ -478,8 +497,7 @@ struct RopeParameters {
 
 absl::StatusOr<RopeParameters> FindRopeParameters(const json& config, const std::string& source,
                                                   const std::string& family,
-                                                  absl::string_view layer_type,
-                                                  HfRopeConfig* out) {
+                                                  absl::string_view layer_type, HfRopeConfig* out) {
   RopeParameters p;
   if (auto it = config.find("rope_parameters"); it != config.end() && it->is_object()) {
     p.object = &*it;
@@ -502,7 +520,9 @@ absl::StatusOr<double> ReadLayerBase(const JsonReader& top, const std::string& f
                                      const HfRopeConfig& out, const RopeParameters& params) {
   const bool sliding = out.layer_type == "sliding_attention";
   std::optional<double> local_base;
-  if (sliding) { ASSIGN_OR_RETURN(local_base, top.Number("rope_local_base_freq")); }
+  if (sliding) {
+    ASSIGN_OR_RETURN(local_base, top.Number("rope_local_base_freq"));
+  }
   double base;
   if (local_base) {
     base = *local_base;
@@ -521,9 +541,9 @@ absl::StatusOr<double> ReadLayerBase(const JsonReader& top, const std::string& f
     ASSIGN_OR_RETURN(base, ReadTheta(top, params.object));
   }
   if (!(base > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        top.source(), ": ", local_base ? "rope_local_base_freq" : "rope_theta", " is ", base,
-        "; it must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(top.source(), ": ", local_base ? "rope_local_base_freq" : "rope_theta", " is ",
+                     base, "; it must be > 0"));
   }
   return base;
 }
@@ -576,7 +596,8 @@ absl::Status ReadScalingAndMrope(const json& config, const JsonReader& top,
   return absl::InvalidArgumentError(absl::StrCat(
       top.source(), ": model_type ", out->model_type,
       " needs mrope_section, and neither rope_scaling.mrope_section (transformers 4) nor ",
-      params.key, ".mrope_section (transformers 5) is there; add the model's sections (e.g. "
+      params.key,
+      ".mrope_section (transformers 5) is there; add the model's sections (e.g. "
       "\"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [16, 24, 24]} for "
       "Qwen2-VL and Qwen2.5-VL 7B) to its config.json"));
 }
@@ -618,7 +639,8 @@ absl::StatusOr<HfRopeConfig> LoadHfRopeConfig(const std::string& path,
     return absl::UnavailableError(msg);
   }
   const json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  if (config.is_discarded())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   return RopeFromHfConfig(config, path, layer_type);
 }
 

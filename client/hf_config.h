@@ -3,7 +3,8 @@
 // modeling_rope_utils.py reads the same file. Pure functions; thread-safe.
 //
 //   ASSIGN_OR_RETURN(HfRopeConfig hf, LoadHfRopeConfig("Llama-3.1-8B/config.json"));
-//   *request.mutable_rope() = hf.rope;   // queries shaped [batch, seq, hf.num_attention_heads, hf.head_dim]
+//   *request.mutable_rope() = hf.rope;   // queries shaped [batch, seq, hf.num_attention_heads,
+//   hf.head_dim]
 #pragma once
 
 #include <cstdint>

@@ -50,9 +50,9 @@ namespace {
 
 using inference::ModelInferRequest;
 using inference::ModelInferResponse;
-const std::set<std::string> kInferFlags = {
-    "model", "input", "shape", "seed", "datatype", "key", "key-shape", "scores", "edges",
-    "position-ids", "config", "param", "output", "print", "id"};
+const std::set<std::string> kInferFlags = {"model",  "input",     "shape",  "seed",  "datatype",
+                                           "key",    "key-shape", "scores", "edges", "position-ids",
+                                           "config", "param",     "output", "print", "id"};
 
 absl::StatusOr<DType> FloatType(const std::string& datatype) {
   if (datatype == "FP32") return DType::kFloat32;
@@ -92,7 +92,9 @@ absl::Status AddFloatInput(const Flags& f, ModelInferRequest& r, const std::stri
       return absl::InvalidArgumentError(f.Str(file_flag) + " is not a float array");
     }
     DType want = a.dtype == DType::kFloat64 ? DType::kFloat32 : a.dtype;  // no FP64 input
-    if (!datatype.empty()) { ASSIGN_OR_RETURN(want, FloatType(datatype)); }
+    if (!datatype.empty()) {
+      ASSIGN_OR_RETURN(want, FloatType(datatype));
+    }
     std::vector<float> values(a.data.size() / DTypeSize(a.dtype));
     ToFloat32(a.dtype, a.data.data(), values.data(), values.size());
     std::string bytes(values.size() * DTypeSize(want), '\0');
@@ -150,8 +152,9 @@ absl::StatusOr<ModelInferRequest> BuildRequest(const Flags& f) {
     ASSIGN_OR_RETURN(std::vector<int64_t> v, f.IntList(flag, ",-x"));
     const bool edges = std::string(flag) == "edges";
     if (edges && v.size() % 2 != 0) return absl::InvalidArgumentError("--edges needs pairs u-v");
-    const std::vector<int64_t> shape = edges ? std::vector<int64_t>{static_cast<int64_t>(v.size() / 2), 2}
-                                             : std::vector<int64_t>{static_cast<int64_t>(v.size())};
+    const std::vector<int64_t> shape =
+        edges ? std::vector<int64_t>{static_cast<int64_t>(v.size() / 2), 2}
+              : std::vector<int64_t>{static_cast<int64_t>(v.size())};
     AddInput(r, edges ? "edges" : "position_ids", "INT64", shape,
              std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t)));
   }
@@ -197,12 +200,13 @@ int Report(const Flags& f, const ModelInferResponse& response, absl::Duration el
   std::cout << "model " << response.model_name() << " version " << response.model_version() << "\n";
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& o = response.outputs(i);
-    const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
+    const std::string& raw =
+        i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
     std::cout << o.name() << ": shape [" << absl::StrJoin(o.shape(), ",") << "] " << o.datatype()
               << "  first: " << FirstValues(o.datatype(), raw, print) << "\n";
     if (o.name() != "output" || !f.Has("output")) continue;
     std::vector<int64_t> shape(o.shape().begin(), o.shape().end());
-    const DType type = o.datatype() == "FP16"   ? DType::kFloat16
+    const DType type = o.datatype() == "FP16"    ? DType::kFloat16
                        : o.datatype() == "BF16"  ? DType::kBFloat16
                        : o.datatype() == "INT32" ? DType::kInt32
                                                  : DType::kFloat32;
@@ -216,7 +220,9 @@ int Report(const Flags& f, const ModelInferResponse& response, absl::Duration el
   return kExitOk;
 }
 
-int Usage(const absl::Status& s) { return UsageError(s, "posenc-client", "posenc-client infer --help"); }
+int Usage(const absl::Status& s) {
+  return UsageError(s, "posenc-client", "posenc-client infer --help");
+}
 
 }  // namespace
 

@@ -76,15 +76,16 @@ struct KindSpec {
   size_t dims;
   const char* meaning;
 };
-constexpr KindSpec kKinds[] = {{"sinusoidal", 3, "B,S,D"}, {"rope", 4, "B,S,H,D"},
-                               {"alibi", 3, "H,Q,K"},      {"graph", 2, "N,K"},
+constexpr KindSpec kKinds[] = {{"sinusoidal", 3, "B,S,D"},
+                               {"rope", 4, "B,S,H,D"},
+                               {"alibi", 3, "H,Q,K"},
+                               {"graph", 2, "N,K"},
                                {"table", 2, "L,D"}};
 
 const std::map<std::string, std::string>& MixPresets() {
   static const auto* presets = new std::map<std::string, std::string>{
       {"small", "sinusoidal:1,8,16;rope:1,16,8,64;alibi:8,64,64"},
-      {"mixed",
-       "sinusoidal:1,8,16*4;rope:1,128,8,64*2;alibi:8,128,128;graph:256,8;table:1024,64"},
+      {"mixed", "sinusoidal:1,8,16*4;rope:1,128,8,64*2;alibi:8,128,128;graph:256,8;table:1024,64"},
       {"large", "sinusoidal:1,1024,256"}};
   return *presets;
 }
@@ -102,7 +103,8 @@ absl::StatusOr<MixItem> ParseMixItem(absl::string_view text) {
     if (item.kind == k.name) spec = &k;
   }
   if (spec == nullptr) return bad("the kind is not sinusoidal, rope, alibi, graph or table");
-  std::vector<absl::string_view> dims_weight = absl::StrSplit(kind_rest[1], absl::MaxSplits('*', 1));
+  std::vector<absl::string_view> dims_weight =
+      absl::StrSplit(kind_rest[1], absl::MaxSplits('*', 1));
   if (dims_weight.size() == 2 &&
       (!absl::SimpleAtoi(dims_weight[1], &item.weight) || item.weight < 1 || item.weight > 1000)) {
     return bad("the weight after '*' must be an integer in [1, 1000]");
@@ -137,7 +139,8 @@ absl::StatusOr<std::vector<MixItem>> ParseMix(absl::string_view text) {
 std::string LoadServiceConfig(const std::string& lb_policy, bool retry) {
   nlohmann::json config = nlohmann::json::object();
   if (!lb_policy.empty()) {
-    config["loadBalancingConfig"] = nlohmann::json::array({{{lb_policy, nlohmann::json::object()}}});
+    config["loadBalancingConfig"] =
+        nlohmann::json::array({{{lb_policy, nlohmann::json::object()}}});
   }
   if (retry) {
     // A call is retried only before the client has seen response headers, and only while
@@ -224,8 +227,9 @@ int64_t CallStats::errors() const {
 namespace {
 
 const std::set<std::string> kLoadFlags = {
-    "concurrency", "duration", "max-requests", "deadline", "mix", "channels", "lb", "retry",
-    "retry-buffer-bytes", "max-reconnect-backoff", "seed", "json"};
+    "concurrency", "duration", "max-requests", "deadline",           "mix",
+    "channels",    "lb",       "retry",        "retry-buffer-bytes", "max-reconnect-backoff",
+    "seed",        "json"};
 
 struct LoadConfig {
   ClientOptions client;  // target, TLS, timeout (= the per-call deadline)
@@ -262,7 +266,8 @@ absl::StatusOr<LoadConfig> ReadLoadConfig(const Flags& f) {
   ASSIGN_OR_RETURN(config.seed, f.IntIn("seed", 0, INT64_MAX, 0));
   config.lb = f.Str("lb");
   if (!config.lb.empty() && config.lb != "round_robin" && config.lb != "pick_first") {
-    return absl::InvalidArgumentError(absl::StrCat("--lb '", config.lb, "' is not round_robin or pick_first"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lb '", config.lb, "' is not round_robin or pick_first"));
   }
   ASSIGN_OR_RETURN(config.retry, f.Bool("retry"));
   ASSIGN_OR_RETURN(config.json, f.Bool("json"));
@@ -273,7 +278,8 @@ absl::StatusOr<LoadConfig> ReadLoadConfig(const Flags& f) {
 // --------------------------------------------------------------------------------------
 // Requests: built once per mix item, sent many times (read-only, so shared by threads).
 
-using AnyRequest = std::variant<v1::EncodeRequest, v1::BiasRequest, v1::GraphRequest, v1::TableRequest>;
+using AnyRequest =
+    std::variant<v1::EncodeRequest, v1::BiasRequest, v1::GraphRequest, v1::TableRequest>;
 
 struct PreparedCall {
   const MixItem* item;
@@ -348,8 +354,8 @@ absl::StatusOr<std::vector<PreparedCall>> PrepareCalls(const LoadConfig& config)
   for (const MixItem& item : config.mix) {
     ASSIGN_OR_RETURN(AnyRequest request,
                      BuildRequest(item, static_cast<uint64_t>(config.seed) + calls.size()));
-    const int64_t bytes = static_cast<int64_t>(
-        std::visit([](const auto& r) { return r.ByteSizeLong(); }, request));
+    const int64_t bytes =
+        static_cast<int64_t>(std::visit([](const auto& r) { return r.ByteSizeLong(); }, request));
     calls.push_back({&item, std::move(request), bytes});
   }
   return calls;
@@ -365,8 +371,8 @@ int64_t RetryBufferBytes(const LoadConfig& config, const std::vector<PreparedCal
   return std::clamp<int64_t>(2 * largest, 256 << 10, INT32_MAX);
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<PosencClient>>> MakeClients(
-    const LoadConfig& config, int64_t retry_buffer_bytes) {
+absl::StatusOr<std::vector<std::unique_ptr<PosencClient>>> MakeClients(const LoadConfig& config,
+                                                                       int64_t retry_buffer_bytes) {
   ClientOptions options = config.client;
   options.service_config_json = LoadServiceConfig(config.lb, config.retry);
   if (config.retry) {
@@ -380,7 +386,8 @@ absl::StatusOr<std::vector<std::unique_ptr<PosencClient>>> MakeClients(
         static_cast<int>(absl::ToInt64Milliseconds(config.max_reconnect_backoff)));
   }
   // Without this, channels with equal arguments share one connection per address.
-  if (config.channels > 1) options.int_channel_args.emplace_back(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (config.channels > 1)
+    options.int_channel_args.emplace_back(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::vector<std::unique_ptr<PosencClient>> clients;
   for (int64_t i = 0; i < config.channels; ++i) {
     ASSIGN_OR_RETURN(std::unique_ptr<PosencClient> client, PosencClient::Create(options));
@@ -454,8 +461,11 @@ RunResult RunWorkers(const LoadConfig& config, const std::vector<PreparedCall>& 
 std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
 
 nlohmann::json LatencyJson(const LatencyHistogram& h) {
-  return {{"p50", h.PercentileMillis(0.50)}, {"p90", h.PercentileMillis(0.90)},
-          {"p99", h.PercentileMillis(0.99)}, {"max", h.MaxMillis()}, {"mean", h.MeanMillis()}};
+  return {{"p50", h.PercentileMillis(0.50)},
+          {"p90", h.PercentileMillis(0.90)},
+          {"p99", h.PercentileMillis(0.99)},
+          {"max", h.MaxMillis()},
+          {"mean", h.MeanMillis()}};
 }
 
 void PrintJson(const LoadConfig& config, int64_t retry_buffer, const RunResult& r) {
@@ -467,35 +477,43 @@ void PrintJson(const LoadConfig& config, int64_t retry_buffer, const RunResult& 
   nlohmann::json mix = nlohmann::json::array();
   for (size_t i = 0; i < config.mix.size(); ++i) {
     const CallStats& s = r.per_item[i];
-    mix.push_back({{"item", config.mix[i].label}, {"calls", s.calls}, {"errors", s.errors()},
+    mix.push_back({{"item", config.mix[i].label},
+                   {"calls", s.calls},
+                   {"errors", s.errors()},
                    {"latency_ms", LatencyJson(s.latency)}});
   }
-  nlohmann::json out = {
-      {"target", config.client.target}, {"concurrency", config.concurrency},
-      {"channels", config.channels}, {"lb", config.lb}, {"retry", config.retry},
-      {"retry_buffer_bytes", config.retry ? retry_buffer : 0},
-      {"seconds", seconds}, {"calls", r.total.calls},
-      {"ok", r.total.calls - r.total.errors()}, {"errors", r.total.errors()},
-      {"calls_per_second", r.total.calls / seconds},
-      {"mb_per_second_sent", r.total.bytes_sent / seconds / 1e6},
-      {"mb_per_second_received", r.total.bytes_received / seconds / 1e6},
-      {"latency_ms", LatencyJson(r.total.latency)}, {"codes", codes},
-      {"first_error", messages}, {"mix", mix}};
+  nlohmann::json out = {{"target", config.client.target},
+                        {"concurrency", config.concurrency},
+                        {"channels", config.channels},
+                        {"lb", config.lb},
+                        {"retry", config.retry},
+                        {"retry_buffer_bytes", config.retry ? retry_buffer : 0},
+                        {"seconds", seconds},
+                        {"calls", r.total.calls},
+                        {"ok", r.total.calls - r.total.errors()},
+                        {"errors", r.total.errors()},
+                        {"calls_per_second", r.total.calls / seconds},
+                        {"mb_per_second_sent", r.total.bytes_sent / seconds / 1e6},
+                        {"mb_per_second_received", r.total.bytes_received / seconds / 1e6},
+                        {"latency_ms", LatencyJson(r.total.latency)},
+                        {"codes", codes},
+                        {"first_error", messages},
+                        {"mix", mix}};
   std::cout << out.dump() << "\n";
 }
 
 std::string LatencyText(const LatencyHistogram& h) {
   return absl::StrFormat("p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  max %.3f ms",
-                         h.PercentileMillis(0.5), h.PercentileMillis(0.9),
-                         h.PercentileMillis(0.99), h.MaxMillis());
+                         h.PercentileMillis(0.5), h.PercentileMillis(0.9), h.PercentileMillis(0.99),
+                         h.MaxMillis());
 }
 
 void PrintText(const LoadConfig& config, int64_t retry_buffer, const RunResult& r) {
   const double seconds = absl::ToDoubleSeconds(r.elapsed);
-  std::cout << absl::StrFormat("load: target=%s concurrency=%d channels=%d lb=%s retry=%s\n",
-                               config.client.target, config.concurrency, config.channels,
-                               config.lb.empty() ? "default" : config.lb,
-                               config.retry ? absl::StrCat("on (buffer ", retry_buffer, " bytes)") : "off");
+  std::cout << absl::StrFormat(
+      "load: target=%s concurrency=%d channels=%d lb=%s retry=%s\n", config.client.target,
+      config.concurrency, config.channels, config.lb.empty() ? "default" : config.lb,
+      config.retry ? absl::StrCat("on (buffer ", retry_buffer, " bytes)") : "off");
   for (size_t i = 0; i < config.mix.size(); ++i) {
     const CallStats& s = r.per_item[i];
     std::cout << absl::StrFormat("  %-28s calls %-8d errors %-6d %s\n", config.mix[i].label,

@@ -194,9 +194,9 @@ absl::StatusOr<Heatmap> Fetch(PosencClient& client, const Flags& f, const std::s
   for (const auto& fetcher : kFetchers) {
     if (scheme == fetcher.scheme) return fetcher.fetch(client, f, scheme, cell);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--scheme=", scheme,
-      " is not sinusoidal, rope, alibi, t5, deberta, graph, tree or sinusoidal_2d"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--scheme=", scheme,
+                   " is not sinusoidal, rope, alibi, t5, deberta, graph, tree or sinusoidal_2d"));
 }
 
 }  // namespace
@@ -208,17 +208,18 @@ int RunPlotCommand(const std::vector<std::string>& args) {
       return 0;
     }
   }
-  static const Flags::Options kOptions{
-      {"target", "scheme", "output", "length", "dim", "heads", "query-length", "key-length",
-       "mode", "side", "k", "depth", "children", "cell"},
-      {},
-      '-'};
+  static const Flags::Options kOptions{{"target", "scheme", "output", "length", "dim", "heads",
+                                        "query-length", "key-length", "mode", "side", "k", "depth",
+                                        "children", "cell"},
+                                       {},
+                                       '-'};
   absl::StatusOr<Flags> parsed = Flags::Parse(args, kOptions);
   if (!parsed.ok() || !parsed->Has("scheme") || !parsed->Has("output")) {
     std::cerr << "posenc-client plot: "
               << (parsed.ok() ? "--scheme and --output are required"
                               : std::string(parsed.status().message()))
-              << "\n" << kUsage;
+              << "\n"
+              << kUsage;
     return 2;
   }
   const Flags& f = *parsed;

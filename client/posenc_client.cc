@@ -29,8 +29,8 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path, absl::string_vi
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
     const ClientOptions& options) {
-  const bool tls = options.tls || !options.tls_ca_file.empty() ||
-                   !options.tls_cert_file.empty() || !options.tls_key_file.empty();
+  const bool tls = options.tls || !options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
+                   !options.tls_key_file.empty();
   if (!tls) return grpc::InsecureChannelCredentials();
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return absl::InvalidArgumentError(
@@ -85,16 +85,15 @@ absl::StatusOr<std::unique_ptr<PosencClient>> PosencClient::Create(const ClientO
   for (const auto& [name, value] : options.int_channel_args) args.SetInt(name, value);
   auto channel = grpc::CreateCustomChannel(options.target, creds, args);
   if (channel == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to '", options.target, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create a channel to '", options.target, "'"));
   }
   return std::make_unique<PosencClient>(std::move(channel), options.timeout);
 }
 
 PosencClient::PosencClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
-    : channel_(std::move(channel)),
-      stub_(v1::PositionalEncoding::NewStub(channel_)),
-      health_stub_(grpc::health::v1::Health::NewStub(channel_)),
-      timeout_(timeout) {}
+    : channel_(std::move(channel)), stub_(v1::PositionalEncoding::NewStub(channel_)),
+      health_stub_(grpc::health::v1::Health::NewStub(channel_)), timeout_(timeout) {}
 
 void PosencClient::SetDeadline(grpc::ClientContext* context) const {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
@@ -158,8 +157,8 @@ absl::Status PosencClient::EncodeStream(
   if (!callback_status.ok()) return callback_status;
   RETURN_IF_ERROR(FromGrpcStatus(status));
   if (received != sent) {
-    return absl::InternalError(
-        absl::StrCat("EncodeStream: the server sent ", received, " responses to ", sent, " requests"));
+    return absl::InternalError(absl::StrCat("EncodeStream: the server sent ", received,
+                                            " responses to ", sent, " requests"));
   }
   return absl::OkStatus();
 }
@@ -209,11 +208,12 @@ absl::StatusOr<v1::Tensor> PosencClient::GetTableTensor(const v1::TableRequest& 
     ASSIGN_OR_RETURN(const ConstTensorView view, ViewTensor(chunk.rows(), field));
     if (view.shape.empty()) return absl::InternalError(absl::StrCat(field, " is a scalar"));
     // Row r is position first_position + r * position_step, clamped (TableRequest).
-    __int128 expected = static_cast<__int128>(request.first_position()) +
-                        static_cast<__int128>(rows) *
-                            (request.has_position_step() ? request.position_step() : 1);
+    __int128 expected =
+        static_cast<__int128>(request.first_position()) +
+        static_cast<__int128>(rows) * (request.has_position_step() ? request.position_step() : 1);
     if (request.has_clamp_position()) {
-      expected = std::clamp<__int128>(expected, -request.clamp_position(), request.clamp_position());
+      expected =
+          std::clamp<__int128>(expected, -request.clamp_position(), request.clamp_position());
     }
     if (static_cast<__int128>(chunk.first_position()) != expected) {
       return absl::InternalError(absl::StrCat("chunk[", i, "].first_position is ",
@@ -226,7 +226,8 @@ absl::StatusOr<v1::Tensor> PosencClient::GetTableTensor(const v1::TableRequest& 
     } else if (chunk.rows().dtype() != joined.dtype() ||
                !std::equal(chunk.rows().shape().begin() + 1, chunk.rows().shape().end(),
                            joined.shape().begin() + 1, joined.shape().end())) {
-      return absl::InternalError(absl::StrCat(field, " differs from chunk[0] in dtype or row shape"));
+      return absl::InternalError(
+          absl::StrCat(field, " differs from chunk[0] in dtype or row shape"));
     }
     rows += view.shape[0];
     joined.mutable_data()->append(chunk.rows().data());
@@ -249,7 +250,8 @@ absl::StatusOr<HealthStatus> PosencClient::Health(const std::string& service) co
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   ASSIGN_OR_RETURN(const grpc::health::v1::HealthCheckResponse response,
-                   CallUnary(*health_stub_, &grpc::health::v1::Health::Stub::Check, request, timeout_));
+                   CallUnary(*health_stub_, &grpc::health::v1::Health::Stub::Check, request,
+                             timeout_));
   return response.status();
 }
 

@@ -93,15 +93,20 @@ health: [--service NAME]
 )";
 
 // The flags each command knows besides the connection flags.
-const std::set<std::string> kSinusoidalFlags = {"base", "layout", "timescale", "input-scale",
-                                                "pe-scale", "fusion", "pe-dim", "value-scale"};
-const std::set<std::string> kRopeFlags = {"base", "rotary-dim", "style", "rope-layout", "hf-config", "layer-type",
-                                          "scaling", "factor", "original-max-pos"};
-const std::set<std::string> kEncodeOnly = {"scheme", "table", "overflow", "offsets", "ids", "values", "axis-ids", "mrope-segments", "levels", "level-scales", "level-bases",
-                                           "grid-height", "grid-width", "cls-token", "frequencies",
-                                           "frequencies-table", "num-axes",
-                                           "shape", "fill", "seed", "input", "dtype", "output", "key",
-                                           "key-shape", "key-output", "print", "count", "shm"};
+const std::set<std::string> kSinusoidalFlags = {"base",     "layout", "timescale", "input-scale",
+                                                "pe-scale", "fusion", "pe-dim",    "value-scale"};
+const std::set<std::string> kRopeFlags = {"base",        "rotary-dim", "style",
+                                          "rope-layout", "hf-config",  "layer-type",
+                                          "scaling",     "factor",     "original-max-pos"};
+const std::set<std::string> kEncodeOnly = {
+    "scheme",     "table",        "overflow",    "offsets",
+    "ids",        "values",       "axis-ids",    "mrope-segments",
+    "levels",     "level-scales", "level-bases", "grid-height",
+    "grid-width", "cls-token",    "frequencies", "frequencies-table",
+    "num-axes",   "shape",        "fill",        "seed",
+    "input",      "dtype",        "output",      "key",
+    "key-shape",  "key-output",   "print",       "count",
+    "shm"};
 
 std::set<std::string> Union(std::initializer_list<const std::set<std::string>*> sets,
                             std::initializer_list<const char*> extra = {}) {

@@ -9,26 +9,28 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/tensor_io.h"
+#include "server/common/status_macros.h"
 #include "server/tensor/npy.h"
 #include "server/tensor/tensor_view.h"
-#include "server/common/status_macros.h"
 
 namespace posenc::client {
 
 absl::Status FillSinusoidal(const Flags& f, v1::Sinusoidal* s) {
   ASSIGN_OR_RETURN(auto base, f.OptDouble("base"));
   if (base) s->set_base(*base);
-  ASSIGN_OR_RETURN(auto layout, EnumFlag<v1::SinusoidalLayout>(f, "layout", v1::SinusoidalLayout_Parse,
-                                                              v1::SinusoidalLayout_descriptor()));
+  ASSIGN_OR_RETURN(auto layout,
+                   EnumFlag<v1::SinusoidalLayout>(f, "layout", v1::SinusoidalLayout_Parse,
+                                                  v1::SinusoidalLayout_descriptor()));
   if (layout) s->set_layout(*layout);
   ASSIGN_OR_RETURN(auto timescale, EnumFlag<v1::Timescale>(f, "timescale", v1::Timescale_Parse,
-                                                          v1::Timescale_descriptor()));
+                                                           v1::Timescale_descriptor()));
   if (timescale) s->set_timescale(*timescale);
   ASSIGN_OR_RETURN(auto input_scale, f.OptDouble("input-scale"));
   if (input_scale) s->set_input_scale(static_cast<float>(*input_scale));
   ASSIGN_OR_RETURN(auto pe_scale, f.OptDouble("pe-scale"));
   if (pe_scale) s->set_pe_scale(static_cast<float>(*pe_scale));
-  ASSIGN_OR_RETURN(auto fusion, EnumFlag<v1::Fusion>(f, "fusion", v1::Fusion_Parse, v1::Fusion_descriptor()));
+  ASSIGN_OR_RETURN(auto fusion,
+                   EnumFlag<v1::Fusion>(f, "fusion", v1::Fusion_Parse, v1::Fusion_descriptor()));
   if (fusion) s->set_fusion(*fusion);
   ASSIGN_OR_RETURN(auto pe_dim, f.OptInt("pe-dim"));
   if (pe_dim) s->set_pe_dim(static_cast<int32_t>(*pe_dim));
@@ -46,13 +48,15 @@ absl::Status FillRope(const Flags& f, v1::Rope* rope, std::optional<HfRopeConfig
   if (base) rope->set_base(*base);
   ASSIGN_OR_RETURN(auto rotary_dim, f.OptInt("rotary-dim"));
   if (rotary_dim) rope->set_rotary_dim(static_cast<int32_t>(*rotary_dim));
-  ASSIGN_OR_RETURN(auto style, EnumFlag<v1::RopeStyle>(f, "style", v1::RopeStyle_Parse, v1::RopeStyle_descriptor()));
+  ASSIGN_OR_RETURN(auto style, EnumFlag<v1::RopeStyle>(f, "style", v1::RopeStyle_Parse,
+                                                       v1::RopeStyle_descriptor()));
   if (style) rope->set_style(*style);
   ASSIGN_OR_RETURN(auto layout, EnumFlag<v1::RopeLayout>(f, "rope-layout", v1::RopeLayout_Parse,
-                                                        v1::RopeLayout_descriptor()));
+                                                         v1::RopeLayout_descriptor()));
   if (layout) rope->set_layout(*layout);
-  ASSIGN_OR_RETURN(auto scaling, EnumFlag<v1::RopeScalingType>(f, "scaling", v1::RopeScalingType_Parse,
-                                                              v1::RopeScalingType_descriptor()));
+  ASSIGN_OR_RETURN(auto scaling,
+                   EnumFlag<v1::RopeScalingType>(f, "scaling", v1::RopeScalingType_Parse,
+                                                 v1::RopeScalingType_descriptor()));
   if (scaling) rope->mutable_scaling()->set_type(*scaling);
   ASSIGN_OR_RETURN(auto factor, f.OptDouble("factor"));
   if (factor) rope->mutable_scaling()->set_factor(*factor);
@@ -76,7 +80,8 @@ absl::Status FillLearned(const Flags& f, v1::EncodeRequest* request, Hf*) {
   v1::Learned* learned = request->mutable_learned();
   if (!f.Has("table")) return absl::InvalidArgumentError("--scheme learned needs --table NAME");
   learned->set_table(f.Str("table"));
-  ASSIGN_OR_RETURN(auto overflow, EnumFlag<v1::Overflow>(f, "overflow", v1::Overflow_Parse, v1::Overflow_descriptor()));
+  ASSIGN_OR_RETURN(auto overflow, EnumFlag<v1::Overflow>(f, "overflow", v1::Overflow_Parse,
+                                                         v1::Overflow_descriptor()));
   if (overflow) learned->set_overflow(*overflow);
   v1::Sinusoidal tmp;  // shares the scale and fusion flags
   RETURN_IF_ERROR(FillSinusoidal(f, &tmp));
@@ -179,10 +184,13 @@ struct EncodeScheme {
   const char* name;
   absl::Status (*fill)(const Flags& f, v1::EncodeRequest* request, Hf* hf);
 };
-constexpr EncodeScheme kEncodeSchemes[] = {
-    {"sinusoidal", FillSinusoidalScheme}, {"learned", FillLearned}, {"rope", FillRopeScheme},
-    {"hierarchical", FillHierarchical},   {"continuous", FillContinuous},
-    {"sinusoidal_2d", FillSinusoidal2D},  {"fourier", FillFourier}};
+constexpr EncodeScheme kEncodeSchemes[] = {{"sinusoidal", FillSinusoidalScheme},
+                                           {"learned", FillLearned},
+                                           {"rope", FillRopeScheme},
+                                           {"hierarchical", FillHierarchical},
+                                           {"continuous", FillContinuous},
+                                           {"sinusoidal_2d", FillSinusoidal2D},
+                                           {"fourier", FillFourier}};
 
 absl::Status FillEncodeScheme(const Flags& f, const std::string& scheme, v1::EncodeRequest* request,
                               Hf* hf) {
@@ -190,9 +198,9 @@ absl::Status FillEncodeScheme(const Flags& f, const std::string& scheme, v1::Enc
     if (scheme == s.name) return s.fill(f, request, hf);
   }
   std::string names;
-  for (const EncodeScheme& s : kEncodeSchemes) absl::StrAppend(&names, names.empty() ? "" : ", ", s.name);
-  return absl::InvalidArgumentError(
-      absl::StrCat("--scheme '", scheme, "' is not one of ", names));
+  for (const EncodeScheme& s : kEncodeSchemes)
+    absl::StrAppend(&names, names.empty() ? "" : ", ", s.name);
+  return absl::InvalidArgumentError(absl::StrCat("--scheme '", scheme, "' is not one of ", names));
 }
 
 // With --hf-config and no --shape: 8 tokens of the model's query heads, in the chosen layout.
@@ -213,7 +221,8 @@ absl::Status FillInput(const Flags& f, const Hf& hf, std::optional<v1::DType> dt
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::vector<int64_t> shape, f.IntList("shape"));
-  if (shape.empty() && hf && hf->num_attention_heads > 0) shape = ModelShape(*hf, request->rope().layout());
+  if (shape.empty() && hf && hf->num_attention_heads > 0)
+    shape = ModelShape(*hf, request->rope().layout());
   if (shape.empty()) return absl::InvalidArgumentError("give --shape 2,16,64 or --input x.npy");
   ASSIGN_OR_RETURN(*request->mutable_input(),
                    FilledTensor(shape, f.Str("fill", "random"), seed, dtype.value_or(v1::FLOAT32)));
@@ -224,14 +233,16 @@ absl::Status FillInput(const Flags& f, const Hf& hf, std::optional<v1::DType> dt
 absl::Status FillKey(const Flags& f, const std::string& scheme, uint64_t seed,
                      v1::EncodeRequest* request) {
   if (!f.Has("key") && !f.Has("key-shape")) return absl::OkStatus();
-  if (scheme != "rope") return absl::InvalidArgumentError("--key and --key-shape are for --scheme rope");
+  if (scheme != "rope")
+    return absl::InvalidArgumentError("--key and --key-shape are for --scheme rope");
   if (f.Has("key")) {
-    ASSIGN_OR_RETURN(*request->mutable_key(), TensorFromNpy(f.Str("key"), request->input().dtype()));
+    ASSIGN_OR_RETURN(*request->mutable_key(),
+                     TensorFromNpy(f.Str("key"), request->input().dtype()));
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::vector<int64_t> key_shape, f.IntList("key-shape"));
-  ASSIGN_OR_RETURN(*request->mutable_key(), FilledTensor(key_shape, f.Str("fill", "random"), seed + 1,
-                                                         request->input().dtype()));
+  ASSIGN_OR_RETURN(*request->mutable_key(), FilledTensor(key_shape, f.Str("fill", "random"),
+                                                         seed + 1, request->input().dtype()));
   return absl::OkStatus();
 }
 
@@ -239,9 +250,9 @@ absl::Status FillKey(const Flags& f, const std::string& scheme, uint64_t seed,
 absl::Status ReadAxisIds(const std::string& path, v1::Positions* positions) {
   ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
   if (array.shape.size() != 2 && array.shape.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--axis-ids ", path, " has shape ", ShapeString(array.shape),
-        "; it must be [num_axes, seq] or [num_axes, batch, seq]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--axis-ids ", path, " has shape ", ShapeString(array.shape),
+                     "; it must be [num_axes, seq] or [num_axes, batch, seq]"));
   }
   const int64_t n = NumElements(array.shape);
   if (array.dtype == DType::kInt64) {
@@ -251,8 +262,8 @@ absl::Status ReadAxisIds(const std::string& path, v1::Positions* positions) {
     const auto* v = reinterpret_cast<const int32_t*>(array.data.data());
     for (int64_t i = 0; i < n; ++i) positions->add_axis_ids(v[i]);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--axis-ids ", path, " holds ", DTypeName(array.dtype), "; expected int64 or int32"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--axis-ids ", path, " holds ", DTypeName(array.dtype), "; expected int64 or int32"));
   }
   return absl::OkStatus();
 }
@@ -289,9 +300,10 @@ absl::Status ParseSegments(const std::string& text, v1::Positions* positions) {
     if (absl::SimpleAtoi(item, &length)) {
       segment->set_text_length(length);
     } else if (!ParseGrid(item, segment)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--mrope-segments entry '", item, "' is neither a text length (5) nor a grid "
-          "([image:|video:]TxHxW, optionally @temporal_scale)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mrope-segments entry '", item,
+                       "' is neither a text length (5) nor a grid "
+                       "([image:|video:]TxHxW, optionally @temporal_scale)"));
     }
   }
   return absl::OkStatus();
@@ -325,7 +337,8 @@ absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const Flags& f) {
   Hf hf;
   RETURN_IF_ERROR(FillEncodeScheme(f, scheme, &request, &hf));
   ASSIGN_OR_RETURN(const std::optional<v1::DType> dtype, OptDType(f));
-  if (f.Has("input") && f.Has("shape")) return absl::InvalidArgumentError("give --input or --shape, not both");
+  if (f.Has("input") && f.Has("shape"))
+    return absl::InvalidArgumentError("give --input or --shape, not both");
   ASSIGN_OR_RETURN(const int64_t seed, f.Int("seed", 0));
   RETURN_IF_ERROR(FillInput(f, hf, dtype, static_cast<uint64_t>(seed), &request));
   RETURN_IF_ERROR(FillKey(f, scheme, static_cast<uint64_t>(seed), &request));
@@ -342,7 +355,8 @@ absl::Status FillAlibi(const Flags& f, v1::Alibi* alibi) {
   ASSIGN_OR_RETURN(auto heads, f.OptInt("heads"));
   if (!heads) return absl::InvalidArgumentError("--scheme alibi needs --heads");
   alibi->set_num_heads(static_cast<int32_t>(*heads));
-  ASSIGN_OR_RETURN(auto mode, EnumFlag<v1::AlibiMode>(f, "mode", v1::AlibiMode_Parse, v1::AlibiMode_descriptor()));
+  ASSIGN_OR_RETURN(auto mode, EnumFlag<v1::AlibiMode>(f, "mode", v1::AlibiMode_Parse,
+                                                      v1::AlibiMode_descriptor()));
   if (mode) alibi->set_mode(*mode);
   ASSIGN_OR_RETURN(auto max_bias, f.OptDouble("max-bias"));
   if (max_bias) alibi->set_max_bias(*max_bias);
@@ -382,7 +396,8 @@ absl::StatusOr<std::vector<int64_t>> ParseIds(const std::string& flag, const std
   for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(", "), absl::SkipEmpty())) {
     int64_t v;
     if (!absl::SimpleAtoi(part, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not a node id"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", part, "' is not a node id"));
     }
     ids.push_back(v);
   }
@@ -399,7 +414,8 @@ absl::StatusOr<std::vector<int64_t>> ParseEdges(const std::string& text) {
     }
     edges.push_back(v);
   }
-  if (edges.size() % 2 != 0) return absl::InvalidArgumentError("--edges has an odd number of node ids");
+  if (edges.size() % 2 != 0)
+    return absl::InvalidArgumentError("--edges has an odd number of node ids");
   return edges;
 }
 
@@ -407,12 +423,14 @@ absl::StatusOr<std::vector<int64_t>> ParseEdges(const std::string& text) {
 absl::Status FillTableSize(const Flags& f, const Hf& hf, v1::TableRequest* request) {
   ASSIGN_OR_RETURN(auto length, f.OptInt("length"));
   if (!length) {
-    if (!hf || hf->max_position_embeddings <= 0) return absl::InvalidArgumentError("table needs --length");
+    if (!hf || hf->max_position_embeddings <= 0)
+      return absl::InvalidArgumentError("table needs --length");
     length = hf->max_position_embeddings;
   }
   request->set_length(*length);
   ASSIGN_OR_RETURN(auto dim, f.OptInt("dim"));
-  if (!dim && hf) dim = request->rope().has_rotary_dim() ? request->rope().rotary_dim() : hf->rotary_dim;
+  if (!dim && hf)
+    dim = request->rope().has_rotary_dim() ? request->rope().rotary_dim() : hf->rotary_dim;
   if (!dim) return absl::InvalidArgumentError("table needs --dim");
   request->set_dim(static_cast<int32_t>(*dim));
   return absl::OkStatus();
@@ -424,7 +442,7 @@ absl::StatusOr<v1::BiasRequest> BuildBiasRequest(const Flags& f) {
   v1::BiasRequest request;
   request.set_request_id(f.Str("request-id"));
   ASSIGN_OR_RETURN(const auto lengths, RequiredInts(f, "query-length", "key-length",
-                                                     "bias needs --query-length and --key-length"));
+                                                    "bias needs --query-length and --key-length"));
   request.set_query_length(lengths.first);
   request.set_key_length(lengths.second);
   ASSIGN_OR_RETURN(auto offset, f.OptInt("query-offset"));
@@ -469,7 +487,8 @@ absl::StatusOr<v1::GraphRequest> BuildGraphRequest(const Flags& f) {
   } else if (encoding == "random_walk") {
     request.set_encoding(v1::RANDOM_WALK);
     ASSIGN_OR_RETURN(const auto steps, f.OptInt("walk-length"));
-    if (!steps) return absl::InvalidArgumentError("graph --encoding random_walk needs --walk-length");
+    if (!steps)
+      return absl::InvalidArgumentError("graph --encoding random_walk needs --walk-length");
     request.set_walk_length(static_cast<int32_t>(*steps));
   } else if (encoding == "shortest_path") {
     request.set_encoding(v1::SHORTEST_PATH);
@@ -511,7 +530,8 @@ absl::StatusOr<v1::TableRequest> BuildTableRequest(const Flags& f) {
   } else if (scheme == "rope") {
     RETURN_IF_ERROR(FillRope(f, request.mutable_rope(), &hf));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--scheme '", scheme, "' is not sinusoidal or rope"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scheme '", scheme, "' is not sinusoidal or rope"));
   }
   RETURN_IF_ERROR(FillTableSize(f, hf, &request));
   ASSIGN_OR_RETURN(const std::optional<v1::DType> dtype, OptDType(f));

@@ -14,21 +14,16 @@ namespace {
 absl::Status ErrnoStatus(int error, const std::string& what) {
   const std::string message = absl::StrCat(what, ": ", std::strerror(error));
   switch (error) {
-    case EEXIST:
-      return absl::AlreadyExistsError(message);
+    case EEXIST: return absl::AlreadyExistsError(message);
     case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
+    case EPERM: return absl::PermissionDeniedError(message);
     case ENOMEM:
     case ENOSPC:
     case EMFILE:
-    case ENFILE:
-      return absl::ResourceExhaustedError(message);
+    case ENFILE: return absl::ResourceExhaustedError(message);
     case EINVAL:
-    case ENAMETOOLONG:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::InternalError(message);
+    case ENAMETOOLONG: return absl::InvalidArgumentError(message);
+    default: return absl::InternalError(message);
   }
 }
 
@@ -37,8 +32,8 @@ absl::Status ErrnoStatus(int error, const std::string& what) {
 absl::StatusOr<ShmRegion> ShmRegion::Create(std::string key, uint64_t byte_size) {
   const size_t first = key.empty() || key[0] != '/' ? 0 : 1;
   if (key.size() == first || key.find('/', first) != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared memory key '", key, "' must be a name with at most a leading '/'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory key '", key, "' must be a name with at most a leading '/'"));
   }
   if (byte_size == 0) return absl::InvalidArgumentError("shared memory byte_size is 0");
   const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -56,8 +51,8 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(std::string key, uint64_t byte_size)
   close(fd);  // the mapping keeps the object
   if (data == MAP_FAILED) {
     shm_unlink(key.c_str());
-    return ErrnoStatus(error, absl::StrCat("sizing and mapping '", key, "' (", byte_size,
-                                           " bytes)"));
+    return ErrnoStatus(error,
+                       absl::StrCat("sizing and mapping '", key, "' (", byte_size, " bytes)"));
   }
   return ShmRegion(std::move(key), static_cast<uint8_t*>(data), byte_size);
 }
@@ -66,8 +61,7 @@ ShmRegion::ShmRegion(std::string key, uint8_t* data, uint64_t byte_size)
     : key_(std::move(key)), data_(data), byte_size_(byte_size) {}
 
 ShmRegion::ShmRegion(ShmRegion&& other) noexcept
-    : key_(std::move(other.key_)),
-      data_(std::exchange(other.data_, nullptr)),
+    : key_(std::move(other.key_)), data_(std::exchange(other.data_, nullptr)),
       byte_size_(std::exchange(other.byte_size_, 0)) {}
 
 ShmRegion& ShmRegion::operator=(ShmRegion&& other) noexcept {
@@ -99,8 +93,7 @@ absl::StatusOr<absl::Span<uint8_t>> ShmRegion::Slice(uint64_t offset, uint64_t b
   return absl::Span<uint8_t>(data_ + offset, static_cast<size_t>(byte_size));
 }
 
-v1::RegisterSharedMemoryRequest ShmRegion::RegisterRequest(const std::string& name,
-                                                           uint64_t offset,
+v1::RegisterSharedMemoryRequest ShmRegion::RegisterRequest(const std::string& name, uint64_t offset,
                                                            uint64_t byte_size) const {
   v1::RegisterSharedMemoryRequest request;
   request.set_name(name);
@@ -111,8 +104,7 @@ v1::RegisterSharedMemoryRequest ShmRegion::RegisterRequest(const std::string& na
   return request;
 }
 
-v1::SharedMemoryRef ShmRegion::Ref(const std::string& region, uint64_t offset,
-                                   uint64_t byte_size) {
+v1::SharedMemoryRef ShmRegion::Ref(const std::string& region, uint64_t offset, uint64_t byte_size) {
   v1::SharedMemoryRef ref;
   ref.set_region(region);
   ref.set_offset(offset);

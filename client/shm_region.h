@@ -65,8 +65,7 @@ class ShmRegion {
                                                   uint64_t byte_size = UINT64_MAX) const;
 
   // A reference to a slice of the region registered as `region` (offsets relative to it).
-  static v1::SharedMemoryRef Ref(const std::string& region, uint64_t offset,
-                                 uint64_t byte_size);
+  static v1::SharedMemoryRef Ref(const std::string& region, uint64_t offset, uint64_t byte_size);
 
  private:
   ShmRegion(std::string key, uint8_t* data, uint64_t byte_size);

@@ -15,14 +15,15 @@ namespace posenc::client {
 absl::StatusOr<v1::Tensor> TensorFromNpy(const std::string& path, std::optional<v1::DType> dtype) {
   ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
   if (!IsFloat(array.dtype) && array.dtype != DType::kFloat64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " holds ", DTypeName(array.dtype),
-        "; a float32, float64 or float16 array is needed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " holds ", DTypeName(array.dtype),
+                     "; a float32, float64 or float16 array is needed"));
   }
   // float64 goes as float32 unless a dtype is asked for (the wire has no float64).
-  const v1::DType want = dtype.value_or(
-      array.dtype == DType::kFloat64 ? v1::FLOAT32 : ToProtoDType(array.dtype));
-  if (want == ToProtoDType(array.dtype)) return MakeTensorFromBytes(array.dtype, array.shape, array.data);
+  const v1::DType want =
+      dtype.value_or(array.dtype == DType::kFloat64 ? v1::FLOAT32 : ToProtoDType(array.dtype));
+  if (want == ToProtoDType(array.dtype))
+    return MakeTensorFromBytes(array.dtype, array.shape, array.data);
   std::vector<float> values(array.data.size() / DTypeSize(array.dtype));
   ToFloat32(array.dtype, array.data.data(), values.data(), values.size());
   return MakeTensor(values, array.shape, want);
@@ -69,7 +70,8 @@ namespace {
 // The first `count` of `values` joined by spaces, then " ..." if there are more.
 template <typename T>
 std::string FirstValues(const std::vector<T>& values, int64_t count) {
-  const size_t k = std::min<size_t>(values.size(), static_cast<size_t>(std::max<int64_t>(count, 0)));
+  const size_t k =
+      std::min<size_t>(values.size(), static_cast<size_t>(std::max<int64_t>(count, 0)));
   std::string first;
   for (size_t i = 0; i < k; ++i) {
     if constexpr (std::is_floating_point_v<T>) {
@@ -90,8 +92,9 @@ void PrintTensorSummary(absl::string_view label, const v1::Tensor& tensor, int64
     std::cout << label << ": " << view.status().message() << "\n";
     return;
   }
-  const std::string first = IsFloat(view->dtype) ? FirstValues(*TensorToFloats(tensor, label), count)
-                                                 : FirstValues(*TensorToInts(tensor, label), count);
+  const std::string first = IsFloat(view->dtype)
+                                ? FirstValues(*TensorToFloats(tensor, label), count)
+                                : FirstValues(*TensorToInts(tensor, label), count);
   std::cout << label << ": shape " << ShapeString(view->shape) << " " << DTypeName(view->dtype)
             << "  first: " << first << "\n";
 }

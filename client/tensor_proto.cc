@@ -15,22 +15,23 @@ absl::StatusOr<v1::DType> ParseDTypeName(absl::string_view name) {
   if (n == "bfloat16" || n == "bf16") return v1::BFLOAT16;
   if (n == "int32" || n == "i32") return v1::INT32;
   if (n == "int64" || n == "i64") return v1::INT64;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "dtype '", name, "' is not one of float32, float16, bfloat16, int32, int64"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype '", name, "' is not one of float32, float16, bfloat16, int32, int64"));
 }
 
 absl::StatusOr<v1::Tensor> MakeTensor(absl::Span<const float> values,
                                       absl::Span<const int64_t> shape, v1::DType dtype) {
   ASSIGN_OR_RETURN(const DType host_dtype, DTypeFromProto(dtype, "tensor.dtype"));
   if (!IsFloat(host_dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MakeTensor converts float32 values to FLOAT32, FLOAT16 or BFLOAT16, not ",
-        v1::DType_Name(dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MakeTensor converts float32 values to FLOAT32, FLOAT16 or BFLOAT16, not ",
+                     v1::DType_Name(dtype)));
   }
   ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape, "tensor"));
   if (static_cast<int64_t>(values.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat("tensor shape ", ShapeString(shape), " has ", n,
-                                                   " elements but ", values.size(), " values were given"));
+                                                   " elements but ", values.size(),
+                                                   " values were given"));
   }
   v1::Tensor tensor;
   tensor.mutable_shape()->Add(shape.begin(), shape.end());
@@ -58,7 +59,8 @@ absl::StatusOr<v1::Tensor> MakeTensorFromBytes(DType dtype, absl::Span<const int
 }
 
 absl::StatusOr<ConstTensorView> ViewTensor(const v1::Tensor& tensor, absl::string_view field) {
-  ASSIGN_OR_RETURN(const DType dtype, DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype")));
+  ASSIGN_OR_RETURN(const DType dtype,
+                   DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype")));
   Shape shape(tensor.shape().begin(), tensor.shape().end());
   ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape, field));
   const size_t expected = static_cast<size_t>(n) * DTypeSize(dtype);
@@ -70,18 +72,20 @@ absl::StatusOr<ConstTensorView> ViewTensor(const v1::Tensor& tensor, absl::strin
   return ConstTensorView(dtype, std::move(shape), tensor.data().data());
 }
 
-absl::StatusOr<std::vector<float>> TensorToFloats(const v1::Tensor& tensor, absl::string_view field) {
+absl::StatusOr<std::vector<float>> TensorToFloats(const v1::Tensor& tensor,
+                                                  absl::string_view field) {
   ASSIGN_OR_RETURN(const ConstTensorView view, ViewTensor(tensor, field));
   if (!IsFloat(view.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype is ", DTypeName(view.dtype),
-                                                   "; expected a float dtype"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".dtype is ", DTypeName(view.dtype), "; expected a float dtype"));
   }
   std::vector<float> out(static_cast<size_t>(view.NumElements()));
   ToFloat32(view.dtype, view.data, out.data(), out.size());
   return out;
 }
 
-absl::StatusOr<std::vector<int64_t>> TensorToInts(const v1::Tensor& tensor, absl::string_view field) {
+absl::StatusOr<std::vector<int64_t>> TensorToInts(const v1::Tensor& tensor,
+                                                  absl::string_view field) {
   ASSIGN_OR_RETURN(const ConstTensorView view, ViewTensor(tensor, field));
   std::vector<int64_t> out(static_cast<size_t>(view.NumElements()));
   if (view.dtype == DType::kInt64) {
@@ -94,8 +98,8 @@ absl::StatusOr<std::vector<int64_t>> TensorToInts(const v1::Tensor& tensor, absl
       out[i] = v;
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype is ", DTypeName(view.dtype),
-                                                   "; expected INT32 or INT64"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".dtype is ", DTypeName(view.dtype), "; expected INT32 or INT64"));
   }
   return out;
 }

@@ -7,12 +7,12 @@
 #pragma once
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "posenc/v1/posenc.pb.h"
 #include "proto/dtype_proto.h"
 #include "server/tensor/dtype.h"
@@ -47,9 +47,11 @@ absl::StatusOr<v1::Tensor> MakeTensorFromBytes(DType dtype, absl::Span<const int
 absl::StatusOr<ConstTensorView> ViewTensor(const v1::Tensor& tensor, absl::string_view field);
 
 // The values of a FLOAT32/FLOAT16/BFLOAT16 tensor as float32.
-absl::StatusOr<std::vector<float>> TensorToFloats(const v1::Tensor& tensor, absl::string_view field);
+absl::StatusOr<std::vector<float>> TensorToFloats(const v1::Tensor& tensor,
+                                                  absl::string_view field);
 
 // The values of an INT32/INT64 tensor.
-absl::StatusOr<std::vector<int64_t>> TensorToInts(const v1::Tensor& tensor, absl::string_view field);
+absl::StatusOr<std::vector<int64_t>> TensorToInts(const v1::Tensor& tensor,
+                                                  absl::string_view field);
 
 }  // namespace posenc::client

@@ -114,8 +114,7 @@ std::string Usage() {
     absl::StrAppend(&out, line, "\n");
   };
   for (const FlagSpec& spec : kFlagSpecs) {
-    add(absl::StrCat("--", spec.name, spec.boolean ? "[=true|false]" : " ", spec.value),
-        spec.help);
+    add(absl::StrCat("--", spec.name, spec.boolean ? "[=true|false]" : " ", spec.value), spec.help);
   }
   add("--version", "print the version and exit");
   return out;
@@ -264,7 +263,9 @@ void LogStart(const posenc::ServerOptions& o, const posenc::PosencServer& server
                {"max_inflight_bytes", o.admission.max_inflight_bytes},
                {"max_concurrent_calls", o.admission.max_concurrent_calls},
                {"shm", o.shm.enabled ? "on" : "off"},
-               {"tls", o.tls_cert.empty() ? "off" : o.tls_client_ca.empty() ? "on" : "mutual"},
+               {"tls", o.tls_cert.empty()        ? "off"
+                       : o.tls_client_ca.empty() ? "on"
+                                                 : "mutual"},
                {"shutdown_grace", absl::FormatDuration(absl::FromChrono(o.shutdown_grace))}});
 }
 

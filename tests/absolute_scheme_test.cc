@@ -13,11 +13,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/fixtures.h"
 #include "nlohmann/json.hpp"
 #include "server/kernels/add_kernel.h"
 #include "server/kernels/kernel_impl.h"
 #include "server/tables/sinusoidal_table.h"
+#include "tests/support/fixtures.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
@@ -237,8 +237,8 @@ TEST(Sinusoidal, BFloat16AddIsTheSameOnEveryIsa) {
     TableCache cache(8 << 20);
     for (int call = 0; call < 2; ++call) {  // a miss, then the cached tables
       std::vector<uint16_t> got = input;
-      ASSERT_THAT(ApplySinusoidal({}, {}, TensorView{DType::kBFloat16, {b, s, d}, got.data()},
-                                  {}, cache, {}),
+      ASSERT_THAT(ApplySinusoidal({}, {}, TensorView{DType::kBFloat16, {b, s, d}, got.data()}, {},
+                                  cache, {}),
                   IsOk());
       EXPECT_EQ(got, want) << KernelImplName(isa) << " call " << call;
       const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16);
@@ -404,8 +404,8 @@ TEST(FiniteOrRefused, ScalesAreBounded) {
                absl::StatusCode::kInvalidArgument, "sinusoidal.pe_scale is 1e+30");
   CombineSpec input;
   input.input_scale = -3e38f;
-  ExpectStatus(ApplyLearned({"t", LearnedTable(4, 4), Overflow::kError}, input, View(x, {2, 4}),
-                            {}, {})
+  ExpectStatus(ApplyLearned({"t", LearnedTable(4, 4), Overflow::kError}, input, View(x, {2, 4}), {},
+                            {})
                    .status(),
                absl::StatusCode::kInvalidArgument, "learned.input_scale is -3e+38");
   CombineSpec edge;
@@ -510,11 +510,10 @@ TEST(AbsoluteSchemes, EmptyInputWithAHugeDModelIsRefusedBeforeAllocating) {
   const PositionsSpec none;
   const LearnedSpec learned{"t", LearnedTable(4, 8), Overflow::kError};
   const CombineSpec concat{1.0f, 1.0f, Fusion::kConcat, 8};
-  const absl::Status statuses[] = {
-      ApplySinusoidal({}, concat, empty, none, cache, {}).status(),
-      ApplyLearned(learned, concat, empty, none, {}).status(),
-      ApplyHierarchical(levels, empty, {}).status(),
-      ApplyContinuous({}, empty, none, {}).status()};
+  const absl::Status statuses[] = {ApplySinusoidal({}, concat, empty, none, cache, {}).status(),
+                                   ApplyLearned(learned, concat, empty, none, {}).status(),
+                                   ApplyHierarchical(levels, empty, {}).status(),
+                                   ApplyContinuous({}, empty, none, {}).status()};
   for (const absl::Status& status : statuses) {
     EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
     EXPECT_NE(status.message().find("d_model 1099511627776"), std::string::npos) << status;
@@ -537,8 +536,8 @@ TEST(AddKernel, OneDnnAndLoopAgree) {
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& v : pe) v = u(rng);
   for (auto& v : x0) v = u(rng);
-  for (auto [in_scale, pe_scale] : {std::pair{1.5f, 0.25f}, std::pair{-0.5f, 2.0f},
-                                    std::pair{1.0f, 1.0f}}) {
+  for (auto [in_scale, pe_scale] :
+       {std::pair{1.5f, 0.25f}, std::pair{-0.5f, 2.0f}, std::pair{1.0f, 1.0f}}) {
     std::vector<float> x1 = x0, x2 = x0;
     ASSERT_THAT(AddEncodingInPlace(View(x1, {b, s, d}), pe.data(), in_scale, pe_scale,
                                    KernelImpl::kOneDnn),

@@ -43,9 +43,9 @@ std::vector<char> MakeInput(DType dtype, int64_t n, std::mt19937& rng) {
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
                             -std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::infinity(),
-                            65504.0f,      // largest half: + pe overflows to infinity
-                            6.0e-8f,       // half subnormal
-                            1.0e-39f,      // float32 subnormal
+                            65504.0f,  // largest half: + pe overflows to infinity
+                            6.0e-8f,   // half subnormal
+                            1.0e-39f,  // float32 subnormal
                             -0.0f};
   std::vector<char> bytes(static_cast<size_t>(n) * DTypeSize(dtype));
   for (int64_t i = 0; i < n; ++i) {
@@ -71,9 +71,12 @@ struct Case {
 };
 
 TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
-  const Case cases[] = {{1, 1, 1, 1, 1},        {2, 7, 33, 1.5f, 0.25f},
-                        {3, 5, 17, 1, 1},       {1, 3, 8, 1, -2},
-                        {2, 3, 47, 1, 1},       {2, 3, 31, 1.5f, 0.25f},  // AVX-512 tails
+  const Case cases[] = {{1, 1, 1, 1, 1},
+                        {2, 7, 33, 1.5f, 0.25f},
+                        {3, 5, 17, 1, 1},
+                        {1, 3, 8, 1, -2},
+                        {2, 3, 47, 1, 1},
+                        {2, 3, 31, 1.5f, 0.25f},     // AVX-512 tails
                         {4, 64, 1024, 1.5f, 0.25f},  // 1 MiB fp32: the threaded path
                         {9, 31, 515, 1, 1},          // odd rows split across threads
                         {1, 128, 768, 1, 1}};        // 7 blocks of pe rebalanced to 8
@@ -81,31 +84,31 @@ TEST(AddKernel, BitIdenticalToLoopForEveryDtype) {
   // Default choice, then each vector width forced (AVX-512 falls back to AVX2 rows where
   // the CPU or dtype has none).
   for (KernelImpl impl : {KernelImpl::kAuto, KernelImpl::kAvx2, KernelImpl::kAvx512}) {
-  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (const Case& c : cases) {
-      const int64_t n = c.nb * c.seq * c.dim;
-      std::vector<float> pe(static_cast<size_t>(c.seq * c.dim));
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (auto& v : pe) v = u(rng);
-      if (pe.size() > 2) pe[1] = 60000.0f;  // pushes some halves past 65504
-      std::vector<char> fast = MakeInput(dtype, n, rng);
-      std::vector<char> slow = fast;
-      TensorView x{dtype, {c.nb, c.seq, c.dim}, fast.data()};
-      ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, impl), IsOk());
-      AddEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
-                      c.input_scale, c.pe_scale);
-      const size_t elem = DTypeSize(dtype);
-      int mismatches = 0;
-      for (int64_t i = 0; i < n && mismatches < 5; ++i) {
-        if (std::memcmp(fast.data() + i * elem, slow.data() + i * elem, elem) != 0) {
-          ++mismatches;
-          ADD_FAILURE() << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim
-                        << "] element " << i << " differs from AddEncodingLoop ("
-                        << KernelImplName(LastAddImplementation()) << ")";
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+      for (const Case& c : cases) {
+        const int64_t n = c.nb * c.seq * c.dim;
+        std::vector<float> pe(static_cast<size_t>(c.seq * c.dim));
+        std::uniform_real_distribution<float> u(-1, 1);
+        for (auto& v : pe) v = u(rng);
+        if (pe.size() > 2) pe[1] = 60000.0f;  // pushes some halves past 65504
+        std::vector<char> fast = MakeInput(dtype, n, rng);
+        std::vector<char> slow = fast;
+        TensorView x{dtype, {c.nb, c.seq, c.dim}, fast.data()};
+        ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, impl), IsOk());
+        AddEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
+                        c.input_scale, c.pe_scale);
+        const size_t elem = DTypeSize(dtype);
+        int mismatches = 0;
+        for (int64_t i = 0; i < n && mismatches < 5; ++i) {
+          if (std::memcmp(fast.data() + i * elem, slow.data() + i * elem, elem) != 0) {
+            ++mismatches;
+            ADD_FAILURE() << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim
+                          << "] element " << i << " differs from AddEncodingLoop ("
+                          << KernelImplName(LastAddImplementation()) << ")";
+          }
         }
       }
     }
-  }
   }
 }
 
@@ -122,8 +125,8 @@ TEST(AddKernel, ReportsTheFirstValueThatIsNotFiniteAsAPassWould) {
   for (KernelImpl isa : CpuVectorIsas()) runs.push_back({isa, KernelImpl::kAuto});
   runs.push_back({CpuVectorIsas().empty() ? KernelImpl::kScalar : CpuVectorIsas().back(),
                   KernelImpl::kOneDnn});
-  const Case cases[] = {{2, 7, 33, 1, 1}, {1, 3, 8, 1.5f, 0.25f}, {9, 31, 515, 1, 1},
-                        {4, 64, 1024, 1, 1}};
+  const Case cases[] = {
+      {2, 7, 33, 1, 1}, {1, 3, 8, 1.5f, 0.25f}, {9, 31, 515, 1, 1}, {4, 64, 1024, 1, 1}};
   std::mt19937 rng(11);
   for (const Run& run : runs) {
     const ScopedKernelOverride forced(run.isa);
@@ -166,8 +169,8 @@ TEST(AddKernel, ReportsTheFirstValueThatIsNotFiniteAsAPassWould) {
                           IsOk());
             }
             const int64_t expected = FirstNonFinite(dtype, bytes.data(), n);
-            EXPECT_EQ(expected, bad_at.empty() ? -1 : *std::min_element(bad_at.begin(),
-                                                                        bad_at.end()));
+            EXPECT_EQ(expected,
+                      bad_at.empty() ? -1 : *std::min_element(bad_at.begin(), bad_at.end()));
             EXPECT_EQ(reported, expected)
                 << KernelImplName(run.isa) << "/" << KernelImplName(run.implementation) << " "
                 << DTypeName(dtype) << " [" << c.nb << "," << c.seq << "," << c.dim << "] "
@@ -201,9 +204,9 @@ TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
       for (auto [a, b] : {std::pair{1.0f, 1.0f}, std::pair{1.0f, 0.5f}, std::pair{0.75f, 0.5f}}) {
         std::vector<uint16_t> fast(dim), slow(dim);
         for (int64_t i = 0; i < dim; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
-        ASSERT_THAT(
-            AddEncodingInPlace(TensorView{dtype, {1, 1, dim}, fast.data()}, pe.data(), a, b, impl),
-            IsOk());
+        ASSERT_THAT(AddEncodingInPlace(TensorView{dtype, {1, 1, dim}, fast.data()}, pe.data(), a, b,
+                                       impl),
+                    IsOk());
         AddEncodingLoop(TensorView{dtype, {1, 1, dim}, slow.data()}, pe.data(), a, b);
         auto is_nan16 = [dtype](uint16_t v) {
           return (v & 0x7fff) > (dtype == DType::kFloat16 ? 0x7c00 : 0x7f80);
@@ -215,10 +218,9 @@ TEST(AddKernel, EverySixteenBitPatternBitIdenticalToLoop) {
             ASSERT_TRUE(is_nan16(fast[i]) && is_nan16(slow[i])) << DTypeName(dtype) << " " << i;
             continue;
           }
-          ASSERT_EQ(fast[i], slow[i]) << DTypeName(dtype) << " "
-                                      << KernelImplName(LastAddImplementation())
-                                      << " a=" << a << " b=" << b << " element " << i << " input "
-                                      << static_cast<uint16_t>(i * 40503u);
+          ASSERT_EQ(fast[i], slow[i])
+              << DTypeName(dtype) << " " << KernelImplName(LastAddImplementation()) << " a=" << a
+              << " b=" << b << " element " << i << " input " << static_cast<uint16_t>(i * 40503u);
         }
       }
     }
@@ -253,22 +255,23 @@ TEST(AddKernel, EveryForcedIsaRunsItsRowsBitIdenticalToLoop) {
             << KernelImplName(isa) << " " << DTypeName(dtype);
         AddEncodingLoop(TensorView{dtype, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
                         c.input_scale, c.pe_scale);
-        ASSERT_EQ(fast, slow) << KernelImplName(isa) << " " << DTypeName(dtype) << " [" << c.nb << ","
-                              << c.seq << "," << c.dim << "]";
+        ASSERT_EQ(fast, slow) << KernelImplName(isa) << " " << DTypeName(dtype) << " [" << c.nb
+                              << "," << c.seq << "," << c.dim << "]";
       }
     }
   }
 }
 
 // MULTIPLY: x = (x * a) * (pe * b). Under SetKernelOverride (the loop, then every vector
-// ISA this CPU has) and with each implementation named (kOneDnn: kAuto's rows), every dtype, vector tail, odd batch and the
-// threaded size is bit-identical to MultiplyEncodingLoop; NaN results only by NaN-ness where
-// both operands are NaN (which NaN a product keeps is the compiler's operand order).
+// ISA this CPU has) and with each implementation named (kOneDnn: kAuto's rows), every dtype, vector
+// tail, odd batch and the threaded size is bit-identical to MultiplyEncodingLoop; NaN results only
+// by NaN-ness where both operands are NaN (which NaN a product keeps is the compiler's operand
+// order).
 TEST(MultiplyKernel, EveryIsaBitIdenticalToLoop) {
   std::vector<KernelImpl> isas = {KernelImpl::kScalar};
   for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
-  const Case cases[] = {{1, 1, 1, 1, 1},       {2, 7, 33, 1.5f, 0.25f}, {3, 5, 17, 1, 1},
-                        {2, 3, 47, 1, -2},     {2, 3, 31, 1.5f, 0.25f}, {9, 31, 515, 1, 1},
+  const Case cases[] = {{1, 1, 1, 1, 1},           {2, 7, 33, 1.5f, 0.25f}, {3, 5, 17, 1, 1},
+                        {2, 3, 47, 1, -2},         {2, 3, 31, 1.5f, 0.25f}, {9, 31, 515, 1, 1},
                         {4, 64, 1024, 1.5f, 0.25f}};
   std::mt19937 rng(17);
   auto check = [&](const char* what, DType dtype, const Case& c, KernelImpl impl,
@@ -317,8 +320,8 @@ TEST(MultiplyKernel, EveryIsaBitIdenticalToLoop) {
       for (const Case& c : cases) check(KernelImplName(isa), dtype, c, KernelImpl::kAuto, want);
     }
   }
-  for (KernelImpl impl : {KernelImpl::kAvx2, KernelImpl::kAvx512, KernelImpl::kScalar,
-                          KernelImpl::kOneDnn}) {
+  for (KernelImpl impl :
+       {KernelImpl::kAvx2, KernelImpl::kAvx512, KernelImpl::kScalar, KernelImpl::kOneDnn}) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       for (const Case& c : cases) check("forced", dtype, c, impl, nullptr);
     }
@@ -350,7 +353,7 @@ TEST(MultiplyKernel, LoopMatchesFloat64Formula) {
         }
       }
       MultiplyEncodingLoop(TensorView{dtype, {nb, seq, dim}, bytes.data()}, pe.data(), a, b);
-      const double ulp = dtype == DType::kFloat32 ? std::ldexp(1.0, -23)
+      const double ulp = dtype == DType::kFloat32   ? std::ldexp(1.0, -23)
                          : dtype == DType::kFloat16 ? std::ldexp(1.0, -10)
                                                     : std::ldexp(1.0, -7);
       const double tol_ulps = dtype == DType::kFloat32 ? 2.0 : 1.0;
@@ -403,11 +406,16 @@ TEST(AddKernel, LaidOutRowsBitIdenticalToLoop) {
   if (!CpuSupports(KernelImpl::kAvx2)) GTEST_SKIP() << "no AVX2";
   const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16, KernelImpl::kAvx2);
   ASSERT_NE(layout, nullptr);
-  const Case cases[] = {{1, 1, 65536 + 13, 1, 1}, {1, 1, 65536 + 13, 1, 0.5f},
+  const Case cases[] = {{1, 1, 65536 + 13, 1, 1},
+                        {1, 1, 65536 + 13, 1, 0.5f},
                         {1, 1, 65536 + 13, 0.75f, 0.5f},
-                        {2, 7, 33, 1.5f, 0.25f},  {3, 5, 17, 1, 1},   {1, 3, 8, 1, -2},
-                        {2, 3, 47, 1, 1},         {9, 31, 515, 1, 1},
-                        {4, 64, 1024, 1.5f, 0.25f}, {1, 128, 768, 1, 1}};
+                        {2, 7, 33, 1.5f, 0.25f},
+                        {3, 5, 17, 1, 1},
+                        {1, 3, 8, 1, -2},
+                        {2, 3, 47, 1, 1},
+                        {9, 31, 515, 1, 1},
+                        {4, 64, 1024, 1.5f, 0.25f},
+                        {1, 128, 768, 1, 1}};
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> u(-1, 1);
   for (const Case& c : cases) {
@@ -429,9 +437,9 @@ TEST(AddKernel, LaidOutRowsBitIdenticalToLoop) {
     AddEncodingLoop(TensorView{DType::kBFloat16, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
                     c.input_scale, c.pe_scale);
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(fast[i], slow[i]) << "[" << c.nb << "," << c.seq << "," << c.dim << "] a="
-                                  << c.input_scale << " b=" << c.pe_scale << " element " << i
-                                  << " input " << static_cast<uint16_t>(i * 40503u);
+      ASSERT_EQ(fast[i], slow[i]) << "[" << c.nb << "," << c.seq << "," << c.dim
+                                  << "] a=" << c.input_scale << " b=" << c.pe_scale << " element "
+                                  << i << " input " << static_cast<uint16_t>(i * 40503u);
     }
   }
 }
@@ -522,8 +530,7 @@ TEST(SimdConvert, WidenAndNarrowAreBitIdenticalToTheScalarConversions) {
     simd::Widen(dtype, all.data(), wide.data(), static_cast<int64_t>(all.size()));
     std::vector<float> probes;
     for (size_t i = 0; i < all.size(); ++i) {
-      const float want =
-          dtype == DType::kFloat16 ? HalfToFloat(all[i]) : BFloat16ToFloat(all[i]);
+      const float want = dtype == DType::kFloat16 ? HalfToFloat(all[i]) : BFloat16ToFloat(all[i]);
       if (std::isnan(want)) {  // F16C quiets a signalling NaN; arithmetic would anyway
         ASSERT_TRUE(std::isnan(wide[i])) << DTypeName(dtype) << " " << all[i];
       } else {
@@ -553,7 +560,7 @@ TEST(SimdConvert, WidenAndNarrowAreBitIdenticalToTheScalarConversions) {
 // around the rounding points (0x7fff, the tie 0x8000, 0x8001, 0xffff), as even and odd
 // lanes, each equal to FloatToBFloat16.
 __attribute__((target("avx2"))) void JoinBothWays(const float* even, const float* odd,
-                                                 uint16_t* packed, uint16_t* per_lane) {
+                                                  uint16_t* packed, uint16_t* per_lane) {
   const __m256 e = _mm256_loadu_ps(even), o = _mm256_loadu_ps(odd);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed), simd::RoundJoinEvenOddBf16(e, o));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(per_lane),
@@ -591,12 +598,12 @@ TEST(SimdConvert, EvenOddBf16RoundingMatchesFloatToBFloat16) {
 // The AVX-512 conversions (16 lanes): every 16-bit pattern widened, and probes around every
 // 16-bit value (halfway points, NaN payloads, float32 subnormals) narrowed, each bit-identical
 // to the scalar conversions.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) __m256i NativeBf16(__m512 f) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) __m256i NativeBf16(
+    __m512 f) {
   return simd::NarrowBf16x16Native(f);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void CheckAvx512Conversions(
-    bool native_bf16) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void CheckAvx512Conversions(bool native_bf16) {
   std::vector<uint16_t> all(65536);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
@@ -604,11 +611,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void CheckAvx512Conversions
     for (size_t i = 0; i < all.size(); i += 16) {
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&all[i]));
       alignas(64) float wide[16];
-      _mm512_store_ps(wide, dtype == DType::kFloat16 ? simd::WidenF16x16(h)
-                                                     : simd::WidenBf16x16(h));
+      _mm512_store_ps(wide,
+                      dtype == DType::kFloat16 ? simd::WidenF16x16(h) : simd::WidenBf16x16(h));
       for (size_t j = 0; j < 16; ++j) {
-        const float want = dtype == DType::kFloat16 ? HalfToFloat(all[i + j])
-                                                    : BFloat16ToFloat(all[i + j]);
+        const float want =
+            dtype == DType::kFloat16 ? HalfToFloat(all[i + j]) : BFloat16ToFloat(all[i + j]);
         if (std::isnan(want)) {
           ASSERT_TRUE(std::isnan(wide[j])) << DTypeName(dtype) << " " << all[i + j];
         } else {
@@ -616,8 +623,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void CheckAvx512Conversions
         }
         uint32_t bits;
         std::memcpy(&bits, &want, 4);
-        for (uint32_t delta : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u,
-                               0xffffu}) {
+        for (uint32_t delta :
+             {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
           const uint32_t probe_bits = bits + delta;
           float probe;
           std::memcpy(&probe, &probe_bits, 4);
@@ -633,10 +640,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void CheckAvx512Conversions
       alignas(32) uint16_t got[16];
       _mm256_store_si256(reinterpret_cast<__m256i*>(got), h);
       for (size_t j = 0; j < 16; ++j) {
-        const uint16_t want = dtype == DType::kFloat16 ? FloatToHalf(probes[i + j])
-                                                       : FloatToBFloat16(probes[i + j]);
-        ASSERT_EQ(got[j], want) << DTypeName(dtype) << (native_bf16 ? " native" : "")
-                                << " probe " << i + j << " = " << probes[i + j];
+        const uint16_t want =
+            dtype == DType::kFloat16 ? FloatToHalf(probes[i + j]) : FloatToBFloat16(probes[i + j]);
+        ASSERT_EQ(got[j], want) << DTypeName(dtype) << (native_bf16 ? " native" : "") << " probe "
+                                << i + j << " = " << probes[i + j];
       }
     }
   }

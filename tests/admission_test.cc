@@ -51,8 +51,8 @@ TEST(AdmissionTest, OnlyBusyRefusalsAreRetryable) {
   Admission admission(AdmissionLimits{1000, 1});
   absl::StatusOr<Admission::Ticket> held = admission.Admit(600);
   ASSERT_THAT(held.status(), IsOk());
-  EXPECT_TRUE(IsRetryableRefusal(admission.Admit(0).status()));       // no call slot free
-  EXPECT_TRUE(IsRetryableRefusal(admission.AdmitBytes(500).status()));  // budget busy
+  EXPECT_TRUE(IsRetryableRefusal(admission.Admit(0).status()));           // no call slot free
+  EXPECT_TRUE(IsRetryableRefusal(admission.AdmitBytes(500).status()));    // budget busy
   EXPECT_FALSE(IsRetryableRefusal(admission.AdmitBytes(1001).status()));  // never fits
   EXPECT_FALSE(IsRetryableRefusal(absl::ResourceExhaustedError("some other limit")));
   EXPECT_FALSE(IsRetryableRefusal(absl::OkStatus()));

@@ -80,8 +80,8 @@ struct GeomCase {
   int64_t q, k, offset;
 };
 const GeomCase kGeoms[] = {
-    {1, 1, 0}, {1, 7, 6}, {5, 5, 0}, {3, 9, 6}, {7, 3, 0}, {4, 6, 10}, {2, 17, 0}, {16, 33, 17},
-    {3, 77, 80},  // 32-lane steps and a 13-lane tail
+    {1, 1, 0},  {1, 7, 6},  {5, 5, 0},    {3, 9, 6},   {7, 3, 0},
+    {4, 6, 10}, {2, 17, 0}, {16, 33, 17}, {3, 77, 80},  // 32-lane steps and a 13-lane tail
 };
 
 // The scalar rows and every vector ISA this CPU has, each forced in turn.
@@ -137,13 +137,17 @@ TEST(AlibiBias, IndependentValuesAndDefaultOffset) {
   EXPECT_EQ(out[4 + 3], 0.f);  // query 1 (position 3) sees every key
 }
 
-uint16_t RoundTo(DType t, float f) { return t == DType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f); }
-float FromBits(DType t, uint16_t b) { return t == DType::kFloat16 ? HalfToFloat(b) : BFloat16ToFloat(b); }
+uint16_t RoundTo(DType t, float f) {
+  return t == DType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f);
+}
+float FromBits(DType t, uint16_t b) {
+  return t == DType::kFloat16 ? HalfToFloat(b) : BFloat16ToFloat(b);
+}
 
 // Scores filled with random values; AddX must give round(score + float(bias)) per element.
 template <typename AddFn, typename BiasFn>
-void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeometry& g,
-                     AddFn add, BiasFn bias_of) {
+void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeometry& g, AddFn add,
+                     BiasFn bias_of) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-4.f, 4.f);
   const int64_t n = batch * heads * g.query_length * g.key_length;
@@ -153,7 +157,10 @@ void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeomet
   // largest half (which a bias pushes past 65504).
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
                             std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 1.0e-39f, 6.0e-8f, -0.0f,
+                            -std::numeric_limits<float>::infinity(),
+                            1.0e-39f,
+                            6.0e-8f,
+                            -0.0f,
                             65504.0f};
   for (int64_t e = 0; e < n; ++e) {
     f32[e] = e % 13 == 4 ? specials[(e / 13) % 7] : dist(rng);
@@ -193,25 +200,25 @@ void CheckAddInPlace(DType dtype, int64_t batch, int64_t heads, const BiasGeomet
 // Each ISA forced by the override, then named as the implementation.
 TEST(AlibiBias, AddInPlaceAllFloatDtypesEveryIsa) {
   for (KernelImpl isa : IsasToTest()) {
-  for (bool named : {false, true}) {
-  const ScopedKernelOverride forced(named ? KernelImpl::kAuto : isa);
-  const KernelImpl implementation = named ? isa : KernelImpl::kAuto;
-  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (bool causal : {false, true}) {
-      for (const GeomCase& c : kGeoms) {
-        const AlibiSpec spec{6, causal, 8.0};
-        const BiasGeometry g{c.q, c.k, c.offset};
-        CheckAddInPlace(
-            dtype, 2, 6, g,
-            [&](const TensorView& v) { return AddAlibiBias(spec, g, v, implementation); },
-            [&](int64_t h, int64_t i, int64_t j) {
-              // + 0.0f: the kernel's biases have no negative zeros (a -0 score shows it).
-              return static_cast<float>(AlibiBiasReference(spec, g, h, i, j)) + 0.0f;
-            });
+    for (bool named : {false, true}) {
+      const ScopedKernelOverride forced(named ? KernelImpl::kAuto : isa);
+      const KernelImpl implementation = named ? isa : KernelImpl::kAuto;
+      for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+        for (bool causal : {false, true}) {
+          for (const GeomCase& c : kGeoms) {
+            const AlibiSpec spec{6, causal, 8.0};
+            const BiasGeometry g{c.q, c.k, c.offset};
+            CheckAddInPlace(
+                dtype, 2, 6, g,
+                [&](const TensorView& v) { return AddAlibiBias(spec, g, v, implementation); },
+                [&](int64_t h, int64_t i, int64_t j) {
+                  // + 0.0f: the kernel's biases have no negative zeros (a -0 score shows it).
+                  return static_cast<float>(AlibiBiasReference(spec, g, h, i, j)) + 0.0f;
+                });
+          }
+        }
       }
     }
-  }
-  }
   }
 }
 
@@ -221,8 +228,8 @@ TEST(AlibiBias, AddInPlaceAllFloatDtypesEveryIsa) {
 // (not the kernel's T5RelativeBucket), in its float32 arithmetic: the position / max_exact,
 // the log, the divide by log(max_distance / max_exact) and the multiply are float32, then
 // .to(long) truncates. The float32 log is taken as the double log rounded once.
-int32_t HfRelativePositionBucket(int64_t relative_position, bool bidirectional,
-                                 int32_t num_buckets, int32_t max_distance) {
+int32_t HfRelativePositionBucket(int64_t relative_position, bool bidirectional, int32_t num_buckets,
+                                 int32_t max_distance) {
   int64_t buckets = 0;
   int64_t n = num_buckets;
   if (bidirectional) {
@@ -244,8 +251,8 @@ int32_t HfRelativePositionBucket(int64_t relative_position, bool bidirectional,
 
 // The bucket of (query i, key j): relative position key - query, query at offset + i.
 int32_t HfBucket(const T5Spec& spec, const BiasGeometry& g, int64_t i, int64_t j) {
-  return HfRelativePositionBucket(j - (g.query_offset + i), spec.bidirectional,
-                                  spec.num_buckets, spec.max_distance);
+  return HfRelativePositionBucket(j - (g.query_offset + i), spec.bidirectional, spec.num_buckets,
+                                  spec.max_distance);
 }
 
 TEST(T5Buckets, MatchHfFormulaFixture) {
@@ -437,23 +444,23 @@ TEST(T5Bias, AddInPlaceAllFloatDtypesEveryIsa) {
   const int heads = 3;
   const std::vector<float> table = RandomTable(32, heads);
   for (KernelImpl isa : IsasToTest()) {
-  for (bool named : {false, true}) {
-  const ScopedKernelOverride forced(named ? KernelImpl::kAuto : isa);
-  const KernelImpl implementation = named ? isa : KernelImpl::kAuto;
-  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (const GeomCase& c : kGeoms) {
-      const BiasGeometry g{c.q, c.k, c.offset};
-      CheckAddInPlace(
-          dtype, 3, heads, g,
-          [&](const TensorView& v) {
-            return AddT5Bias(spec, g, table.data(), heads, v, implementation);
-          },
-          [&](int64_t h, int64_t i, int64_t j) {
-            return table[HfBucket(spec, g, i, j) * heads + h];
-          });
+    for (bool named : {false, true}) {
+      const ScopedKernelOverride forced(named ? KernelImpl::kAuto : isa);
+      const KernelImpl implementation = named ? isa : KernelImpl::kAuto;
+      for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+        for (const GeomCase& c : kGeoms) {
+          const BiasGeometry g{c.q, c.k, c.offset};
+          CheckAddInPlace(
+              dtype, 3, heads, g,
+              [&](const TensorView& v) {
+                return AddT5Bias(spec, g, table.data(), heads, v, implementation);
+              },
+              [&](int64_t h, int64_t i, int64_t j) {
+                return table[HfBucket(spec, g, i, j) * heads + h];
+              });
+        }
+      }
     }
-  }
-  }
   }
 }
 
@@ -474,7 +481,7 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   ExpectInvalid(ValidateT5Spec({3, 128, true}), "t5.num_buckets is 3");
   ExpectInvalid(ValidateT5Spec({1, 128, false}), "t5.num_buckets is 1");
   ExpectInvalid(ValidateT5Spec({0, 128, false}), "t5.num_buckets");
-  ExpectInvalid(ValidateT5Spec({32, 8, true}), "t5.max_distance is 8");   // max_exact 8
+  ExpectInvalid(ValidateT5Spec({32, 8, true}), "t5.max_distance is 8");     // max_exact 8
   ExpectInvalid(ValidateT5Spec({32, 16, false}), "t5.max_distance is 16");  // max_exact 16
   ExpectInvalid(ValidateT5Spec({32, -1, false}), "t5.max_distance");
   EXPECT_THAT(ValidateT5Spec({4, 2, true}), IsOk());
@@ -485,12 +492,10 @@ TEST(BiasLimits, InvalidSpecsNameTheField) {
   ExpectInvalid(ValidateBiasGeometry({2, -1, 0}), "key_length is -1");
   ExpectInvalid(ValidateBiasGeometry(MakeBiasGeometry(5, 3)), "query_offset is -2");
   ExpectInvalid(ValidateBiasGeometry({2, 4, kMaxBiasPosition}), "query_offset");
-  ExpectInvalid(ValidateBiasGeometry({2, std::numeric_limits<int64_t>::max(), 0}),
-                "key_length");
+  ExpectInvalid(ValidateBiasGeometry({2, std::numeric_limits<int64_t>::max(), 0}), "key_length");
   EXPECT_THAT(ValidateBiasGeometry({5, 3, 0}), IsOk());
   // Found by fuzzing (UBSan in scripts/sanitize.sh): the default offset 32 - (-2^63) overflowed.
-  const BiasGeometry most_negative =
-      MakeBiasGeometry(std::numeric_limits<int64_t>::min(), 32);
+  const BiasGeometry most_negative = MakeBiasGeometry(std::numeric_limits<int64_t>::min(), 32);
   EXPECT_EQ(most_negative.query_offset, 0);
   ExpectInvalid(ValidateBiasGeometry(most_negative), "query_length is -9223372036854775808");
   ExpectInvalid(ValidateBiasGeometry(MakeBiasGeometry(4, std::numeric_limits<int64_t>::min())),
@@ -533,11 +538,14 @@ TEST(BiasLimits, ScoresMustFit) {
   EXPECT_THAT(ValidateScores(g, 4, "alibi.num_heads", v), IsOk());
   ExpectInvalid(ValidateScores(g, 5, "alibi.num_heads", v),
                 "scores.shape[1] (heads) is 4; it must equal alibi.num_heads (5)");
-  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {2, 4, 3, 3}, data.data()}),
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads",
+                               {DType::kFloat32, {2, 4, 3, 3}, data.data()}),
                 "scores.shape[2]");
-  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {2, 4, 2, 2}, data.data()}),
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads",
+                               {DType::kFloat32, {2, 4, 2, 2}, data.data()}),
                 "scores.shape[3]");
-  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {0, 4, 2, 3}, data.data()}),
+  ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads",
+                               {DType::kFloat32, {0, 4, 2, 3}, data.data()}),
                 "scores.shape[0]");
   ExpectInvalid(ValidateScores(g, 4, "alibi.num_heads", {DType::kFloat32, {4, 2, 3}, data.data()}),
                 "scores has shape");

@@ -62,17 +62,17 @@ CallCost Cost(uint64_t bytes, bool run_inline) {
 TEST_F(CallRunnerTest, CostErrorIsTheOutcomeAtOnceNamingTheRequest) {
   bool ran = false;
   std::optional<CallOutcome> outcome;
-  runner_.Run(absl::StatusOr<CallCost>(absl::InvalidArgumentError("input.shape overflows")),
-              Slot::kCall, "r1", NotStopped, response_,
-              [&](const CancelCheck&) {
-                ran = true;
-                return grpc::Status::OK;
-              },
-              [&](CallOutcome o) { outcome = std::move(o); });
+  runner_.Run(
+      absl::StatusOr<CallCost>(absl::InvalidArgumentError("input.shape overflows")), Slot::kCall,
+      "r1", NotStopped, response_,
+      [&](const CancelCheck&) {
+        ran = true;
+        return grpc::Status::OK;
+      },
+      [&](CallOutcome o) { outcome = std::move(o); });
   ASSERT_TRUE(outcome.has_value()) << "the outcome came later than the call";
   EXPECT_FALSE(ran);
-  EXPECT_THAT(outcome->status, StatusIs(absl::StatusCode::kInvalidArgument,
-                                        HasSubstr("r1")));
+  EXPECT_THAT(outcome->status, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("r1")));
   EXPECT_FALSE(outcome->refused);
   EXPECT_EQ(admission_.inflight_calls(), 0);
 }
@@ -80,12 +80,13 @@ TEST_F(CallRunnerTest, CostErrorIsTheOutcomeAtOnceNamingTheRequest) {
 TEST_F(CallRunnerTest, OverTheBudgetIsRefusedAtOnceAndRunsNothing) {
   bool ran = false;
   std::optional<CallOutcome> outcome;
-  runner_.Run(Cost(1001, /*run_inline=*/false), Slot::kCall, "", NotStopped, response_,
-              [&](const CancelCheck&) {
-                ran = true;
-                return grpc::Status::OK;
-              },
-              [&](CallOutcome o) { outcome = std::move(o); });
+  runner_.Run(
+      Cost(1001, /*run_inline=*/false), Slot::kCall, "", NotStopped, response_,
+      [&](const CancelCheck&) {
+        ran = true;
+        return grpc::Status::OK;
+      },
+      [&](CallOutcome o) { outcome = std::move(o); });
   ASSERT_TRUE(outcome.has_value());
   EXPECT_FALSE(ran);
   EXPECT_TRUE(outcome->refused);

@@ -107,8 +107,8 @@ TEST(CallTrackerTest, ACallRecordTracksFromConstructionToDestruction) {
     EXPECT_EQ(record.call()->method, Method::kEncodeStream);
     EXPECT_EQ(tracker.inflight(), 1u);
     // A status echoing a client string is cut to what a client accepts as metadata.
-    const grpc::Status sent = record.Closing(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT, "request_id " + std::string(100000, 'x')));
+    const grpc::Status sent = record.Closing(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request_id " + std::string(100000, 'x')));
     EXPECT_EQ(sent.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_LE(sent.error_message().size(), kMaxStatusMessageBytes + 24);  // Elide's marker
     EXPECT_THAT(sent.error_message(), ::testing::StartsWith("request_id xxx"));
@@ -173,8 +173,8 @@ TEST(CallTrackerTest, TheInterceptorTracksACallWhileItRuns) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
-  auto stub = v1::PositionalEncoding::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto stub = v1::PositionalEncoding::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
 
   std::future<grpc::Status> answer = std::async(std::launch::async, [&] {
     grpc::ClientContext context;

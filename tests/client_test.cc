@@ -30,7 +30,8 @@ class FakeService final : public v1::PositionalEncoding::Service {
     if (request->request_id() == "fail") {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "input.shape[2] is odd");
     }
-    if (request->request_id() == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (request->request_id() == "slow")
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
     response->set_request_id(request->request_id());
     *response->mutable_output() = request->input();
     return grpc::Status::OK;
@@ -167,7 +168,9 @@ TEST_F(ClientTest, EncodeStreamCallbackErrorCancels) {
   int seen = 0;
   size_t next = 0;
   const absl::Status status = client_->EncodeStream(
-      [&]() -> const v1::EncodeRequest* { return next < requests.size() ? &requests[next++] : nullptr; },
+      [&]() -> const v1::EncodeRequest* {
+        return next < requests.size() ? &requests[next++] : nullptr;
+      },
       [&](v1::EncodeResponse&&) {
         return ++seen == 3 ? absl::DataLossError("stop here") : absl::OkStatus();
       });
@@ -203,8 +206,10 @@ TEST_F(ClientTest, HealthListAndUnimplemented) {
   auto list = client_->ListSchemes();
   ASSERT_THAT(list, IsOk());
   EXPECT_EQ(list->version(), "fake");
-  EXPECT_EQ(client_->GraphEncode(v1::GraphRequest()).status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(client_->AttentionBias(v1::BiasRequest()).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(client_->GraphEncode(v1::GraphRequest()).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(client_->AttentionBias(v1::BiasRequest()).status().code(),
+            absl::StatusCode::kUnimplemented);
   EXPECT_THAT(client_->WaitForConnected(absl::Seconds(5)), IsOk());
 }
 

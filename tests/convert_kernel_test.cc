@@ -60,8 +60,8 @@ std::vector<float> MakeFloats(int64_t n, std::mt19937& rng) {
 
 // Whether `v`, in `t`, is a zero or a subnormal of t.
 bool ZeroOrSubnormal(DType t, float v) {
-  const float smallest_normal = t == DType::kFloat16 ? 6.103515625e-05f
-                                                     : std::numeric_limits<float>::min();
+  const float smallest_normal =
+      t == DType::kFloat16 ? 6.103515625e-05f : std::numeric_limits<float>::min();
   return std::fabs(v) < smallest_normal;
 }
 
@@ -106,10 +106,9 @@ TEST(ConvertFromFloat32Test, EveryImplementationMatchesTheReference) {
           std::vector<char> got(want.size(), 0x55);
           ASSERT_THAT(ConvertFromFloat32(src.data(), t, got.data(), n, impl), IsOk());
           const bool onednn = LastConvertImplementation() == KernelImpl::kOneDnn;
-          EXPECT_EQ(FirstDifference(t, got, want, onednn), "") << "n=" << n << " " << DTypeName(t) << " impl "
-                               << KernelImplName(impl) << " isa "
-                               << KernelImplName(isa) << " ran "
-                               << KernelImplName(LastConvertImplementation());
+          EXPECT_EQ(FirstDifference(t, got, want, onednn), "")
+              << "n=" << n << " " << DTypeName(t) << " impl " << KernelImplName(impl) << " isa "
+              << KernelImplName(isa) << " ran " << KernelImplName(LastConvertImplementation());
         }
       }
     }
@@ -123,8 +122,7 @@ TEST(ConvertFromFloat32Test, ImplementationsReportWhatRan) {
                                  KernelImpl::kScalar),
               IsOk());
   EXPECT_STREQ(KernelImplName(LastConvertImplementation()), "scalar");
-  ASSERT_THAT(ConvertFromFloat32(src.data(), DType::kFloat32, out.data(), 50,
-                                 KernelImpl::kOneDnn),
+  ASSERT_THAT(ConvertFromFloat32(src.data(), DType::kFloat32, out.data(), 50, KernelImpl::kOneDnn),
               IsOk());
   // oneDNN has a float32 reorder on every x86-64 CPU.
   EXPECT_STREQ(KernelImplName(LastConvertImplementation()), "onednn");
@@ -150,8 +148,7 @@ TEST(ConvertFromFloat32Test, ImplementationsReportWhatRan) {
 
 // out[r, :d] = x[r] * a, out[r, d:] = pe[r % seq] * b, each rounded once.
 std::vector<char> ReferenceConcat(DType t, const std::vector<char>& x, const std::vector<float>& pe,
-                                  int64_t nb, int64_t seq, int64_t d, int64_t k, float a,
-                                  float b) {
+                                  int64_t nb, int64_t seq, int64_t d, int64_t k, float a, float b) {
   const size_t e = DTypeSize(t);
   std::vector<char> out(nb * seq * (d + k) * e);
   for (int64_t r = 0; r < nb * seq; ++r) {
@@ -167,9 +164,11 @@ std::vector<char> ReferenceConcat(DType t, const std::vector<char>& x, const std
 
 TEST(ConcatEncodingTest, EveryImplementationMatchesTheReference) {
   std::mt19937 rng(11);
-  struct Shape { int64_t nb, seq, d, k; };
-  for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{2, 5, 7, 9}, Shape{3, 64, 600, 64},
-                         Shape{2, 256, 256, 256}}) {
+  struct Shape {
+    int64_t nb, seq, d, k;
+  };
+  for (const Shape& s :
+       {Shape{1, 1, 1, 1}, Shape{2, 5, 7, 9}, Shape{3, 64, 600, 64}, Shape{2, 256, 256, 256}}) {
     const std::vector<float> pe = MakeFloats(s.seq * s.k, rng);
     const std::vector<float> xs = MakeFloats(s.nb * s.seq * s.d, rng);
     for (DType t : kTypes) {
@@ -185,11 +184,10 @@ TEST(ConcatEncodingTest, EveryImplementationMatchesTheReference) {
             TensorView out{t, {s.nb, s.seq, s.d + s.k}, got.data()};
             ASSERT_THAT(ConcatEncoding(in, pe.data(), s.k, a, b, out, impl), IsOk());
             const bool onednn = LastConvertImplementation() == KernelImpl::kOneDnn;
-            EXPECT_EQ(FirstDifference(t, got, want, onednn), "") << "[" << s.nb << "," << s.seq << "," << s.d << "]+" << s.k
-                                 << " " << DTypeName(t) << " scales " << a << "," << b
-                                 << " impl " << KernelImplName(impl) << " isa "
-                                 << KernelImplName(isa) << " ran "
-                                 << KernelImplName(LastConvertImplementation());
+            EXPECT_EQ(FirstDifference(t, got, want, onednn), "")
+                << "[" << s.nb << "," << s.seq << "," << s.d << "]+" << s.k << " " << DTypeName(t)
+                << " scales " << a << "," << b << " impl " << KernelImplName(impl) << " isa "
+                << KernelImplName(isa) << " ran " << KernelImplName(LastConvertImplementation());
           }
         }
       }

@@ -41,7 +41,7 @@ TEST(DType, KnownHalfValues) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);  // overflows to infinity
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);                   // overflows to infinity
   EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
 }
 
@@ -78,8 +78,7 @@ TEST(TensorView, CheckedNumElementsBoundsTheDimensionsOfEmptyTensors) {
                       Shape{int64_t{1} << 41, 0}}) {
     auto r = CheckedNumElements(shape, "input");
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << ShapeString(shape);
-    EXPECT_NE(r.status().message().find("non-zero dimensions"), std::string::npos)
-        << r.status();
+    EXPECT_NE(r.status().message().find("non-zero dimensions"), std::string::npos) << r.status();
   }
 }
 

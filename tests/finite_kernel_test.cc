@@ -82,8 +82,7 @@ TEST(FirstNonFinite, LargeTensorsOnTheKernelThreads) {
       std::vector<float> with = x;
       with[at] = std::numeric_limits<float>::quiet_NaN();
       with[n - 1] = -std::numeric_limits<float>::infinity();  // in the last part
-      ASSERT_EQ(FirstNonFinite(DType::kFloat32, with.data(), n, impl), at)
-          << KernelImplName(impl);
+      ASSERT_EQ(FirstNonFinite(DType::kFloat32, with.data(), n, impl), at) << KernelImplName(impl);
     }
   }
 }

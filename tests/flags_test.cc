@@ -18,8 +18,8 @@ CommandFlags::Options ServerLike() {
 }
 
 TEST(FlagsTest, BothFormsBareBooleansAndRepeats) {
-  auto f = CommandFlags::Parse({"--listen", "a:1", "--table=x=1.npy", "--shm", "--table",
-                                "y=2.npy", "--threads=3"},
+  auto f = CommandFlags::Parse({"--listen", "a:1", "--table=x=1.npy", "--shm", "--table", "y=2.npy",
+                                "--threads=3"},
                                ServerLike());
   ASSERT_THAT(f, IsOk());
   EXPECT_EQ(f->Str("listen"), "a:1");
@@ -47,8 +47,8 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
     auto f = CommandFlags::Parse(c.args, ServerLike());
     EXPECT_THAT(f, StatusIs(absl::StatusCode::kInvalidArgument, c.message));
   }
-  auto f = CommandFlags::Parse({"--threads=x", "--shm=maybe", "--shutdown_grace=soon"},
-                               ServerLike());
+  auto f =
+      CommandFlags::Parse({"--threads=x", "--shm=maybe", "--shutdown_grace=soon"}, ServerLike());
   ASSERT_THAT(f, IsOk());
   EXPECT_THAT(f->IntIn("threads", 0, 1024, 0),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -62,8 +62,7 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
 
 TEST(FlagsTest, SeparatorFoldsDashesAndUnderscores) {
   CommandFlags::Options options{{"tls-ca", "shape", "timeout"}, {}, '-'};
-  auto f = CommandFlags::Parse({"--tls_ca=ca.pem", "--shape", "2x16,64", "--timeout=0"},
-                               options);
+  auto f = CommandFlags::Parse({"--tls_ca=ca.pem", "--shape", "2x16,64", "--timeout=0"}, options);
   ASSERT_THAT(f, IsOk());
   EXPECT_EQ(f->Str("tls-ca"), "ca.pem");
   EXPECT_EQ(f->IntList("shape").value_or(std::vector<int64_t>{}),

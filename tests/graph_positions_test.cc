@@ -66,8 +66,8 @@ TEST(RandomWalk, MatchesDenseMatrixPowersWithIsolatedNodes) {
     int steps;
     uint32_t seed;
   };
-  for (const Case& c : {Case{12, 1, 1, 1}, Case{30, 1, 8, 2}, Case{40, 2, 16, 3},
-                        Case{25, 3, 7, 4}, Case{60, 1, 20, 5}}) {
+  for (const Case& c : {Case{12, 1, 1, 1}, Case{30, 1, 8, 2}, Case{40, 2, 16, 3}, Case{25, 3, 7, 4},
+                        Case{60, 1, 20, 5}}) {
     // Edges among the first 80% of the nodes only: the rest are isolated.
     const int64_t connected = c.n * 4 / 5;
     std::vector<int64_t> edges = RandomEdges(connected, c.per_node, c.seed);
@@ -79,8 +79,8 @@ TEST(RandomWalk, MatchesDenseMatrixPowersWithIsolatedNodes) {
     ASSERT_EQ(got->size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       // Probabilities in [0, 1], float64 in both, rounded once to float32.
-      ASSERT_NEAR((*got)[i], want[i], 1e-7) << "n " << c.n << " node " << i / c.steps
-                                            << " step " << i % c.steps + 1;
+      ASSERT_NEAR((*got)[i], want[i], 1e-7)
+          << "n " << c.n << " node " << i / c.steps << " step " << i % c.steps + 1;
     }
     for (int64_t v = connected; v < c.n; ++v) {
       for (int s = 0; s < c.steps; ++s) EXPECT_EQ((*got)[v * c.steps + s], 0.0f);
@@ -98,8 +98,8 @@ TEST(RandomWalk, KnownValuesOnATriangleAndAPath) {
   const std::vector<int64_t> path = {0, 1, 1, 2};
   auto p = ComputeRandomWalkEncoding({3, path, 4}, GraphLimits());
   ASSERT_THAT(p, IsOk());
-  EXPECT_THAT(*p, ElementsAreArray({0.0f, 0.5f, 0.0f, 0.5f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.5f,
-                                    0.0f, 0.5f}));
+  EXPECT_THAT(*p, ElementsAreArray(
+                      {0.0f, 0.5f, 0.0f, 0.5f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.5f, 0.0f, 0.5f}));
 }
 
 TEST(RandomWalk, BadInputAndLimits) {
@@ -198,15 +198,15 @@ TEST(Tree, OneHotStackOnAHandDrawnForest) {
     float weight;
   };
   const std::vector<std::vector<Hot>> want = {
-      {},                          // 0: root
-      {{0, 0, 1}},                 // 1: path (0)
-      {{0, 1, 1}},                 // 2: path (1)
-      {{0, 0, 1}, {1, 0, 0.5f}},   // 3: path (0, 0)
-      {{0, 1, 1}, {1, 0, 0.5f}},   // 4: path (0, 1)
-      {{0, 2, 1}},                 // 5: path (2)
-      {},                          // 6: root
-      {{0, 0, 1}},                 // 7: path (0) under root 6
-      {{0, 0, 1}, {1, 2, 0.5f}},   // 8: path (2, 0)
+      {},                         // 0: root
+      {{0, 0, 1}},                // 1: path (0)
+      {{0, 1, 1}},                // 2: path (1)
+      {{0, 0, 1}, {1, 0, 0.5f}},  // 3: path (0, 0)
+      {{0, 1, 1}, {1, 0, 0.5f}},  // 4: path (0, 1)
+      {{0, 2, 1}},                // 5: path (2)
+      {},                         // 6: root
+      {{0, 0, 1}},                // 7: path (0) under root 6
+      {{0, 0, 1}, {1, 2, 0.5f}},  // 8: path (2, 0)
   };
   const int64_t width = depth * children;
   for (int64_t v = 0; v < 9; ++v) {
@@ -295,7 +295,8 @@ TEST(Tree, BadInputNamesTheNode) {
   EXPECT_THAT(ComputeTreeEncoding({2, short_list, 1 << 20, 2}, limits),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_depth")));
   EXPECT_THAT(ComputeTreeEncoding({2, short_list, 4096, 4096}, limits),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_depth * max_children")));
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("max_depth * max_children")));
 }
 
 }  // namespace

@@ -64,8 +64,8 @@ std::vector<double> Column(const GraphEncoding& enc, int c) {
 // Checks every used column: unit norm, orthogonal to the others, L v = lambda v, sign rule;
 // unused columns zero. Tolerances are for float32 vectors: `tol` on norms, dot products and
 // the residual relative to the spectral scale `scale`.
-void CheckEigenPairs(const GraphEncoding& enc, const std::vector<int64_t>& edges,
-                     bool normalized, double tol, double scale) {
+void CheckEigenPairs(const GraphEncoding& enc, const std::vector<int64_t>& edges, bool normalized,
+                     double tol, double scale) {
   const int used = static_cast<int>(enc.eigenvalues.size());
   for (int c = 0; c < used; ++c) {
     const std::vector<double> v = Column(enc, c);
@@ -76,8 +76,8 @@ void CheckEigenPairs(const GraphEncoding& enc, const std::vector<int64_t>& edges
       norm += v[i] * v[i];
     }
     EXPECT_NEAR(std::sqrt(norm), 1.0, tol) << "column " << c;
-    EXPECT_LE(std::sqrt(residual), tol * scale) << "column " << c << " lambda "
-                                                << enc.eigenvalues[c];
+    EXPECT_LE(std::sqrt(residual), tol * scale)
+        << "column " << c << " lambda " << enc.eigenvalues[c];
     for (int d = 0; d < c; ++d) {
       const std::vector<double> w = Column(enc, d);
       double dot = 0;
@@ -188,8 +188,8 @@ using testing::GridEdges;
 using testing::RandomEdges;
 
 // The same graph through the dense solver, shift-invert Lanczos and shifted-operator Lanczos.
-void CheckPathsAgree(const std::string& name, int64_t n, const std::vector<int64_t>& edges,
-                     int k, bool normalized, double scale) {
+void CheckPathsAgree(const std::string& name, int64_t n, const std::vector<int64_t>& edges, int k,
+                     bool normalized, double scale) {
   SCOPED_TRACE(name + (normalized ? " normalized" : ""));
   GraphLimits dense, shift_invert, shifted;
   dense.dense_max_nodes = 1 << 20;

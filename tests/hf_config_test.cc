@@ -106,10 +106,9 @@ TEST(HfConfigTest, GemmaLayerTypes) {
 
   EXPECT_THAT(LoadHfRopeConfig(FixturePath("gemma-3-4b-it.json"), "local").status().message(),
               HasSubstr("layer_type 'local' is unknown"));
-  EXPECT_THAT(LoadHfRopeConfig(FixturePath("llama-3.1-8b.json"), "sliding_attention")
-                  .status()
-                  .message(),
-              HasSubstr("has no per-layer RoPE"));
+  EXPECT_THAT(
+      LoadHfRopeConfig(FixturePath("llama-3.1-8b.json"), "sliding_attention").status().message(),
+      HasSubstr("has no per-layer RoPE"));
 }
 
 TEST(HfConfigTest, GemmaDefaultsFillWhatTheConfigLeavesOut) {
@@ -144,8 +143,8 @@ TEST(HfConfigTest, Llama4AndGlmRotateInterleavedPairs) {
 }
 
 TEST(HfConfigTest, QwenVlWithoutSectionsIsRefused) {
-  const absl::StatusOr<HfRopeConfig> c = Parse(
-      R"({"model_type": "qwen2_vl", "head_dim": 128, "rope_scaling": {"type": "mrope"}})");
+  const absl::StatusOr<HfRopeConfig> c =
+      Parse(R"({"model_type": "qwen2_vl", "head_dim": 128, "rope_scaling": {"type": "mrope"}})");
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.status().message(),
               AllOf(HasSubstr("model_type qwen2_vl needs mrope_section"),
@@ -304,7 +303,8 @@ TEST(HfConfigTest, YarnExtrasAndRopeTypeWinsOverType) {
 }
 
 TEST(HfConfigTest, PartialRotaryFactorAndGptj) {
-  auto phi = Parse(R"({"hidden_size": 2560, "num_attention_heads": 32, "partial_rotary_factor": 0.4})");
+  auto phi =
+      Parse(R"({"hidden_size": 2560, "num_attention_heads": 32, "partial_rotary_factor": 0.4})");
   ASSERT_THAT(phi, IsOk());
   EXPECT_EQ(phi->rotary_dim, 32);  // int(80 * 0.4)
   EXPECT_EQ(phi->rope.rotary_dim(), 32);
@@ -359,7 +359,8 @@ TEST(HfConfigTest, Errors) {
   EXPECT_EQ(odd_rotary.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(odd_rotary.status().message(), HasSubstr("rotary_dim 5"));
 
-  auto llama3_no_original = Parse(R"({"head_dim": 8, "rope_scaling": {"rope_type": "llama3", "factor": 8}})");
+  auto llama3_no_original =
+      Parse(R"({"head_dim": 8, "rope_scaling": {"rope_type": "llama3", "factor": 8}})");
   EXPECT_EQ(llama3_no_original.status().code(), absl::StatusCode::kInvalidArgument);
 
   EXPECT_EQ(RopeFromHfConfig(nlohmann::json::array()).status().code(),

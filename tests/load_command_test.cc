@@ -25,7 +25,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(ParseMixTest, ItemsDimsAndWeights) {
-  auto mix = ParseMix("sinusoidal:1,8,16*4; rope:1,128,8,64;alibi:8,128,128;graph:256,8;table:64,16*2");
+  auto mix =
+      ParseMix("sinusoidal:1,8,16*4; rope:1,128,8,64;alibi:8,128,128;graph:256,8;table:64,16*2");
   ASSERT_THAT(mix, IsOk());
   ASSERT_EQ(mix->size(), 5u);
   EXPECT_EQ((*mix)[0].kind, "sinusoidal");
@@ -119,7 +120,8 @@ class FlakyService final : public v1::PositionalEncoding::Service {
   explicit FlakyService(int failures) : failures_(failures) {}
   grpc::Status Encode(grpc::ServerContext*, const v1::EncodeRequest* request,
                       v1::EncodeResponse* response) override {
-    if (attempts_.fetch_add(1) < failures_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "flaky");
+    if (attempts_.fetch_add(1) < failures_)
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "flaky");
     *response->mutable_output() = request->input();
     return grpc::Status::OK;
   }

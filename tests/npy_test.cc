@@ -36,7 +36,8 @@ std::string Image(const std::string& dict, const std::string& data, int major = 
   out.push_back(static_cast<char>(major));
   out.push_back(0);
   const size_t width = preamble - 8;
-  for (size_t i = 0; i < width; ++i) out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < width; ++i)
+    out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
   return out + header + data;
 }
 
@@ -45,17 +46,17 @@ TEST(NpyTest, MatchesNumpyBytes) {
   const std::vector<float> f32 = {0, 1, 2, 3, 4, 5};
   auto image = SerializeNpy(DType::kFloat32, {2, 3}, Bytes(f32));
   ASSERT_THAT(image, IsOk());
-  const std::string numpy_header =
-      std::string("\x93NUMPY\x01\x00v\x00", 10) +
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + std::string(58, ' ') + "\n";
+  const std::string numpy_header = std::string("\x93NUMPY\x01\x00v\x00", 10) +
+                                   "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" +
+                                   std::string(58, ' ') + "\n";
   EXPECT_EQ(*image, numpy_header + Bytes(f32));
 
   const std::vector<int64_t> i64 = {0, 1, 2, 3, 4};
   image = SerializeNpy(DType::kInt64, {5}, Bytes(i64));
   ASSERT_THAT(image, IsOk());
-  EXPECT_EQ(image->substr(0, 128),
-            std::string("\x93NUMPY\x01\x00v\x00", 10) +
-                "{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }" + std::string(60, ' ') + "\n");
+  EXPECT_EQ(image->substr(0, 128), std::string("\x93NUMPY\x01\x00v\x00", 10) +
+                                       "{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }" +
+                                       std::string(60, ' ') + "\n");
 
   const std::vector<uint16_t> scalar = {FloatToHalf(1.5f)};
   image = SerializeNpy(DType::kFloat16, {}, Bytes(scalar));
@@ -69,7 +70,11 @@ TEST(NpyTest, RoundTripsEveryDtype) {
   const std::vector<uint16_t> f16 = {FloatToHalf(0.5f), FloatToHalf(-1.0f), FloatToHalf(65504.0f)};
   const std::vector<int32_t> i32 = {-7, 0, 7, 2147483647};
   const std::vector<int64_t> i64 = {-1, int64_t{1} << 40};
-  struct Case { DType dtype; Shape shape; std::string data; };
+  struct Case {
+    DType dtype;
+    Shape shape;
+    std::string data;
+  };
   const Case cases[] = {{DType::kFloat32, {2, 2}, Bytes(f32)},
                         {DType::kFloat16, {3}, Bytes(f16)},
                         {DType::kInt32, {1, 2, 2}, Bytes(i32)},
@@ -93,23 +98,26 @@ TEST(NpyTest, RoundTripsEveryDtype) {
 TEST(NpyTest, ReadsVersion2And3AndLooseHeaders) {
   const std::vector<float> f32 = {1, 2, 3, 4, 5, 6};
   for (int major : {2, 3}) {
-    auto parsed = ParseNpy(
-        Image("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", Bytes(f32), major), "v");
+    auto parsed = ParseNpy(Image("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }",
+                                 Bytes(f32), major),
+                           "v");
     ASSERT_THAT(parsed, IsOk());
     EXPECT_EQ(parsed->shape, (Shape{3, 2}));
     EXPECT_EQ(parsed->data, Bytes(f32));
   }
   // Other key order, double quotes, no trailing comma, Python 2 long suffix.
-  auto parsed = ParseNpy(
-      Image("{\"shape\": (6L,), \"fortran_order\": False, \"descr\": \"<f4\"}", Bytes(f32)), "loose");
+  auto parsed = ParseNpy(Image("{\"shape\": (6L,), \"fortran_order\": False, \"descr\": \"<f4\"}",
+                               Bytes(f32)),
+                         "loose");
   ASSERT_THAT(parsed, IsOk());
   EXPECT_EQ(parsed->shape, (Shape{6}));
 }
 
 TEST(NpyTest, RejectsFortranOrderNamingTheFile) {
   const std::vector<float> f32 = {1, 2, 3, 4};
-  auto parsed = ParseNpy(Image("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", Bytes(f32)),
-                         "weights.npy");
+  auto parsed =
+      ParseNpy(Image("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", Bytes(f32)),
+               "weights.npy");
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(parsed.status().message(), HasSubstr("weights.npy"));
   EXPECT_THAT(parsed.status().message(), HasSubstr("fortran_order"));
@@ -117,7 +125,10 @@ TEST(NpyTest, RejectsFortranOrderNamingTheFile) {
 
 TEST(NpyTest, RejectsMalformedInput) {
   const std::vector<float> four = {1, 2, 3, 4};
-  struct Case { std::string image; std::string expect; };
+  struct Case {
+    std::string image;
+    std::string expect;
+  };
   const Case cases[] = {
       {"", "magic"},
       {"\x93NUMPX\x01\x00\x10\x00", "magic"},
@@ -126,12 +137,15 @@ TEST(NpyTest, RejectsMalformedInput) {
       {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", Bytes(four)), "needs 20"},
       {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", Bytes(four)), "needs 12"},
       {Image("{'descr': '<f4', 'shape': (4,), }", Bytes(four)), "lacks"},
-      {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", Bytes(four)), "'x'"},
+      {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", Bytes(four)),
+       "'x'"},
       {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (-4,), }", Bytes(four)), "shape"},
-      {Image("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,), }", Bytes(four)), "fortran_order"},
+      {Image("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,), }", Bytes(four)),
+       "fortran_order"},
       {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (4,) ", Bytes(four)), ""},
       // 2^40 x 2^40 elements: rejected from the header alone.
-      {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }", ""),
+      {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }",
+             ""),
        "2^40"},
       {Image("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999,), }", ""),
        "too large"},
@@ -170,9 +184,9 @@ TEST(NpyTest, FilesRoundTripAndErrors) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("npy_test_does_not_exist.npy"));
 
-  EXPECT_THAT(
-      WriteNpyFile(dir + "/no/such/dir/x.npy", DType::kFloat32, {1}, Bytes(std::vector<float>{1})),
-      StatusIs(absl::StatusCode::kNotFound, HasSubstr("x.npy: cannot create")));
+  EXPECT_THAT(WriteNpyFile(dir + "/no/such/dir/x.npy", DType::kFloat32, {1},
+                           Bytes(std::vector<float>{1})),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("x.npy: cannot create")));
 
   // A header that claims far more data than the file holds fails before allocating it.
   const std::string lying = dir + "/npy_test_lying.npy";
@@ -184,7 +198,8 @@ TEST(NpyTest, FilesRoundTripAndErrors) {
 
   // Truncated inside the header.
   const std::string truncated = dir + "/npy_test_truncated.npy";
-  std::ofstream(truncated, std::ios::binary) << std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 18);
+  std::ofstream(truncated, std::ios::binary)
+      << std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 18);
   EXPECT_THAT(ReadNpyFile(truncated), StatusIs(absl::StatusCode::kInvalidArgument,
                                                HasSubstr("header of 64 bytes is truncated")));
 

@@ -38,11 +38,11 @@ class TestStreamService final : public ServerReflection::CallbackService {
   Reactor::OnFinish on_finish;
   grpc::Status refuse = grpc::Status::OK;
 
-  grpc::ServerBidiReactor<ServerReflectionRequest, ServerReflectionResponse>*
-  ServerReflectionInfo(grpc::CallbackServerContext*) override {
+  grpc::ServerBidiReactor<ServerReflectionRequest, ServerReflectionResponse>* ServerReflectionInfo(
+      grpc::CallbackServerContext*) override {
     auto handler = [answer = answer, schedule = schedule](ServerReflectionRequest& in,
-                                                         ServerReflectionResponse& out,
-                                                         Reactor::Reply reply) {
+                                                          ServerReflectionResponse& out,
+                                                          Reactor::Reply reply) {
       auto job = [&answer, &in, &out, reply = std::move(reply)]() mutable {
         std::move(reply)(answer(in, out), Admission::Ticket());
       };
@@ -79,8 +79,8 @@ class OrderedStreamTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port, 0);
-    stub_ = ServerReflection::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    stub_ = ServerReflection::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                          grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -128,8 +128,7 @@ class OrderedStreamTest : public ::testing::Test {
       if (now != last) {
         last = now;
         last_change = std::chrono::steady_clock::now();
-      } else if (std::chrono::steady_clock::now() - last_change >
-                 std::chrono::milliseconds(300)) {
+      } else if (std::chrono::steady_clock::now() - last_change > std::chrono::milliseconds(300)) {
         break;
       }
     }
@@ -200,8 +199,7 @@ TEST_F(OrderedStreamTest, AClientThatDoesNotReadIsNotReadAhead) {
   ServerReflectionResponse response;
   int read = 0;
   while (stream->Read(&response)) {
-    EXPECT_EQ(response.valid_host().substr(0, std::to_string(read).size()),
-              std::to_string(read));
+    EXPECT_EQ(response.valid_host().substr(0, std::to_string(read).size()), std::to_string(read));
     EXPECT_EQ(response.valid_host().size(), std::to_string(read).size() + (1u << 20));
     ++read;
   }

@@ -34,12 +34,17 @@ void ExpectSameAsProtobuf(const std::string& json) {
 
 TEST(PositionsJson, CommonShapesReadAsProtobufReadsThem) {
   for (const char* json : {
-           R"({"offsets": [1000]})", R"({"offsets": ["1000"]})",
+           R"({"offsets": [1000]})",
+           R"({"offsets": ["1000"]})",
            R"({"offsets": ["1000", "1001", 1002, -3, "-4", 0, "-0"]})",
-           R"({"ids": [0, 1, 2, 3]})", R"({"offsets": [7], "ids": ["5", 6]})",
-           R"({"offsets": []})", R"({})", R"( { "offsets" : [ 1 , 2 ] } )",
+           R"({"ids": [0, 1, 2, 3]})",
+           R"({"offsets": [7], "ids": ["5", 6]})",
+           R"({"offsets": []})",
+           R"({})",
+           R"( { "offsets" : [ 1 , 2 ] } )",
            R"({"offsets": [9223372036854775807, "-9223372036854775808"]})",
-           "{\t\"offsets\":\r\n[ 1,\n\t2 ]\n}\n", R"({"ids": [], "offsets": [-1]})",
+           "{\t\"offsets\":\r\n[ 1,\n\t2 ]\n}\n",
+           R"({"ids": [], "offsets": [-1]})",
        }) {
     ExpectSameAsProtobuf(json);
     EXPECT_TRUE(positions_json_internal::ReadsDirectly(json)) << json;
@@ -48,16 +53,33 @@ TEST(PositionsJson, CommonShapesReadAsProtobufReadsThem) {
 
 TEST(PositionsJson, OtherSpellingsAreProtobufs) {
   for (const char* json : {
-           R"({"offsets": [1e3]})", R"({"offsets": [1000.0]})", R"({"offsets": [1.5]})",
-           R"({"offsets": ["007"]})", R"({"offsets": ["+5"]})", R"({"offsets": [" 5"]})",
-           R"({"offsets": [9223372036854775808]})", R"({"offsets": ["9223372036854775808"]})",
-           R"({"offsets": [-9223372036854775809]})", R"({"offsets": null})",
-           R"({"offsets": [null]})", R"({"offsets": 5})", R"({"offsets": [true]})",
-           R"({"offsets": [1], "offsets": [2]})", R"({"\u006fffsets": [1]})",
-           R"({"Offsets": [1]})", R"({"axisIds": [0, 1]})", R"({"axis_ids": [0, 1]})",
-           R"({"values": [0.5, 1.5]})", R"({"offsets": [1], "values": [2.5]})",
-           R"({"unknown": 1})", R"([1, 2])", R"("offsets")", R"({"offsets": [1])", R"()",
-           R"({"offsets": [1]} trailing)", R"({"offsets": [[1]]})",
+           R"({"offsets": [1e3]})",
+           R"({"offsets": [1000.0]})",
+           R"({"offsets": [1.5]})",
+           R"({"offsets": ["007"]})",
+           R"({"offsets": ["+5"]})",
+           R"({"offsets": [" 5"]})",
+           R"({"offsets": [9223372036854775808]})",
+           R"({"offsets": ["9223372036854775808"]})",
+           R"({"offsets": [-9223372036854775809]})",
+           R"({"offsets": null})",
+           R"({"offsets": [null]})",
+           R"({"offsets": 5})",
+           R"({"offsets": [true]})",
+           R"({"offsets": [1], "offsets": [2]})",
+           R"({"\u006fffsets": [1]})",
+           R"({"Offsets": [1]})",
+           R"({"axisIds": [0, 1]})",
+           R"({"axis_ids": [0, 1]})",
+           R"({"values": [0.5, 1.5]})",
+           R"({"offsets": [1], "values": [2.5]})",
+           R"({"unknown": 1})",
+           R"([1, 2])",
+           R"("offsets")",
+           R"({"offsets": [1])",
+           R"()",
+           R"({"offsets": [1]} trailing)",
+           R"({"offsets": [[1]]})",
        }) {
     ExpectSameAsProtobuf(json);
     EXPECT_FALSE(positions_json_internal::ReadsDirectly(json)) << json;
@@ -68,9 +90,24 @@ TEST(PositionsJson, RandomNearMissesAgree) {
   std::mt19937 random(11);
   const std::vector<std::string> keys = {"\"offsets\"", "\"ids\"", "\"values\"", "\"off\"",
                                          "\"axisIds\""};
-  const std::vector<std::string> values = {
-      "0", "1", "-1", "1000", "\"1000\"", "\"-7\"", "1e2", "2.0", "\"01\"", "null", "true",
-      "9223372036854775807", "9223372036854775808", "\"x\"", "[]", "-0", "\"-0\"", "1.5"};
+  const std::vector<std::string> values = {"0",
+                                           "1",
+                                           "-1",
+                                           "1000",
+                                           "\"1000\"",
+                                           "\"-7\"",
+                                           "1e2",
+                                           "2.0",
+                                           "\"01\"",
+                                           "null",
+                                           "true",
+                                           "9223372036854775807",
+                                           "9223372036854775808",
+                                           "\"x\"",
+                                           "[]",
+                                           "-0",
+                                           "\"-0\"",
+                                           "1.5"};
   for (int i = 0; i < 3000; ++i) {
     std::string json = "{";
     const int fields = static_cast<int>(random() % 3);

@@ -1,8 +1,8 @@
 // server/service/proto_convert: proto3 enums are open, so a client can send any number.
 // Each converter refuses one the proto does not name, naming the field; known values map
 // as before.
-#include "server/schemes/scheme_proto.h"
 #include "server/service/proto_convert.h"
+#include "server/schemes/scheme_proto.h"
 
 #include <string>
 

@@ -133,9 +133,8 @@ int64_t ShawIndex(int64_t k_clip, int64_t query_pos, int64_t key_pos) {
 
 TEST(ShawIndex, MatchesClippedDistances) {
   for (int32_t k_clip : {1, 2, 5, 64}) {
-    for (const BiasGeometry& geom :
-         {BiasGeometry{7, 7, 0}, BiasGeometry{1, 9, 8}, BiasGeometry{5, 12, 3},
-          BiasGeometry{4, 3, 100}}) {
+    for (const BiasGeometry& geom : {BiasGeometry{7, 7, 0}, BiasGeometry{1, 9, 8},
+                                     BiasGeometry{5, 12, 3}, BiasGeometry{4, 3, 100}}) {
       std::vector<int32_t> out(static_cast<size_t>(geom.query_length * geom.key_length));
       ASSERT_THAT(BuildShawIndex({k_clip}, geom, out.data()), IsOk());
       for (int64_t i = 0; i < geom.query_length; ++i) {
@@ -166,9 +165,9 @@ TEST(ShawEmbeddings, GatherTableRows) {
 }
 
 // The query term in float64: sum_d query[b,h,i,d] * table[index(i,j), d] (+ scores).
-std::vector<double> ShawTermReference(const std::vector<float>& query, const std::vector<float>& table,
-                                      int64_t rows, int64_t q, int64_t k, int64_t d,
-                                      int32_t k_clip, int64_t offset) {
+std::vector<double> ShawTermReference(const std::vector<float>& query,
+                                      const std::vector<float>& table, int64_t rows, int64_t q,
+                                      int64_t k, int64_t d, int32_t k_clip, int64_t offset) {
   std::vector<double> out(static_cast<size_t>(rows * k));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = r % q;
@@ -207,11 +206,11 @@ struct ShawCase {
 
 TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
   const ShawCase cases[] = {
-      {2, 3, 5, 7, 16, 2, 2},     // the common geometry, clipping on both sides
-      {1, 2, 1, 33, 13, 4, 32},   // one decode query, odd d (AVX2 tail)
-      {1, 1, 9, 9, 3, 16, 0},     // k wider than the keys: no clipping
-      {2, 2, 6, 40, 64, 8, 10},   // d a multiple of 8, wide keys
-      {1, 1, 3, 5, 1, 1, 100},    // d 1, every key clipped to the left
+      {2, 3, 5, 7, 16, 2, 2},    // the common geometry, clipping on both sides
+      {1, 2, 1, 33, 13, 4, 32},  // one decode query, odd d (AVX2 tail)
+      {1, 1, 9, 9, 3, 16, 0},    // k wider than the keys: no clipping
+      {2, 2, 6, 40, 64, 8, 10},  // d a multiple of 8, wide keys
+      {1, 1, 3, 5, 1, 1, 100},   // d 1, every key clipped to the left
   };
   std::vector<KernelImpl> isas = {KernelImpl::kScalar};
   for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
@@ -241,31 +240,31 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
           ToFloat32(out_t, out.data(), scores.data(), scores.size());
         }
         for (KernelImpl isa : isas) {
-        for (bool named : {false, true}) {  // forced by the override, then named
-          ScopedKernelOverride force(named ? KernelImpl::kAuto : isa);
-          std::vector<uint8_t> got_bytes = out;
-          const TensorView ov{out_t, {c.batch, c.heads, c.q, c.k}, got_bytes.data()};
-          ASSERT_THAT(ShawQueryTerm({c.k_clip}, {c.q, c.k, c.offset}, table.data(), c.d, qv, ov,
-                                    st.has_value(), named ? isa : KernelImpl::kAuto),
-                      IsOk());
-          std::vector<float> got(static_cast<size_t>(rows * c.k));
-          ToFloat32(out_t, got_bytes.data(), got.data(), got.size());
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t j = 0; j < c.k; ++j) {
-              const int64_t t = ShawIndex(c.k_clip, c.offset + r % c.q, j);
-              const double exact = want[r * c.k + j] + scores[r * c.k + j];
-              // float32 FMA accumulation over d (d ulps of the magnitude), the score add,
-              // then one rounding to the output dtype.
-              const double tol = 2.0 * c.d * std::ldexp(1.0, -24) *
-                                     (Magnitude(query, table, r, t, c.d) + 1) +
-                                 (UlpOf(out_t) + std::ldexp(1.0, -23)) * std::fabs(exact);
-              ASSERT_NEAR(got[r * c.k + j], exact, tol)
-                  << "query " << DTypeName(qt) << " out " << DTypeName(out_t) << " isa "
-                  << KernelImplName(isa) << (named ? " named" : " forced") << " row " << r
-                  << " key " << j;
+          for (bool named : {false, true}) {  // forced by the override, then named
+            ScopedKernelOverride force(named ? KernelImpl::kAuto : isa);
+            std::vector<uint8_t> got_bytes = out;
+            const TensorView ov{out_t, {c.batch, c.heads, c.q, c.k}, got_bytes.data()};
+            ASSERT_THAT(ShawQueryTerm({c.k_clip}, {c.q, c.k, c.offset}, table.data(), c.d, qv, ov,
+                                      st.has_value(), named ? isa : KernelImpl::kAuto),
+                        IsOk());
+            std::vector<float> got(static_cast<size_t>(rows * c.k));
+            ToFloat32(out_t, got_bytes.data(), got.data(), got.size());
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t j = 0; j < c.k; ++j) {
+                const int64_t t = ShawIndex(c.k_clip, c.offset + r % c.q, j);
+                const double exact = want[r * c.k + j] + scores[r * c.k + j];
+                // float32 FMA accumulation over d (d ulps of the magnitude), the score add,
+                // then one rounding to the output dtype.
+                const double tol =
+                    2.0 * c.d * std::ldexp(1.0, -24) * (Magnitude(query, table, r, t, c.d) + 1) +
+                    (UlpOf(out_t) + std::ldexp(1.0, -23)) * std::fabs(exact);
+                ASSERT_NEAR(got[r * c.k + j], exact, tol)
+                    << "query " << DTypeName(qt) << " out " << DTypeName(out_t) << " isa "
+                    << KernelImplName(isa) << (named ? " named" : " forced") << " row " << r
+                    << " key " << j;
+              }
             }
           }
-        }
         }
       }
     }

@@ -20,8 +20,8 @@
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/rope_frequencies.h"
 #include "tests/support/fixtures.h"
-#include "tests/support/rope_reference.h"
 #include "tests/support/random_values.h"
+#include "tests/support/rope_reference.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
@@ -188,8 +188,8 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
         const std::vector<float> before = got;
         RopeRotateInPlace({DType::kFloat32, {batch, seq, heads, head_dim}, got.data()}, g, pairing,
                           rotary_dim, token_rows, isa);
-        testing::RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()}, g,
-                            pairing, rotary_dim, token_rows);
+        testing::RopeRotateReference({DType::kFloat32, {batch, seq, heads, head_dim}, want.data()},
+                                     g, pairing, rotary_dim, token_rows);
         for (size_t i = 0; i < got.size(); ++i) {
           // FMA vs separate products: within a couple of float32 ulps of values <= 2.
           ASSERT_NEAR(got[i], want[i], 5e-7)
@@ -204,8 +204,8 @@ TEST(RopeKernel, EveryIsaMatchesScalarReference) {
 }
 
 // SetKernelOverride forces the whole path: kAuto under an override gives exactly what the ISA
-// such a CPU defaults to gives when named explicitly, for every dtype and pairing; forced scalar is bit-identical to the
-// scalar reference (no FMA, no F16C staging), 16-bit included.
+// such a CPU defaults to gives when named explicitly, for every dtype and pairing; forced scalar is
+// bit-identical to the scalar reference (no FMA, no F16C staging), 16-bit included.
 TEST(RopeKernel, KernelOverrideForcesEveryPartOfThePath) {
   std::vector<KernelImpl> isas = {KernelImpl::kScalar};
   for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
@@ -214,10 +214,9 @@ TEST(RopeKernel, KernelOverrideForcesEveryPartOfThePath) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
       // As on a CPU whose widest ISA is `isa`: AVX-512 runs float32 with AVX2 off Intel.
       const bool amd_f32 = dtype == DType::kFloat32 && !__builtin_cpu_is("intel");
-      const KernelImpl explicit_isa = isa == KernelImpl::kScalar ? KernelImpl::kScalar
-                                      : isa == KernelImpl::kAvx2 || amd_f32
-                                          ? KernelImpl::kAvx2
-                                          : KernelImpl::kAvx512;
+      const KernelImpl explicit_isa = isa == KernelImpl::kScalar            ? KernelImpl::kScalar
+                                      : isa == KernelImpl::kAvx2 || amd_f32 ? KernelImpl::kAvx2
+                                                                            : KernelImpl::kAvx512;
       for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
         for (int rotary_dim : {64, 46}) {  // parity kernels, and the paired ones with tails
           RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
@@ -237,11 +236,11 @@ TEST(RopeKernel, KernelOverrideForcesEveryPartOfThePath) {
           }
           RopeRotateInPlace({dtype, shape, named.data()}, g, pairing, rotary_dim, token_rows,
                             explicit_isa);
-          ASSERT_EQ(forced, named) << KernelImplName(isa) << " " << DTypeName(dtype) << " r"
-                                   << rotary_dim;
+          ASSERT_EQ(forced, named)
+              << KernelImplName(isa) << " " << DTypeName(dtype) << " r" << rotary_dim;
           if (isa == KernelImpl::kScalar) {
             testing::RopeRotateReference({dtype, shape, reference.data()}, g, pairing, rotary_dim,
-                                token_rows);
+                                         token_rows);
             ASSERT_EQ(forced, reference) << DTypeName(dtype) << " r" << rotary_dim;
           }
         }
@@ -291,46 +290,46 @@ double Ulp16(double v, DType t) {
 TEST(RopeKernel, SixteenBitWithinOneUlpOfFloat64) {
   for (KernelImpl isa : {KernelImpl::kAuto, KernelImpl::kScalar, KernelImpl::kAvx2,
                          KernelImpl::kAvx512, KernelImpl::kOneDnn}) {
-  if (!CpuSupports(isa)) continue;
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
-      const int64_t seq = 5, heads = 3, head_dim = 40;
-      const int rotary_dim = 36;
-      const int half = rotary_dim / 2;
-      RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
-      const std::vector<float> rows = RandomRows(seq, rotary_dim, 3);
-      std::vector<const float*> token_rows;
-      for (int64_t t = 0; t < seq; ++t) token_rows.push_back(&rows[t * rotary_dim]);
-      const std::vector<float> src = RandomFloats(seq * heads * head_dim, 11);
-      std::vector<uint16_t> x(src.size());
-      FromFloat32(src.data(), dtype, x.data(), src.size());
-      std::vector<float> in(src.size());
-      ToFloat32(dtype, x.data(), in.data(), x.size());
-      RopeRotateInPlace({dtype, {seq, heads, head_dim}, x.data()}, g, pairing, rotary_dim,
-                        token_rows, isa);
-      std::vector<float> out(x.size());
-      ToFloat32(dtype, x.data(), out.data(), x.size());
-      for (int64_t t = 0; t < seq; ++t) {
-        for (int64_t h = 0; h < heads; ++h) {
-          const int64_t base = t * heads * head_dim + h * head_dim;
-          for (int k = 0; k < half; ++k) {
-            const int64_t a = base + (pairing == RopePairing::kRotateHalf ? k : 2 * k);
-            const int64_t b = base + (pairing == RopePairing::kRotateHalf ? k + half : 2 * k + 1);
-            const double c = rows[t * rotary_dim + k], s = rows[t * rotary_dim + half + k];
-            const double exact_a = double{in[a]} * c - double{in[b]} * s;
-            const double exact_b = double{in[b]} * c + double{in[a]} * s;
-            // Correct rounding is within half an ulp; float32 arithmetic adds ~2^-23
-            // relative. One ulp of the 16-bit format bounds both.
-            ASSERT_LE(std::abs(out[a] - exact_a), Ulp16(exact_a, dtype)) << "a " << a;
-            ASSERT_LE(std::abs(out[b] - exact_b), Ulp16(exact_b, dtype)) << "b " << b;
-          }
-          for (int64_t d = rotary_dim; d < head_dim; ++d) {
-            ASSERT_EQ(out[base + d], in[base + d]);
+    if (!CpuSupports(isa)) continue;
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (RopePairing pairing : {RopePairing::kRotateHalf, RopePairing::kInterleaved}) {
+        const int64_t seq = 5, heads = 3, head_dim = 40;
+        const int rotary_dim = 36;
+        const int half = rotary_dim / 2;
+        RopeGeometry g{1, seq, heads, head_dim, 0, heads * head_dim, head_dim};
+        const std::vector<float> rows = RandomRows(seq, rotary_dim, 3);
+        std::vector<const float*> token_rows;
+        for (int64_t t = 0; t < seq; ++t) token_rows.push_back(&rows[t * rotary_dim]);
+        const std::vector<float> src = RandomFloats(seq * heads * head_dim, 11);
+        std::vector<uint16_t> x(src.size());
+        FromFloat32(src.data(), dtype, x.data(), src.size());
+        std::vector<float> in(src.size());
+        ToFloat32(dtype, x.data(), in.data(), x.size());
+        RopeRotateInPlace({dtype, {seq, heads, head_dim}, x.data()}, g, pairing, rotary_dim,
+                          token_rows, isa);
+        std::vector<float> out(x.size());
+        ToFloat32(dtype, x.data(), out.data(), x.size());
+        for (int64_t t = 0; t < seq; ++t) {
+          for (int64_t h = 0; h < heads; ++h) {
+            const int64_t base = t * heads * head_dim + h * head_dim;
+            for (int k = 0; k < half; ++k) {
+              const int64_t a = base + (pairing == RopePairing::kRotateHalf ? k : 2 * k);
+              const int64_t b = base + (pairing == RopePairing::kRotateHalf ? k + half : 2 * k + 1);
+              const double c = rows[t * rotary_dim + k], s = rows[t * rotary_dim + half + k];
+              const double exact_a = double{in[a]} * c - double{in[b]} * s;
+              const double exact_b = double{in[b]} * c + double{in[a]} * s;
+              // Correct rounding is within half an ulp; float32 arithmetic adds ~2^-23
+              // relative. One ulp of the 16-bit format bounds both.
+              ASSERT_LE(std::abs(out[a] - exact_a), Ulp16(exact_a, dtype)) << "a " << a;
+              ASSERT_LE(std::abs(out[b] - exact_b), Ulp16(exact_b, dtype)) << "b " << b;
+            }
+            for (int64_t d = rotary_dim; d < head_dim; ++d) {
+              ASSERT_EQ(out[base + d], in[base + d]);
+            }
           }
         }
       }
     }
-  }
   }
 }
 
@@ -396,10 +395,9 @@ TEST(RopeKernel, SixteenBitVectorKernelsBitIdenticalToTheirFormula) {
                   }
                   ASSERT_EQ(got, want)
                       << "isa " << isa << " " << DTypeName(dtype)
-                      << (pairing == RopePairing::kRotateHalf ? " neox" : " gptj")
-                      << " rotary_dim " << rotary_dim << " token " << t << " head " << h
-                      << " pair " << k << (first ? " a" : " b") << " inputs " << in[a] << ", "
-                      << in[b];
+                      << (pairing == RopePairing::kRotateHalf ? " neox" : " gptj") << " rotary_dim "
+                      << rotary_dim << " token " << t << " head " << h << " pair " << k
+                      << (first ? " a" : " b") << " inputs " << in[a] << ", " << in[b];
                 }
               }
               for (int64_t d = rotary_dim; d < head_dim; ++d) {
@@ -441,12 +439,12 @@ TEST(ApplyRope, DotProductDependsOnlyOnRelativePosition) {
     qp.ids = q_ids;
     PositionsSpec kp;
     kp.ids = k_ids;
-    ASSERT_THAT(
-        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, q.data()}, nullptr, qp, cache),
-        IsOk());
-    ASSERT_THAT(
-        ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, k.data()}, nullptr, kp, cache),
-        IsOk());
+    ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, q.data()}, nullptr, qp,
+                          cache),
+                IsOk());
+    ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {tokens, 1, head_dim}, k.data()}, nullptr, kp,
+                          cache),
+                IsOk());
     std::vector<double> dots;
     for (int64_t t = 0; t < tokens; ++t) {
       double d = 0;
@@ -519,9 +517,9 @@ TEST(ApplyRope, FarPositionsDoNotBuildALargeTable) {
   const std::vector<int64_t> ids = {1000000, 1000001, 1000002};
   PositionsSpec positions;
   positions.ids = ids;
-  ASSERT_THAT(
-      ApplyRope(spec, {DType::kFloat32, {1, 3, 8, head_dim}, q.data()}, nullptr, positions, cache),
-      IsOk());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {1, 3, 8, head_dim}, q.data()}, nullptr, positions,
+                        cache),
+              IsOk());
   // A dense table up to 10^6 would be 2^20 * 128 * 4 bytes = 512 MiB.
   EXPECT_LT(cache.bytes(), size_t{64} << 10);
 
@@ -633,9 +631,9 @@ TEST(ApplyRope, ThdDefaultPositionsAndSingleOffset) {
               IsOk());
   ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, by_offset.data()}, nullptr, p_offset, cache),
               IsOk());
-  ASSERT_THAT(
-      ApplyRope(spec, {DType::kFloat32, shape, by_ids_shifted.data()}, nullptr, p_shifted, cache),
-      IsOk());
+  ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, shape, by_ids_shifted.data()}, nullptr, p_shifted,
+                        cache),
+              IsOk());
   EXPECT_EQ(by_default, by_ids);
   EXPECT_EQ(by_offset, by_ids_shifted);
   EXPECT_NE(by_offset, by_ids);
@@ -730,11 +728,17 @@ TEST(RopeFrequencyMemo, EveryFieldTellsSpecsApart) {
       [](RopeSpec& s) { s.scaling.high_freq_factor = 4; },
       [](RopeSpec& s) { s.scaling.original_max_position_embeddings = 4096; },
       [](RopeSpec& s) { s.scaling.max_position_embeddings = 4096; },
-      [](RopeSpec& s) { s.scaling.short_factor = {1, 1}; },
-      [](RopeSpec& s) { s.scaling.long_factor = {1, 1}; },
+      [](RopeSpec& s) {
+        s.scaling.short_factor = {1, 1};
+      },
+      [](RopeSpec& s) {
+        s.scaling.long_factor = {1, 1};
+      },
       [](RopeSpec& s) { s.scaling.truncate = true; },
       [](RopeSpec& s) { s.scaling.rope_proportion = 1; },
-      [](RopeSpec& s) { s.mrope_section = {2, 1, 1}; },
+      [](RopeSpec& s) {
+        s.mrope_section = {2, 1, 1};
+      },
       [](RopeSpec& s) { s.mrope_interleaved = true; },
       [](RopeSpec& s) { s.axial_axes = 2; },
       [](RopeSpec& s) { s.xpos_scale_base = 512; },
@@ -787,11 +791,11 @@ TEST(RopeFrequencyMemo, AnswersAsComputeDoes) {
     int64_t seq_len;
   };
   const std::vector<Ask> asks = {
-      {&plain, 8, 10},        {&plain, 8, 11},        {&plain, 16, 11},      {&other_base, 16, 11},
-      {&plain, 16, 11},       {&linear, 8, 5},        {&dynamic, 8, 10},     {&dynamic, 8, 64},
-      {&dynamic, 8, 65},      {&dynamic, 8, 200},     {&dynamic, 8, 10},     {&longrope, 8, 32},
-      {&longrope, 8, 33},     {&longrope, 8, 31},     {&xpos, 8, 10},        {&xpos, 8, 100},
-      {&xpos_centred, 8, 10}, {&xpos_centred, 8, 99}, {&xpos, 8, 100},       {&plain, 8, 1000},
+      {&plain, 8, 10},        {&plain, 8, 11},        {&plain, 16, 11},  {&other_base, 16, 11},
+      {&plain, 16, 11},       {&linear, 8, 5},        {&dynamic, 8, 10}, {&dynamic, 8, 64},
+      {&dynamic, 8, 65},      {&dynamic, 8, 200},     {&dynamic, 8, 10}, {&longrope, 8, 32},
+      {&longrope, 8, 33},     {&longrope, 8, 31},     {&xpos, 8, 10},    {&xpos, 8, 100},
+      {&xpos_centred, 8, 10}, {&xpos_centred, 8, 99}, {&xpos, 8, 100},   {&plain, 8, 1000},
   };
   RopeFrequencyMemo memo;
   for (size_t i = 0; i < asks.size(); ++i) {
@@ -824,12 +828,12 @@ TEST(RopeFrequencyMemo, AnswersAsComputeDoes) {
 
 TEST(RopeTableRows, Errors) {
   RopeSpec spec;
-  EXPECT_THAT(
-      RopeTableRows(spec, 7, 0, 1, 1),
-      StatusIs(absl::StatusCode::kInvalidArgument, "dim is 7; a rope table needs an even dim > 0"));
-  EXPECT_THAT(
-      RopeTableRows(spec, 8, 5, 10, 10),
-      StatusIs(absl::StatusCode::kInvalidArgument, "rows 5 .. 5 + 10 do not fit in length 10"));
+  EXPECT_THAT(RopeTableRows(spec, 7, 0, 1, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "dim is 7; a rope table needs an even dim > 0"));
+  EXPECT_THAT(RopeTableRows(spec, 8, 5, 10, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "rows 5 .. 5 + 10 do not fit in length 10"));
   EXPECT_THAT(RopeTableRows(spec, 8, 0, 1, 0),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("length is 0")));
 }
@@ -1126,9 +1130,9 @@ TEST(ApplyRope, GqaAndMqaKeysRotatedByTheirPositions) {
     for (float& v : k) v = uniform(rng);
     const std::vector<float> q0 = q, k0 = k;
     TensorView kv{DType::kFloat32, {kBatch, kSeq, kv_heads, kDim}, k.data()};
-    ASSERT_THAT(
-        ApplyRope(spec, {DType::kFloat32, {kBatch, kSeq, kHeads, kDim}, q.data()}, &kv, {}, cache),
-        IsOk())
+    ASSERT_THAT(ApplyRope(spec, {DType::kFloat32, {kBatch, kSeq, kHeads, kDim}, q.data()}, &kv, {},
+                          cache),
+                IsOk())
         << kv_heads;
     for (int64_t b = 0; b < kBatch; ++b) {
       for (int64_t s = 0; s < kSeq; ++s) {
@@ -1164,7 +1168,8 @@ namespace {
 // with temporal_scale 1.5 (t at 5 + floor(1.5 t)), text(1); every axis shifted by 10.
 TEST(AxisPositions, SegmentsLayOutLikeGetRopeIndex) {
   PositionsSpec spec;
-  spec.mrope_segments = {{2, 0, 0, 0, 1.0}, {0, 1, 2, 3, 1.0}, {0, 2, 1, 2, 1.5}, {1, 0, 0, 0, 1.0}};
+  spec.mrope_segments = {
+      {2, 0, 0, 0, 1.0}, {0, 1, 2, 3, 1.0}, {0, 2, 1, 2, 1.5}, {1, 0, 0, 0, 1.0}};
   const std::vector<int64_t> offsets = {10};
   spec.offsets = offsets;
   absl::StatusOr<AxisPositionGrid> grid = ResolveAxisPositions(spec, 3, 1, 13);
@@ -1206,8 +1211,8 @@ TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
     spec.mrope_section = {4, 6, 6};
     spec.mrope_interleaved = interleaved;
     // [3 axes][batch][seq]
-    const std::vector<int64_t> ids = {0, 1, 1, 1, 4, 7, 8, 8, 9, 9,  //
-                                      0, 1, 1, 2, 4, 7, 8, 9, 9, 12, //
+    const std::vector<int64_t> ids = {0, 1, 1, 1, 4, 7, 8, 8, 9, 9,   //
+                                      0, 1, 1, 2, 4, 7, 8, 9, 9, 12,  //
                                       0, 1, 2, 1, 4, 7, 8, 9, 8, 13};
     PositionsSpec positions;
     positions.axis_ids = ids;
@@ -1225,7 +1230,7 @@ TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
         token_rows.push_back(row);
       }
     }
-    const RopeGeometry g{batch, seq, heads, head_dim, seq * heads * head_dim, heads * head_dim,
+    const RopeGeometry g{batch,   seq, heads, head_dim, seq * heads * head_dim, heads * head_dim,
                          head_dim};
     const Shape shape{batch, seq, heads, head_dim};
     RopeRotateInPlace({DType::kFloat32, shape, want.data()}, g, RopePairing::kRotateHalf, 32,

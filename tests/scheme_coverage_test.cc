@@ -20,7 +20,8 @@ namespace {
 
 // The repository root: $POSENC_SOURCE_DIR when ctest sets it, else this file's parent.
 std::string SourcePath(const std::string& relative) {
-  if (const char* root = std::getenv("POSENC_SOURCE_DIR")) return std::string(root) + "/" + relative;
+  if (const char* root = std::getenv("POSENC_SOURCE_DIR"))
+    return std::string(root) + "/" + relative;
   std::string here = __FILE__;  // .../tests/scheme_coverage_test.cc
   here = here.substr(0, here.rfind('/'));
   return here.substr(0, here.rfind('/')) + "/" + relative;
@@ -68,18 +69,22 @@ testing::AssertionResult SeedSelects(const std::string& path, const SchemeDescri
   const SchemeDescriptor* selected = nullptr;
   if (path.find("/corpus/encode/") != std::string::npos) {
     v1::EncodeRequest r;
-    if (!r.ParseFromString(bytes)) return testing::AssertionFailure() << path << " is no EncodeRequest";
+    if (!r.ParseFromString(bytes))
+      return testing::AssertionFailure() << path << " is no EncodeRequest";
     selected = SchemeOf(r);
   } else if (path.find("/corpus/bias/") != std::string::npos) {
     v1::BiasRequest r;
-    if (!r.ParseFromString(bytes)) return testing::AssertionFailure() << path << " is no BiasRequest";
+    if (!r.ParseFromString(bytes))
+      return testing::AssertionFailure() << path << " is no BiasRequest";
     selected = SchemeOf(r);
   } else if (path.find("/corpus/graph/") != std::string::npos) {
     v1::GraphRequest r;
-    if (!r.ParseFromString(bytes)) return testing::AssertionFailure() << path << " is no GraphRequest";
+    if (!r.ParseFromString(bytes))
+      return testing::AssertionFailure() << path << " is no GraphRequest";
     selected = SchemeOf(r);
   } else {
-    return testing::AssertionFailure() << path << " is not in tests/fuzz/corpus/{encode,bias,graph}";
+    return testing::AssertionFailure()
+           << path << " is not in tests/fuzz/corpus/{encode,bias,graph}";
   }
   if (selected != &scheme) {
     return testing::AssertionFailure()
@@ -136,8 +141,9 @@ TEST(SchemeCoverageTest, EveryRegisteredSchemeHasAnOipModelRow) {
       found = std::find(names.begin(), names.end(), s.name) != names.end() &&
               line.find(output) != std::string::npos;
     }
-    EXPECT_TRUE(found) << "docs/protocols.md's Open Inference Protocol model table has no row naming `"
-                       << s.name << "` and its output " << output;
+    EXPECT_TRUE(found)
+        << "docs/protocols.md's Open Inference Protocol model table has no row naming `" << s.name
+        << "` and its output " << output;
   }
 }
 

@@ -63,8 +63,8 @@ TEST(BiasPlan, OutputShapeAndDtypeFollowTheScheme) {
 
 TEST(BiasPlan, ErrorsNameTheField) {
   const NamedTables tables = TablesWithT5(32, 4);
-  EXPECT_THAT(PlanBias(BiasSpec{}, tables),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set alibi, t5, shaw or deberta")));
+  EXPECT_THAT(PlanBias(BiasSpec{}, tables), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("set alibi, t5, shaw or deberta")));
   EXPECT_THAT(PlanBias(T5("nope", false), tables),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("t5.table 'nope'")));
   EXPECT_THAT(PlanBias(T5("", true), tables),
@@ -151,12 +151,12 @@ TEST(BiasPlan, ShawOutputsAndWhichTensorsGoWithIt) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("d (8, shaw.table's width)")));
   bad = shaw;
   bad.shaw_table = "";
-  EXPECT_THAT(PlanBias(bad, tables),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("query is set but shaw.table")));
+  EXPECT_THAT(PlanBias(bad, tables), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("query is set but shaw.table")));
   bad.query_shape.reset();
   bad.add_to_scores = true;
-  EXPECT_THAT(PlanBias(bad, tables),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scores is set but shaw.table")));
+  EXPECT_THAT(PlanBias(bad, tables), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("scores is set but shaw.table")));
   bad.shaw_table = "rel";
   EXPECT_THAT(PlanBias(bad, tables),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scores is set but query")));

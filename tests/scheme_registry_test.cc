@@ -15,10 +15,10 @@
 namespace posenc {
 namespace {
 
+using ::posenc::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-using ::posenc::testing::StatusIs;
 
 TEST(SchemeRegistryTest, NamesAndLabelsAreUnique) {
   std::set<std::string> names;
@@ -60,8 +60,7 @@ TEST(SchemeRegistryTest, EveryFamilyHasItsSteps) {
         break;
       case SchemeFamily::kBias:
         EXPECT_NE(s.bias_case, 0);
-        EXPECT_NE(MutableSchemeMessage(*std::make_unique<v1::BiasRequest>(), s.bias_case),
-                  nullptr);
+        EXPECT_NE(MutableSchemeMessage(*std::make_unique<v1::BiasRequest>(), s.bias_case), nullptr);
         EXPECT_NE(s.bias_spec, nullptr);
         EXPECT_NE(s.bias_heads, nullptr);
         break;
@@ -93,8 +92,7 @@ const std::set<std::string>& AwaitingRegistration() {
 // mutable_* sets that member.
 template <typename Request>
 void ExpectOneofRegistered(int SchemeDescriptor::*selector) {
-  const google::protobuf::OneofDescriptor* oneof =
-      Request::descriptor()->FindOneofByName("scheme");
+  const google::protobuf::OneofDescriptor* oneof = Request::descriptor()->FindOneofByName("scheme");
   ASSERT_NE(oneof, nullptr);
   for (int i = 0; i < oneof->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* field = oneof->field(i);

@@ -149,9 +149,9 @@ TEST(ShmRegionTest, RoundTripsThroughTheServerRegistry) {
   options.enabled = true;
   SharedMemoryRegistry registry(options);
   const v1::RegisterSharedMemoryRequest request = region->RegisterRequest("io", 4096);
-  ASSERT_THAT(
-      registry.Register(request.name(), request.key(), request.offset(), request.byte_size()),
-      IsOk());
+  ASSERT_THAT(registry.Register(request.name(), request.key(), request.offset(),
+                                request.byte_size()),
+              IsOk());
 
   auto input = region->SliceAs<float>(4096 + 64, 16);
   ASSERT_THAT(input, IsOk());

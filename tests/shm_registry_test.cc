@@ -77,9 +77,8 @@ SharedMemoryRegistry::Options On() {
 // The code, and a message that does not leak the key (with or without its '/').
 void ExpectRefused(const absl::Status& status, absl::StatusCode code, const std::string& key) {
   EXPECT_EQ(status.code(), code) << status;
-  const std::string bare = key.substr(key.find_first_not_of('/') == std::string::npos
-                                          ? key.size()
-                                          : key.find_first_not_of('/'));
+  const std::string bare = key.substr(
+      key.find_first_not_of('/') == std::string::npos ? key.size() : key.find_first_not_of('/'));
   if (!bare.empty()) {
     EXPECT_EQ(std::string(status.message()).find(bare), std::string::npos) << status;
   }
@@ -178,11 +177,10 @@ TEST(ShmRegistryTest, KeysOutsideTheRulesArePermissionDenied) {
   TestObject ours(kPage);
   const std::string nested = ours.key() + "/x";
   const std::string with_nul = ours.key() + std::string(1, '\0') + "x";
-  const std::vector<std::string> keys = {foreign.key(), "/" + ours.key(), nested, with_nul,
-                                         "/", "", "/posenc"};
+  const std::vector<std::string> keys = {foreign.key(), "/" + ours.key(), nested, with_nul, "/", "",
+                                         "/posenc"};
   for (const std::string& key : keys) {
-    ExpectRefused(registry.Register("r", key, 0, kPage), absl::StatusCode::kPermissionDenied,
-                  key);
+    ExpectRefused(registry.Register("r", key, 0, kPage), absl::StatusCode::kPermissionDenied, key);
   }
   EXPECT_EQ(registry.regions(), 0);
 }
@@ -238,8 +236,8 @@ TEST(ShmRegistryTest, ObjectOfAnotherUidIsRefused) {
     GTEST_SKIP() << "cannot chown a shm object to uid 65534 (" << std::strerror(errno)
                  << "); the test needs root";
   }
-  ExpectRefused(registry.Register("r", object.key(), 0, kPage),
-                absl::StatusCode::kPermissionDenied, object.key());
+  ExpectRefused(registry.Register("r", object.key(), 0, kPage), absl::StatusCode::kPermissionDenied,
+                object.key());
 }
 
 TEST(ShmRegistryTest, RegisteredRangeMustLieInsideTheObject) {
@@ -249,16 +247,16 @@ TEST(ShmRegistryTest, RegisteredRangeMustLieInsideTheObject) {
   struct Case {
     uint64_t offset, byte_size;
   };
-  for (const Case& c : {Case{2 * kPage + 1, 1}, Case{kPage, kPage + 1}, Case{0, 2 * kPage + 1},
-                        Case{max - 31, 64}, Case{max - 31, 1}, Case{1, max},
-                        Case{uint64_t{1} << 63, 16}}) {
+  for (const Case& c :
+       {Case{2 * kPage + 1, 1}, Case{kPage, kPage + 1}, Case{0, 2 * kPage + 1}, Case{max - 31, 64},
+        Case{max - 31, 1}, Case{1, max}, Case{uint64_t{1} << 63, 16}}) {
     ExpectRefused(registry.Register("r", object.key(), c.offset, c.byte_size),
                   absl::StatusCode::kInvalidArgument, object.key());
   }
   ExpectRefused(registry.Register("r", object.key(), 0, 0), absl::StatusCode::kInvalidArgument,
                 object.key());
-  ExpectRefused(registry.Register("", object.key(), 0, kPage),
-                absl::StatusCode::kInvalidArgument, object.key());
+  ExpectRefused(registry.Register("", object.key(), 0, kPage), absl::StatusCode::kInvalidArgument,
+                object.key());
   EXPECT_EQ(registry.regions(), 0);
   EXPECT_EQ(registry.mapped_bytes(), 0u);
   EXPECT_THAT(registry.Register("whole", object.key(), 0, 2 * kPage), IsOk());
@@ -275,8 +273,8 @@ TEST(ShmRegistryTest, RegionAndByteLimitsAreResourceExhausted) {
   ExpectRefused(registry.Register("b", object.key(), 0, 2 * kPage),
                 absl::StatusCode::kResourceExhausted, object.key());
   ASSERT_THAT(registry.Register("b", object.key(), 0, kPage), IsOk());
-  ExpectRefused(registry.Register("c", object.key(), 0, 1),
-                absl::StatusCode::kResourceExhausted, object.key());
+  ExpectRefused(registry.Register("c", object.key(), 0, 1), absl::StatusCode::kResourceExhausted,
+                object.key());
   ASSERT_THAT(registry.Unregister("a"), IsOk());
   EXPECT_THAT(registry.Register("c", object.key(), 0, 2 * kPage), IsOk());
   EXPECT_EQ(registry.mapped_bytes(), 3 * kPage);
@@ -410,7 +408,8 @@ TEST(ShmRegistryTest, TruncationUnderALeaseIsDataLossNotACrash) {
 
   ASSERT_EQ(ftruncate(object.fd(), 0), 0);
   uint64_t sum = 0;
-  for (uint64_t i = 0; i < lease->size(); ++i) sum += static_cast<volatile uint8_t*>(lease->data())[i];
+  for (uint64_t i = 0; i < lease->size(); ++i)
+    sum += static_cast<volatile uint8_t*>(lease->data())[i];
   std::memset(lease->data(), 9, lease->size());  // writes land on private zero pages
 
   EXPECT_EQ(sum, 0u);
@@ -420,9 +419,9 @@ TEST(ShmRegistryTest, TruncationUnderALeaseIsDataLossNotACrash) {
   EXPECT_EQ(intact.message(), "shared memory region 't' was truncated while in use");
   ExpectRefused(registry.Lookup({"t", 0, 1}).status(), absl::StatusCode::kFailedPrecondition,
                 object.key());
-  EXPECT_THAT(
-      registry.Register("t", object.key(), 0, kPage),
-      StatusIs(absl::StatusCode::kAlreadyExists, "shared memory region 't' is already registered"));
+  EXPECT_THAT(registry.Register("t", object.key(), 0, kPage),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       "shared memory region 't' is already registered"));
 
   // Unregister, grow the object back, register again: a fresh, intact mapping.
   ASSERT_THAT(registry.Unregister("t"), IsOk());

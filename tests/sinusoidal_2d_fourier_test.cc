@@ -141,7 +141,7 @@ double ValueAt(DType dtype, const char* bytes, int64_t i) {
 // rounding times |x*a*b|; for 16-bit one ulp of the dtype (the float32 result rounded
 // again) plus the same, and float16's subnormal spacing.
 double Tolerance(DType dtype, double want, double table_error) {
-  const double ulp = dtype == DType::kFloat32 ? std::ldexp(1.0, -23)
+  const double ulp = dtype == DType::kFloat32   ? std::ldexp(1.0, -23)
                      : dtype == DType::kFloat16 ? std::ldexp(1.0, -10)
                                                 : std::ldexp(1.0, -7);
   const double ulps = dtype == DType::kFloat32 ? 3.0 : 1.0;
@@ -161,7 +161,8 @@ void ExpectCombined(const Input& in, const char* out, int64_t batch, int64_t seq
         const double p = pe[((pe_per_batch ? n * seq : 0) + s) * d + c];
         const double x = in.values[i];
         const double want = fusion == Fusion::kMultiply ? (x * a) * (p * b) : x * a + p * b;
-        const double table_error = kRoundedOnce * std::abs(fusion == Fusion::kMultiply ? x * a * b : b);
+        const double table_error =
+            kRoundedOnce * std::abs(fusion == Fusion::kMultiply ? x * a * b : b);
         const double got = ValueAt(in.dtype, out, i);
         ASSERT_LE(std::abs(got - want), Tolerance(in.dtype, want, table_error))
             << what << " " << DTypeName(in.dtype) << " [" << n << "," << s << "," << c << "] got "
@@ -241,8 +242,7 @@ TEST(Sinusoidal2D, EveryFusionAndDtypeOnANonSquareGridWithClsToken) {
 TEST(Sinusoidal2D, BadParametersNameTheirField) {
   TableCache cache(1 << 20);
   std::vector<float> x(17 * 16);
-  auto run = [&](Sinusoidal2DSpec spec, Shape shape, PositionsSpec p = {},
-                 CombineSpec c = {}) {
+  auto run = [&](Sinusoidal2DSpec spec, Shape shape, PositionsSpec p = {}, CombineSpec c = {}) {
     return ApplySinusoidal2D(spec, c, TensorView{DType::kFloat32, shape, x.data()}, p, cache, {});
   };
   EXPECT_THAT(run({4, 4, false, 10000, 0}, {1, 16, 14}),
@@ -256,7 +256,8 @@ TEST(Sinusoidal2D, BadParametersNameTheirField) {
   EXPECT_THAT(run({4, -1, false, 10000, 0}, {1, 16, 16}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sinusoidal_2d.grid_width")));
   EXPECT_THAT(run({int64_t{1} << 20, 1, false, 10000, 0}, {1, 16, 16}),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("sinusoidal_2d.grid_height")));
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("sinusoidal_2d.grid_height")));
   EXPECT_THAT(run({4, 4, false, -1, 0}, {1, 16, 16}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sinusoidal_2d.base")));
   EXPECT_THAT(run({4, 4, false, NAN, 0}, {1, 16, 16}),
@@ -330,7 +331,7 @@ TEST(Fourier, MultiAxisPerBatchValuesEveryFusionAndDtype) {
   for (auto& v : b) v = normal(rng) * 2.0;
   std::vector<double> v(batch * seq * m);
   for (auto& c : v) c = std::uniform_real_distribution<double>(-1, 1)(rng);  // NeRF-style coords
-  const std::vector<double> pe = FourierRef(b, m, v);  // [batch*seq, 2F]
+  const std::vector<double> pe = FourierRef(b, m, v);                        // [batch*seq, 2F]
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (Fusion fusion : {Fusion::kAdd, Fusion::kMultiply, Fusion::kConcat}) {
       const int64_t d = fusion == Fusion::kConcat ? 6 : 2 * f;
@@ -338,8 +339,8 @@ TEST(Fourier, MultiAxisPerBatchValuesEveryFusionAndDtype) {
       std::vector<char> bytes = in.bytes;
       const float a = 0.5f, s = 2.0f;
       auto r = ApplyFourier({b, m}, CombineSpec{a, s, fusion, std::nullopt},
-                            TensorView{dtype, {batch, seq, d}, bytes.data()},
-                            Positions({}, {}, v), cache, {});
+                            TensorView{dtype, {batch, seq, d}, bytes.data()}, Positions({}, {}, v),
+                            cache, {});
       ASSERT_THAT(r, IsOk());
       if (fusion != Fusion::kConcat) {
         ExpectCombined(in, bytes.data(), batch, seq, d, pe, true, fusion, a, s, "fourier");
@@ -430,8 +431,8 @@ TEST(Multiply, SinusoidalAndLearnedAtEveryDtypeAndIsa) {
       CombineSpec combine{a, b, Fusion::kMultiply, std::nullopt};
       Input in = RandomInput(dtype, batch * seq * d, rng);
       std::vector<char> bytes = in.bytes;
-      ASSERT_THAT(ApplySinusoidal({}, combine, TensorView{dtype, {batch, seq, d}, bytes.data()},
-                                  {}, cache, {}),
+      ASSERT_THAT(ApplySinusoidal({}, combine, TensorView{dtype, {batch, seq, d}, bytes.data()}, {},
+                                  cache, {}),
                   IsOk());
       ExpectCombined(in, bytes.data(), batch, seq, d, pe, false, Fusion::kMultiply, a, b,
                      std::string("sinusoidal ") + KernelImplName(isa));

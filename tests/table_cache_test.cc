@@ -157,14 +157,18 @@ TEST(TableCache, ConcurrentMissesComputeOnce) {
 
 TEST(TableCache, SlowComputeDoesNotBlockOtherKeys) {
   TableCache cache(1 << 20);
-  cache.GetOrCompute("fast", [] { return absl::StatusOr<Table>(MakeTable(1, 1, 1)); }).IgnoreError();
+  cache.GetOrCompute("fast", [] { return absl::StatusOr<Table>(MakeTable(1, 1, 1)); })
+      .IgnoreError();
   std::atomic<bool> started{false}, release{false};
   std::thread slow([&] {
-    cache.GetOrCompute("slow", [&] {
-      started = true;
-      WaitFor([&] { return release.load(); });
-      return absl::StatusOr<Table>(MakeTable(1, 1, 2));
-    }).IgnoreError();
+    cache
+        .GetOrCompute("slow",
+                      [&] {
+                        started = true;
+                        WaitFor([&] { return release.load(); });
+                        return absl::StatusOr<Table>(MakeTable(1, 1, 2));
+                      })
+        .IgnoreError();
   });
   ASSERT_TRUE(WaitFor([&] { return started.load(); }));
   // Would deadlock (and time out) if the slow computation held the cache lock.

@@ -35,7 +35,9 @@ std::string FloatBytes(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
 
-std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/table_file_test_" + name; }
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/table_file_test_" + name;
+}
 
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
@@ -45,7 +47,8 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 std::string Safetensors(std::string header, const std::string& data) {
   while (header.size() % 8 != 0) header += ' ';
   std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((uint64_t{header.size()} >> (8 * i)) & 0xff));
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<char>((uint64_t{header.size()} >> (8 * i)) & 0xff));
   return out + header + data;
 }
 
@@ -166,12 +169,11 @@ TEST(LoadTableSpecTest, SafetensorsDtypes) {
   const std::string data =
       FloatBytes(expected) + f16 + bf16 +
       std::string(reinterpret_cast<const char*>(f64.data()), f64.size() * sizeof(double));
-  const std::string header =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("a":{"dtype":"F32","shape":[5,6],"data_offsets":[0,120]},)"
-      R"("b":{"dtype":"F16","shape":[5,6],"data_offsets":[120,180]},)"
-      R"("c":{"dtype":"BF16","shape":[5,6],"data_offsets":[180,240]},)"
-      R"("d":{"dtype":"F64","shape":[5,6],"data_offsets":[240,480]}})";
+  const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                             R"("a":{"dtype":"F32","shape":[5,6],"data_offsets":[0,120]},)"
+                             R"("b":{"dtype":"F16","shape":[5,6],"data_offsets":[120,180]},)"
+                             R"("c":{"dtype":"BF16","shape":[5,6],"data_offsets":[180,240]},)"
+                             R"("d":{"dtype":"F64","shape":[5,6],"data_offsets":[240,480]}})";
   const std::string path = TempPath("dtypes.safetensors");
   WriteFile(path, Safetensors(header, data));
 
@@ -214,27 +216,38 @@ TEST(LoadTableSpecTest, SafetensorsUnknownTensorListsTheOthers) {
 
 TEST(LoadTableSpecTest, SafetensorsMalformed) {
   const std::string four_floats = FloatBytes({1, 2, 3, 4});
-  struct Case { std::string image; std::string expect; };
+  struct Case {
+    std::string image;
+    std::string expect;
+  };
   const Case cases[] = {
       {"abc", "only 3 bytes"},
       {std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8), "exceeds"},
       {std::string("\x40\x00\x00\x00\x00\x00\x00\x00{}", 10), "runs past"},
       {Safetensors("[1,2]", four_floats), "not a JSON object"},
       {Safetensors("{not json", four_floats), "not a JSON object"},
-      {Safetensors(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[0,32]}})", four_floats), "outside"},
-      {Safetensors(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[8,4]}})", four_floats), "outside"},
-      {Safetensors(R"({"t":{"dtype":"F32","shape":[3,2],"data_offsets":[0,16]}})", four_floats), "needs 24"},
-      {Safetensors(R"({"t":{"dtype":"F32","shape":[2,-2],"data_offsets":[0,16]}})", four_floats), "shape"},
+      {Safetensors(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[0,32]}})", four_floats),
+       "outside"},
+      {Safetensors(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[8,4]}})", four_floats),
+       "outside"},
+      {Safetensors(R"({"t":{"dtype":"F32","shape":[3,2],"data_offsets":[0,16]}})", four_floats),
+       "needs 24"},
+      {Safetensors(R"({"t":{"dtype":"F32","shape":[2,-2],"data_offsets":[0,16]}})", four_floats),
+       "shape"},
       {Safetensors(R"({"t":{"dtype":"F32","shape":[2,2]}})", four_floats), "data_offsets"},
-      {Safetensors(R"({"t":{"dtype":"I64","shape":[2,1],"data_offsets":[0,16]}})", four_floats), "I64"},
-      {Safetensors(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four_floats), "2-D"},
-      {Safetensors(R"({"t":{"dtype":"F32","shape":[1,2,2],"data_offsets":[0,16]}})", four_floats), "[1,2,2]"},
+      {Safetensors(R"({"t":{"dtype":"I64","shape":[2,1],"data_offsets":[0,16]}})", four_floats),
+       "I64"},
+      {Safetensors(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four_floats),
+       "2-D"},
+      {Safetensors(R"({"t":{"dtype":"F32","shape":[1,2,2],"data_offsets":[0,16]}})", four_floats),
+       "[1,2,2]"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     const std::string path = TempPath("bad" + std::to_string(i) + ".safetensors");
     WriteFile(path, cases[i].image);
     auto table = LoadTableSpec("x=" + path + ":t");
-    EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument) << i << ": " << table.status();
+    EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument)
+        << i << ": " << table.status();
     EXPECT_THAT(table.status().message(), HasSubstr(cases[i].expect)) << i;
   }
 }
@@ -242,7 +255,9 @@ TEST(LoadTableSpecTest, SafetensorsMalformed) {
 // Files written by numpy, not by us: catches a reader and writer that agree on a mistake.
 TEST(LoadTableSpecTest, ReadsFilesWrittenByNumpy) {
   const char* source = std::getenv("POSENC_SOURCE_DIR");
-  std::string script = source ? std::string(source) : std::string(__FILE__).substr(0, std::string(__FILE__).rfind("/tests/"));
+  std::string script =
+      source ? std::string(source)
+             : std::string(__FILE__).substr(0, std::string(__FILE__).rfind("/tests/"));
   script += "/tests/fixtures/gen_table_files.py";
   const std::string out = TempPath("numpy");
   if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) {
@@ -259,7 +274,8 @@ TEST(LoadTableSpecTest, ReadsFilesWrittenByNumpy) {
   }
   auto f16 = LoadTableSpec("t=" + out + "/table_f16.npy");
   ASSERT_THAT(f16, IsOk());
-  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(f16->data[i], HalfToFloat(FloatToHalf(expected[i])));
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_EQ(f16->data[i], HalfToFloat(FloatToHalf(expected[i])));
 
   auto fortran = LoadTableSpec("t=" + out + "/table_fortran.npy");
   EXPECT_EQ(fortran.status().code(), absl::StatusCode::kInvalidArgument);

@@ -45,8 +45,7 @@ TEST(WorkPoolTest, ABlockedBulkLaneDoesNotHoldTheCheapLane) {
   pool.Submit(Lane::kBulk, [] {});  // waits behind the blocked job
   std::promise<void> cheap_ran;
   pool.Submit(Lane::kCheap, [&] { cheap_ran.set_value(); });
-  EXPECT_EQ(cheap_ran.get_future().wait_for(std::chrono::seconds(30)),
-            std::future_status::ready);
+  EXPECT_EQ(cheap_ran.get_future().wait_for(std::chrono::seconds(30)), std::future_status::ready);
   while (!bulk_started) std::this_thread::yield();
   EXPECT_EQ(pool.Queued(Lane::kBulk), 1u);
   EXPECT_GT(pool.OldestWait(Lane::kBulk), WorkPool::Clock::duration::zero());

@@ -1,7 +1,8 @@
 // Overflow-checked int64 arithmetic for sizes computed from request fields, the range
-// check of a float parameter and the finite check of computed rows. Every product of request-controlled numbers (rows x dim,
-// batch x seq x width, heads x q x k, levels x rows x dim) goes through these, so a hostile
-// request is a refusal, never signed overflow. Header-only; no state; thread-safe.
+// check of a float parameter and the finite check of computed rows. Every product of
+// request-controlled numbers (rows x dim, batch x seq x width, heads x q x k, levels x rows x dim)
+// goes through these, so a hostile request is a refusal, never signed overflow. Header-only; no
+// state; thread-safe.
 //
 //   ASSIGN_OR_RETURN(int64_t bytes, SizeWithin({heads, q, k, 4}, limit, "the bias",
 //                                              "--max_message_bytes"));
@@ -55,8 +56,7 @@ inline std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> fact
 // "more than 2^63 bytes" when the product overflows). A negative factor is INTERNAL: sizes
 // reaching here were validated >= 0.
 inline absl::StatusOr<int64_t> SizeWithin(std::initializer_list<int64_t> factors, int64_t limit,
-                                          absl::string_view what,
-                                          absl::string_view limit_name) {
+                                          absl::string_view what, absl::string_view limit_name) {
   for (int64_t f : factors) {
     if (f < 0) {
       return absl::InternalError(absl::StrCat(what, ": a size factor is negative (", f, ")"));

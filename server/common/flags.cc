@@ -35,8 +35,7 @@ absl::StatusOr<CommandFlags> CommandFlags::Parse(absl::Span<const std::string> a
     }
     if (options.separator != 0) {
       std::replace_if(
-          name.begin(), name.end(), [](char c) { return c == '-' || c == '_'; },
-          options.separator);
+          name.begin(), name.end(), [](char c) { return c == '-' || c == '_'; }, options.separator);
     }
     if (options.known.count(name) == 0) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
@@ -83,11 +82,9 @@ std::vector<std::string> CommandFlags::All(const std::string& name) const {
 
 absl::Status CommandFlags::Bad(const std::string& name, absl::string_view expected) const {
   auto env = from_env_.find(name);
-  const std::string source =
-      env == from_env_.end() ? absl::StrCat("--", name)
-                             : absl::StrCat(env->second, " (--", name, ")");
-  return absl::InvalidArgumentError(
-      absl::StrCat(source, " '", Str(name), "' is not ", expected));
+  const std::string source = env == from_env_.end() ? absl::StrCat("--", name)
+                                                    : absl::StrCat(env->second, " (--", name, ")");
+  return absl::InvalidArgumentError(absl::StrCat(source, " '", Str(name), "' is not ", expected));
 }
 
 absl::StatusOr<std::optional<int64_t>> CommandFlags::OptInt(const std::string& name) const {
@@ -136,9 +133,8 @@ absl::StatusOr<bool> CommandFlags::Bool(const std::string& name) const {
 }
 
 absl::StatusOr<absl::Duration> CommandFlags::Duration(const std::string& name,
-                                                      absl::Duration fallback,
-                                                      absl::Duration lo, absl::Duration hi,
-                                                      bool lo_exclusive) const {
+                                                      absl::Duration fallback, absl::Duration lo,
+                                                      absl::Duration hi, bool lo_exclusive) const {
   if (!Has(name)) return fallback;
   const std::optional<absl::Duration> d = ParseDurationText(Str(name));
   if (!d) return Bad(name, "a duration (10s, 500ms, 5m)");

@@ -9,13 +9,13 @@
 #pragma once
 
 #include <atomic>
-#include <cmath>
-#include <type_traits>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,7 +37,8 @@ struct LogField {
   LogField(absl::string_view k, std::string v) : key(k), value(std::move(v)) {}
   LogField(absl::string_view k, const char* v) : key(k), value(v) {}
   template <typename T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool> &&
-                                             !std::is_same_v<T, char>, int> = 0>
+                                             !std::is_same_v<T, char>,
+                                         int> = 0>
   LogField(absl::string_view k, T v)
       : key(k), value(absl::StrCat(v)), number(std::is_integral_v<T> || std::isfinite(v)) {}
 

@@ -9,9 +9,9 @@
 #define POSENC_CONCAT_(a, b) POSENC_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                      \
-  do {                                             \
-    ::absl::Status posenc_status_ = (expr);        \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status posenc_status_ = (expr);          \
     if (!posenc_status_.ok()) return posenc_status_; \
   } while (0)
 

@@ -46,12 +46,12 @@ absl::Status ValidateNodesAndEdges(int64_t num_nodes, absl::Span<const int64_t> 
   const int64_t max_nodes =
       std::min<int64_t>(limits.max_nodes, std::numeric_limits<int32_t>::max());
   if (num_nodes > max_nodes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "num_nodes is ", num_nodes, "; this server accepts at most ", max_nodes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("num_nodes is ", num_nodes, "; this server accepts at most ", max_nodes));
   }
   if (edges.size() % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "edges has ", edges.size(), " entries; it must be pairs u0, v0, u1, v1, ..."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("edges has ", edges.size(), " entries; it must be pairs u0, v0, u1, v1, ..."));
   }
   if (static_cast<int64_t>(edges.size() / 2) > limits.max_edges) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -59,8 +59,8 @@ absl::Status ValidateNodesAndEdges(int64_t num_nodes, absl::Span<const int64_t> 
   }
   for (size_t e = 0; e < edges.size(); ++e) {
     if (edges[e] < 0 || edges[e] >= num_nodes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "edges[", e, "] is ", edges[e], "; node ids must be in [0, ", num_nodes, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("edges[", e, "] is ", edges[e],
+                                                     "; node ids must be in [0, ", num_nodes, ")"));
     }
   }
   return absl::OkStatus();

@@ -124,7 +124,7 @@ Eigen::VectorXd NullVector(const LocalLaplacian& lap, bool normalized) {
 struct EigenPair {
   double value;
   int32_t component;
-  int32_t rank;  // position within its component's spectrum
+  int32_t rank;            // position within its component's spectrum
   Eigen::VectorXd vector;  // local to the component
 };
 
@@ -139,8 +139,8 @@ absl::Status DenseSmallest(const LocalLaplacian& lap, int32_t count, int32_t com
   }
   Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(dense);
   if (solver.info() != Eigen::Success) {
-    return absl::InternalError(absl::StrCat("dense eigensolver failed on a component of ",
-                                            lap.size, " nodes"));
+    return absl::InternalError(
+        absl::StrCat("dense eigensolver failed on a component of ", lap.size, " nodes"));
   }
   // Index 0 is the component's null vector, added exactly by the caller.
   for (int32_t r = 1; r <= count; ++r) {
@@ -220,14 +220,9 @@ class ChebyshevFilterOp : public ProjectedOp {
  public:
   ChebyshevFilterOp(const LocalLaplacian& lap, const Eigen::VectorXd& null_vector, double a,
                     double b, int degree, const CancelCheck& cancelled)
-      : ProjectedOp(null_vector, cancelled),
-        lap_(lap),
-        center_((a + b) / 2),
-        half_width_((b - a) / 2),
-        degree_(degree),
-        prev_(null_vector.size()),
-        cur_(null_vector.size()),
-        next_(null_vector.size()) {}
+      : ProjectedOp(null_vector, cancelled), lap_(lap), center_((a + b) / 2),
+        half_width_((b - a) / 2), degree_(degree), prev_(null_vector.size()),
+        cur_(null_vector.size()), next_(null_vector.size()) {}
   void perform_op(const double* x_in, double* y_out) const {
     prev_ = Eigen::Map<const Eigen::VectorXd>(x_in, rows());
     Project(prev_);
@@ -339,8 +334,8 @@ bool FactorFitsBudget(const Eigen::SparseMatrix<double>& m, int64_t budget) {
 }
 
 template <typename Op>
-absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_t ncv,
-                        int maxit, int32_t component, std::vector<EigenPair>& out) {
+absl::Status RunLanczos(Op& op, const LocalLaplacian& lap, int32_t count, int32_t ncv, int maxit,
+                        int32_t component, std::vector<EigenPair>& out) {
   Spectra::SymEigsSolver<Op> solver(op, count, ncv);
   solver.init();
   solver.compute(Spectra::SortRule::LargestAlge, maxit, 1e-10);
@@ -367,17 +362,17 @@ absl::Status SparseSmallest(const LocalLaplacian& lap, const Eigen::VectorXd& nu
   const int32_t ncv = std::min<int32_t>(lap.size - 1, std::max(2 * count + 1, ncv_floor));
   if (static_cast<double>(ncv) * lap.size * sizeof(double) >
       static_cast<double>(limits.max_solver_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "k is ", count, " for a connected component of ", lap.size,
-        " nodes; the Lanczos basis would need ", ncv, " x ", lap.size,
-        " doubles, over the solver limit of ", limits.max_solver_bytes, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("k is ", count, " for a connected component of ", lap.size,
+                     " nodes; the Lanczos basis would need ", ncv, " x ", lap.size,
+                     " doubles, over the solver limit of ", limits.max_solver_bytes, " bytes"));
   }
   // A shift well below the smallest non-zero eigenvalue keeps the wanted end of the spectrum
   // spread out after inversion, while L + sigma I stays positive definite.
   const double sigma = 1e-9 * lap.spectral_bound;
   Eigen::SparseMatrix<double> shifted = ShiftedSparse(lap, sigma);
-  const int64_t budget = static_cast<int64_t>(limits.max_factor_fill *
-                                              static_cast<double>(shifted.nonZeros()));
+  const int64_t budget =
+      static_cast<int64_t>(limits.max_factor_fill * static_cast<double>(shifted.nonZeros()));
   if (FactorFitsBudget(shifted, budget)) {
     Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>> factor(shifted);
     if (factor.info() == Eigen::Success) {
@@ -447,16 +442,15 @@ absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& l
   std::vector<int32_t> local_id(static_cast<size_t>(spec.num_nodes), -1);
   // With no non-zero eigenvalue wanted, only the first `wanted` components' null vectors
   // can be used.
-  const int64_t components_needed = nonzero_wanted > 0 ? num_components
-                                                       : std::min(num_components, wanted);
+  const int64_t components_needed =
+      nonzero_wanted > 0 ? num_components : std::min(num_components, wanted);
   for (int32_t c = 0; c < components_needed; ++c) {
     if (IsCancelled(cancelled)) throw SolveCancelled{};
     const std::vector<int32_t>& members = components[c];
     LocalLaplacian lap = BuildLocalLaplacian(adj, members, spec.normalized, local_id);
     Eigen::VectorXd null_vector = NullVector(lap, spec.normalized);
     pairs.push_back({0.0, c, 0, null_vector});
-    const int32_t count =
-        static_cast<int32_t>(std::min<int64_t>(nonzero_wanted, lap.size - 1));
+    const int32_t count = static_cast<int32_t>(std::min<int64_t>(nonzero_wanted, lap.size - 1));
     if (count == 0) continue;
     // Spectra needs room for count < ncv < size; tiny components go dense whatever the knob.
     const bool dense = lap.size <= limits.dense_max_nodes || lap.size < 2 * count + 8;

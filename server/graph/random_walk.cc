@@ -15,14 +15,14 @@ absl::Status ValidateRandomWalk(const RandomWalkSpec& spec, const GraphLimits& l
         absl::StrCat("walk_length is ", spec.walk_length, "; it must be >= 1"));
   }
   if (spec.walk_length > limits.max_walk_length) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "walk_length is ", spec.walk_length, "; this server accepts at most ",
-        limits.max_walk_length));
+    return absl::ResourceExhaustedError(absl::StrCat("walk_length is ", spec.walk_length,
+                                                     "; this server accepts at most ",
+                                                     limits.max_walk_length));
   }
   if (spec.num_nodes * spec.walk_length > limits.max_output_elements) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "num_nodes * walk_length is ", spec.num_nodes, " * ", spec.walk_length,
-        "; this server returns at most ", limits.max_output_elements, " elements"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("num_nodes * walk_length is ", spec.num_nodes, " * ", spec.walk_length,
+                     "; this server returns at most ", limits.max_output_elements, " elements"));
   }
   return absl::OkStatus();
 }
@@ -102,8 +102,8 @@ absl::StatusOr<std::vector<float>> ComputeRandomWalkEncoding(const RandomWalkSpe
       return absl::ResourceExhaustedError(absl::StrCat(
           "graph_random_walk would take more than ", limits.max_work,
           " multiply-adds (walk_length times the edges within walk_length/2 hops of each "
-          "node, summed over nodes; reached at node ", root, " of ", n,
-          "); use a shorter walk_length or a smaller graph"));
+          "node, summed over nodes; reached at node ",
+          root, " of ", n, "); use a shorter walk_length or a smaller graph"));
     }
     const size_t size = ball.nodes.size();
     prev.assign(size, 0.0);

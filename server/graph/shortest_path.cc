@@ -20,14 +20,14 @@ absl::Status ValidateShortestPath(const ShortestPathSpec& spec, const GraphLimit
   for (int64_t a = 0; a < count; ++a) {
     if (spec.anchors[a] < 0 || spec.anchors[a] >= spec.num_nodes) {
       return absl::InvalidArgumentError(absl::StrCat("anchors[", a, "] is ", spec.anchors[a],
-                                                     "; node ids must be in [0, ",
-                                                     spec.num_nodes, ")"));
+                                                     "; node ids must be in [0, ", spec.num_nodes,
+                                                     ")"));
     }
   }
   if (spec.num_nodes * count > limits.max_output_elements) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "num_nodes * len(anchors) is ", spec.num_nodes, " * ", count,
-        "; this server returns at most ", limits.max_output_elements, " elements"));
+    return absl::ResourceExhaustedError(absl::StrCat("num_nodes * len(anchors) is ", spec.num_nodes,
+                                                     " * ", count, "; this server returns at most ",
+                                                     limits.max_output_elements, " elements"));
   }
   // Edges < 2^31 pairs and nodes < 2^31, anchors < 2^31: the product fits in int64.
   const int64_t work = count * (spec.num_nodes + static_cast<int64_t>(spec.edges.size()));
@@ -41,8 +41,9 @@ absl::Status ValidateShortestPath(const ShortestPathSpec& spec, const GraphLimit
 
 }  // namespace
 
-absl::StatusOr<std::vector<int32_t>> ComputeShortestPathEncoding(
-    const ShortestPathSpec& spec, const GraphLimits& limits, const CancelCheck& cancelled) {
+absl::StatusOr<std::vector<int32_t>> ComputeShortestPathEncoding(const ShortestPathSpec& spec,
+                                                                 const GraphLimits& limits,
+                                                                 const CancelCheck& cancelled) {
   RETURN_IF_ERROR(ValidateShortestPath(spec, limits));
   const int64_t n = spec.num_nodes;
   const int64_t count = static_cast<int64_t>(spec.anchors.size());

@@ -25,7 +25,8 @@ struct ShortestPathSpec {
 // [0, num_nodes) (named by its index). RESOURCE_EXHAUSTED: more than limits.max_anchors
 // anchors, the output past limits.max_output_elements, the work past limits.max_work.
 // CANCELLED between searches when `cancelled` says so.
-absl::StatusOr<std::vector<int32_t>> ComputeShortestPathEncoding(
-    const ShortestPathSpec& spec, const GraphLimits& limits, const CancelCheck& cancelled = {});
+absl::StatusOr<std::vector<int32_t>> ComputeShortestPathEncoding(const ShortestPathSpec& spec,
+                                                                 const GraphLimits& limits,
+                                                                 const CancelCheck& cancelled = {});
 
 }  // namespace posenc

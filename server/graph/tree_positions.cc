@@ -20,8 +20,8 @@ absl::Status ValidateTreeFields(const TreeSpec& spec, const GraphLimits& limits)
   const int64_t max_nodes =
       std::min<int64_t>(limits.max_nodes, std::numeric_limits<int32_t>::max());
   if (spec.num_nodes > max_nodes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "num_nodes is ", spec.num_nodes, "; this server accepts at most ", max_nodes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("num_nodes is ", spec.num_nodes, "; this server accepts at most ", max_nodes));
   }
   if (static_cast<int64_t>(spec.parents.size()) != spec.num_nodes) {
     return absl::InvalidArgumentError(absl::StrCat("parents has ", spec.parents.size(),
@@ -40,8 +40,8 @@ absl::Status ValidateTreeFields(const TreeSpec& spec, const GraphLimits& limits)
     return absl::InvalidArgumentError(
         absl::StrCat("max_children is ", spec.max_children, "; it must be >= 1"));
   }
-  const int64_t width = spec.table ? spec.table_dim
-                                   : int64_t{spec.max_depth} * int64_t{spec.max_children};
+  const int64_t width =
+      spec.table ? spec.table_dim : int64_t{spec.max_depth} * int64_t{spec.max_children};
   if (spec.table == nullptr && width > limits.max_tree_width) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "max_depth * max_children is ", spec.max_depth, " * ", spec.max_children, " = ", width,
@@ -62,9 +62,9 @@ absl::Status ValidateTreeFields(const TreeSpec& spec, const GraphLimits& limits)
   }
   const double largest = std::pow(std::fabs(spec.depth_decay), spec.max_depth - 1);
   if (!(largest <= std::numeric_limits<float>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "depth_decay is ", spec.depth_decay, "; depth_decay^(max_depth - 1) = |", largest,
-        "| is past float32 range for max_depth ", spec.max_depth));
+    return absl::InvalidArgumentError(
+        absl::StrCat("depth_decay is ", spec.depth_decay, "; depth_decay^(max_depth - 1) = |",
+                     largest, "| is past float32 range for max_depth ", spec.max_depth));
   }
   return absl::OkStatus();
 }
@@ -107,12 +107,12 @@ absl::Status CheckParents(absl::Span<const int64_t> parents) {
   for (int64_t v = 0; v < n; ++v) {
     const int64_t p = parents[v];
     if (p < -1 || p >= n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parents[", v, "] is ", p, "; node ", v, "'s parent must be -1 or in [0, ", n, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("parents[", v, "] is ", p, "; node ", v,
+                                                     "'s parent must be -1 or in [0, ", n, ")"));
     }
     if (p == v) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parents[", v, "] is ", p, "; node ", v, " is its own parent (a cycle)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parents[", v, "] is ", p, "; node ", v, " is its own parent (a cycle)"));
     }
   }
   return absl::OkStatus();
@@ -130,9 +130,9 @@ absl::StatusOr<std::vector<int32_t>> ChildIndices(absl::Span<const int64_t> pare
     if (p < 0) continue;
     child[v] = children_seen[p]++;
     if (child[v] >= max_children) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parents: node ", v, " is child ", child[v], " (0-based, by increasing id) of node ",
-          p, "; max_children is ", max_children));
+      return absl::InvalidArgumentError(absl::StrCat("parents: node ", v, " is child ", child[v],
+                                                     " (0-based, by increasing id) of node ", p,
+                                                     "; max_children is ", max_children));
     }
   }
   return child;
@@ -151,13 +151,13 @@ absl::StatusOr<std::vector<float>> ComputeTreeEncoding(const TreeSpec& spec,
   int64_t steps = 0;
   for (int32_t d : depth) steps += std::min(d, spec.max_depth);
   if (steps > limits.max_work / dim) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the tree encoding would take ", steps, " steps of ", dim,
-        " features (the sum of min(depth, max_depth) over nodes); this server allows ",
-        limits.max_work, " in all"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the tree encoding would take ", steps, " steps of ", dim,
+                     " features (the sum of min(depth, max_depth) over nodes); this server allows ",
+                     limits.max_work, " in all"));
   }
-  const int64_t width = spec.table ? spec.table_dim
-                                   : int64_t{spec.max_depth} * int64_t{spec.max_children};
+  const int64_t width =
+      spec.table ? spec.table_dim : int64_t{spec.max_depth} * int64_t{spec.max_children};
   std::vector<float> out(static_cast<size_t>(n * width), 0.0f);
   std::vector<double> sum(static_cast<size_t>(dim));
   for (int64_t v = 0; v < n; ++v) {  // node
@@ -165,7 +165,7 @@ absl::StatusOr<std::vector<float>> ComputeTreeEncoding(const TreeSpec& spec,
     float* row = out.data() + v * width;
     std::fill(sum.begin(), sum.end(), 0.0);
     int64_t u = v;
-    double weight = 1.0;  // depth_decay^l
+    double weight = 1.0;                  // depth_decay^l
     for (int32_t l = 0; l < kept; ++l) {  // step, the node's own first
       const int32_t c = child[u];
       if (spec.table == nullptr) {

@@ -47,7 +47,7 @@ std::string PeerOf(const tcp::socket& socket) {
   if (ec) return "unknown";
   const std::string host = peer.address().to_string();
   return peer.address().is_v6() ? absl::StrCat("[", host, "]:", peer.port())
-                                 : absl::StrCat(host, ":", peer.port());
+                                : absl::StrCat(host, ":", peer.port());
 }
 
 // The status line and headers of `r`, with Content-Length and, when closing, Connection.
@@ -189,8 +189,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     state_ = State::kHead;
     Lowest().expires_after(core_.options.header_timeout);
     http::async_read_header(stream_, buffer_, *parser_,
-                            [self = this->shared_from_this()](const beast::error_code& ec,
-                                                              size_t) { self->OnHead(ec); });
+                            [self = this->shared_from_this()](const beast::error_code& ec, size_t) {
+                              self->OnHead(ec);
+                            });
   }
 
   void OnHead(const beast::error_code& ec) {
@@ -352,11 +353,15 @@ absl::Status HttpCore::Impl::SetUpTls() {
                    ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
   beast::error_code ec;
   tls->use_certificate_chain_file(options.tls_cert, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls_cert=", options.tls_cert, ": ",
-                                                         ec.message()));
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_cert=", options.tls_cert, ": ", ec.message()));
+  }
   tls->use_private_key_file(options.tls_key, ssl::context::pem, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls_key=", options.tls_key, ": ",
-                                                         ec.message()));
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_key=", options.tls_key, ": ", ec.message()));
+  }
   if (options.tls_client_ca.empty()) return absl::OkStatus();
   tls->load_verify_file(options.tls_client_ca, ec);
   if (ec) {
@@ -431,8 +436,8 @@ void HttpCore::Impl::OnAccept(const beast::error_code& ec, tcp::socket socket) {
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   if (tls) {
-    auto session = std::make_shared<Session<ssl::stream<beast::tcp_stream>>>(*this,
-                                                                             std::move(socket));
+    auto session =
+        std::make_shared<Session<ssl::stream<beast::tcp_stream>>>(*this, std::move(socket));
     Register(session);
     session->Begin();
   } else {

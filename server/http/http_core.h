@@ -55,10 +55,10 @@ class UploadBudget {
 };
 
 struct HttpCoreOptions {
-  std::string listen;             // host:port, [v6-address]:port; port 0 picks one
+  std::string listen;                  // host:port, [v6-address]:port; port 0 picks one
   std::string flag = "--http_listen";  // the flag `listen` came from, for errors
-  std::string tls_cert, tls_key;  // PEM files; both set: every connection is TLS
-  std::string tls_client_ca;      // PEM file: client certificates are required (mTLS)
+  std::string tls_cert, tls_key;       // PEM files; both set: every connection is TLS
+  std::string tls_client_ca;           // PEM file: client certificates are required (mTLS)
   size_t max_body_bytes = size_t{64} << 20;
   size_t max_header_bytes = size_t{16} << 10;  // request line and header fields
   std::chrono::milliseconds header_timeout{5000};
@@ -77,7 +77,7 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-case
   std::string body;
   std::vector<std::unique_ptr<UploadBudget::Grant>> grants;  // what `body` holds
-  std::string peer;    // "127.0.0.1:41234", "[::1]:41234"
+  std::string peer;                                          // "127.0.0.1:41234", "[::1]:41234"
   bool tls = false;
   // Set by HttpHandler::Screen; the core keeps a copy until the answer is written.
   std::shared_ptr<void> state;

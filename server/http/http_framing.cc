@@ -77,8 +77,7 @@ std::vector<std::unique_ptr<UploadBudget::Grant>> UploadAccount::TakeGrants() {
   return out;
 }
 
-void ConfigureParser(RequestParser& parser, const FramingLimits& limits,
-                     UploadAccount& account) {
+void ConfigureParser(RequestParser& parser, const FramingLimits& limits, UploadAccount& account) {
   parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
   parser.body_limit(boost::none);  // CheckHead sets it once the head is known
   parser.get().body().account = &account;
@@ -135,8 +134,7 @@ std::optional<HttpResponse> CheckHead(RequestParser& parser, const FramingLimits
                                            " bytes; --max_message_bytes allows ",
                                            limits.max_body_bytes));
   }
-  if (declared.has_value() && limits.uploads != nullptr &&
-      *declared > limits.uploads->capacity()) {
+  if (declared.has_value() && limits.uploads != nullptr && *declared > limits.uploads->capacity()) {
     return ErrorResponse(413, absl::StrCat("the request body is ", *declared,
                                            " bytes; --http_max_upload_bytes allows ",
                                            limits.uploads->capacity()));
@@ -163,7 +161,8 @@ std::optional<HttpResponse> FailureOf(const boost::beast::error_code& ec,
   }
   if (ec == boost::beast::error::timeout) {
     if (!header_done) return std::nullopt;  // an idle or slow client: closed, not answered
-    return ErrorResponse(408, "the request body did not arrive within the read timeout (--http_read_timeout)");
+    return ErrorResponse(
+        408, "the request body did not arrive within the read timeout (--http_read_timeout)");
   }
   if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
       ec == boost::asio::error::eof || ec == boost::asio::error::connection_reset ||

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "boost/asio/buffer.hpp"
 #include "boost/beast/core/error.hpp"
 #include "boost/beast/http/message.hpp"
 #include "boost/beast/http/parser.hpp"
-#include "boost/asio/buffer.hpp"
 #include "server/http/http_core.h"
 
 namespace posenc {
@@ -94,8 +94,7 @@ struct FramingLimits {
 };
 
 // Readies a fresh parser for a request: header limit, no body limit until CheckHead.
-void ConfigureParser(RequestParser& parser, const FramingLimits& limits,
-                     UploadAccount& account);
+void ConfigureParser(RequestParser& parser, const FramingLimits& limits, UploadAccount& account);
 
 // The request's head as the handler sees it (no body yet).
 HttpRequest HeadOf(const RequestParser& parser);

@@ -94,21 +94,19 @@ class HttpServer::Call {
 // memory budget. Thread-safe.
 class HttpServer::Uploads final : public UploadBudget {
  public:
-  Uploads(uint64_t capacity, Admission& admission)
-      : capacity_(capacity), admission_(admission) {}
+  Uploads(uint64_t capacity, Admission& admission) : capacity_(capacity), admission_(admission) {}
 
   absl::StatusOr<std::unique_ptr<Grant>> Take(uint64_t bytes, uint64_t held) override {
     if (held + bytes > capacity_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the request body needs more than --http_max_upload_bytes (", capacity_,
-                       " bytes)"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request body needs more than --http_max_upload_bytes (", capacity_, " bytes)"));
     }
     uint64_t used = used_.load();
     do {
       if (used + bytes > capacity_) {
-        absl::Status busy = absl::ResourceExhaustedError(absl::StrCat(
-            "uploads in progress hold ", used, " bytes of --http_max_upload_bytes (", capacity_,
-            "); retry later"));
+        absl::Status busy = absl::ResourceExhaustedError(
+            absl::StrCat("uploads in progress hold ", used, " bytes of --http_max_upload_bytes (",
+                         capacity_, "); retry later"));
         busy.SetPayload(kUploadBusyPayload, absl::Cord("1"));
         return busy;
       }
@@ -260,8 +258,9 @@ std::optional<HttpResponse> HttpServer::Screen(HttpRequest& request) {
                                                     "start with /v2")));
   }
   if (!MethodAllowed(route, request.method)) {
-    HttpResponse r = JsonResponse(405, ErrorJson(absl::StrCat(
-        request.method, " is not allowed on ", request.path, "; use ", route.method)));
+    HttpResponse r =
+        JsonResponse(405, ErrorJson(absl::StrCat(request.method, " is not allowed on ",
+                                                 request.path, "; use ", route.method)));
     r.headers.emplace_back("Allow", route.method);
     return r;
   }
@@ -338,8 +337,7 @@ HttpResponse HttpServer::Answer(Call& call, const HttpRequest& request) {
   return r;
 }
 
-void HttpServer::SubmitInfer(std::shared_ptr<Call> call, HttpRequest request,
-                             HttpRespond respond) {
+void HttpServer::SubmitInfer(std::shared_ptr<Call> call, HttpRequest request, HttpRespond respond) {
   auto job = std::make_shared<InferJob>();
   job->call = std::move(call);
   job->request = std::move(request);
@@ -368,34 +366,35 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
   absl::StatusOr<Admission::Ticket> parse_ticket =
       inference_.runtime().admission->AdmitBytes(json_bytes * kJsonDocumentBytesPerByte);
   if (!parse_ticket.ok()) {
-    const grpc::Status status = ToGrpcStatus(absl::Status(
-        parse_ticket.status().code(),
-        absl::StrCat("parsing a ", json_bytes, "-byte JSON request needs ",
-                     kJsonDocumentBytesPerByte, " bytes per byte: ",
-                     parse_ticket.status().message())));
+    const grpc::Status status = ToGrpcStatus(
+        absl::Status(parse_ticket.status().code(),
+                     absl::StrCat("parsing a ", json_bytes, "-byte JSON request needs ",
+                                  kJsonDocumentBytesPerByte,
+                                  " bytes per byte: ", parse_ticket.status().message())));
     InferJob::Reply(job, status,
                     FailureResponse(status, IsRetryableRefusal(parse_ticket.status())));
     return JobDone();
   }
-  const absl::Status parsed = ParseInferRequest(job->request.body, header_length, route.model,
-                                                route.version, job->parsed);
+  const absl::Status parsed =
+      ParseInferRequest(job->request.body, header_length, route.model, route.version, job->parsed);
   parse_ticket = absl::CancelledError("parsed");  // the document is gone: its bytes back
   const std::string& id = job->parsed.request.id();
   job->call->set_request_id(id);
   if (!parsed.ok()) {
-    const grpc::Status status = Invalid(
-        id.empty() ? std::string(parsed.message()) : absl::StrCat("request ", id, ": ",
-                                                                  parsed.message()));
+    const grpc::Status status =
+        Invalid(id.empty() ? std::string(parsed.message())
+                           : absl::StrCat("request ", id, ": ", parsed.message()));
     InferJob::Reply(job, status, FailureResponse(status, /*retryable=*/false));
     return JobDone();
   }
   std::string().swap(job->request.body);
   job->request.grants.clear();
   InferJob* raw = job.get();
-  inference_.InferAsync(raw->parsed.request, [this] { return stopping_.load(); }, raw->response,
-                        [this, job = std::move(job)](CallOutcome outcome) mutable {
-                          FinishInfer(std::move(job), std::move(outcome));
-                        });
+  inference_.InferAsync(
+      raw->parsed.request, [this] { return stopping_.load(); }, raw->response,
+      [this, job = std::move(job)](CallOutcome outcome) mutable {
+        FinishInfer(std::move(job), std::move(outcome));
+      });
 }
 
 // On the thread that ran the work: the answer, written from the response's own bytes.

@@ -32,7 +32,7 @@
 namespace posenc {
 
 struct HttpOptions {
-  std::string listen = "0.0.0.0:8000";  // host:port or [v6]:port; port 0 picks one
+  std::string listen = "0.0.0.0:8000";           // host:port or [v6]:port; port 0 picks one
   std::string tls_cert, tls_key, tls_client_ca;  // PEM files, as --tls_* for gRPC
   size_t max_body_bytes = size_t{64} << 20;      // --max_message_bytes
   // --http_read_timeout: a body must arrive within this of its headers, and a keep-alive
@@ -69,8 +69,8 @@ class HttpServer final : public ServerFront, private HttpHandler {
   class Call;
   class Uploads;
   struct InferJob;
-  HttpServer(const HttpOptions& options, const InferenceService& inference,
-             CallTracker& tracker, ServiceMetrics* metrics);
+  HttpServer(const HttpOptions& options, const InferenceService& inference, CallTracker& tracker,
+             ServiceMetrics* metrics);
 
   // HttpHandler
   std::optional<HttpResponse> Screen(HttpRequest& request) override;

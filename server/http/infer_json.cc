@@ -32,12 +32,13 @@ struct Datatype {
   Kind kind;
 };
 
-constexpr Datatype kDatatypes[] = {
-    {"BOOL", 1, Kind::kBool},     {"UINT8", 1, Kind::kUnsigned}, {"UINT16", 2, Kind::kUnsigned},
-    {"UINT32", 4, Kind::kUnsigned}, {"UINT64", 8, Kind::kUnsigned}, {"INT8", 1, Kind::kSigned},
-    {"INT16", 2, Kind::kSigned},  {"INT32", 4, Kind::kSigned},   {"INT64", 8, Kind::kSigned},
-    {"FP16", 2, Kind::kFloat},    {"BF16", 2, Kind::kFloat},     {"FP32", 4, Kind::kFloat},
-    {"FP64", 8, Kind::kFloat}};
+constexpr Datatype kDatatypes[] = {{"BOOL", 1, Kind::kBool},       {"UINT8", 1, Kind::kUnsigned},
+                                   {"UINT16", 2, Kind::kUnsigned}, {"UINT32", 4, Kind::kUnsigned},
+                                   {"UINT64", 8, Kind::kUnsigned}, {"INT8", 1, Kind::kSigned},
+                                   {"INT16", 2, Kind::kSigned},    {"INT32", 4, Kind::kSigned},
+                                   {"INT64", 8, Kind::kSigned},    {"FP16", 2, Kind::kFloat},
+                                   {"BF16", 2, Kind::kFloat},      {"FP32", 4, Kind::kFloat},
+                                   {"FP64", 8, Kind::kFloat}};
 
 const Datatype* FindDatatype(absl::string_view name) {
   for (const Datatype& d : kDatatypes) {
@@ -78,9 +79,9 @@ absl::Status ToParameter(const json& value, const std::string& what,
     case json::value_t::object:
     case json::value_t::array: out.set_string_param(value.dump()); break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " is ", value.type_name(), "; a parameter is a bool, number, "
-                       "string or JSON object"));
+      return absl::InvalidArgumentError(absl::StrCat(what, " is ", value.type_name(),
+                                                     "; a parameter is a bool, number, "
+                                                     "string or JSON object"));
   }
   return absl::OkStatus();
 }
@@ -131,21 +132,22 @@ absl::StatusOr<bool> BoolParam(const json& params, const char* key, const std::s
 absl::StatusOr<int64_t> ParseShape(const json& tensor, const std::string& what,
                                    inference::ModelInferRequest::InferInputTensor& out) {
   auto it = tensor.find("shape");
-  if (it == tensor.end()) return absl::InvalidArgumentError(absl::StrCat(what, ".shape is missing"));
+  if (it == tensor.end())
+    return absl::InvalidArgumentError(absl::StrCat(what, ".shape is missing"));
   if (!it->is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ".shape must be an array of integers"));
   }
   int64_t count = 1;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& dim = (*it)[i];
-    if (!dim.is_number_integer() || (dim.is_number_integer() && !dim.is_number_unsigned() &&
-                                     dim.get<int64_t>() < 0)) {
+    if (!dim.is_number_integer() ||
+        (dim.is_number_integer() && !dim.is_number_unsigned() && dim.get<int64_t>() < 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ".shape[", i, "] must be an integer >= 0"));
     }
     const uint64_t d = dim.get<uint64_t>();
-    if (d > (uint64_t{1} << 40) || (count > 0 && d > 0 && static_cast<uint64_t>(count) >
-                                                             (uint64_t{1} << 48) / d)) {
+    if (d > (uint64_t{1} << 40) ||
+        (count > 0 && d > 0 && static_cast<uint64_t>(count) > (uint64_t{1} << 48) / d)) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ".shape has more elements than any request can carry"));
     }
@@ -177,8 +179,7 @@ absl::Status FloatElement(const json& v, const Datatype& type, const std::string
   } else if (type.bytes == 4) {
     std::memcpy(buf, &f, 4);
   } else {
-    const uint16_t h =
-        std::string_view(type.name) == "BF16" ? FloatToBFloat16(f) : FloatToHalf(f);
+    const uint16_t h = std::string_view(type.name) == "BF16" ? FloatToBFloat16(f) : FloatToHalf(f);
     if (std::string_view(type.name) == "FP16" && !std::isfinite(HalfToFloat(h))) {
       return OutOfRange(what, index, "FP16");
     }
@@ -191,9 +192,9 @@ absl::Status FloatElement(const json& v, const Datatype& type, const std::string
 absl::Status IntegerElement(const json& v, const Datatype& type, const std::string& what,
                             int64_t index, char* buf) {
   if (!v.is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ".data[", index, "] is ", v.is_number() ? "not an integer" : v.type_name(), "; ",
-        type.name, " needs integers"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ".data[", index, "] is ",
+                                                   v.is_number() ? "not an integer" : v.type_name(),
+                                                   "; ", type.name, " needs integers"));
   }
   const int bits = static_cast<int>(type.bytes) * 8;
   uint64_t raw = 0;
@@ -271,26 +272,25 @@ absl::Status DataBytes(const json& data, const Datatype& type, int64_t count,
     ++n;
   }
   if (n != count) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ".data has ", n, " elements; its shape holds ",
-                                                   count));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ".data has ", n, " elements; its shape holds ", count));
   }
   return absl::OkStatus();
 }
 
 // An input's name, datatype, shape and parameters into `in`; `what` gains its name. Returns
 // its datatype and element count.
-absl::StatusOr<std::pair<const Datatype*, int64_t>> ParseInputHeader(const json& t,
-                                                                     std::string& what,
-                                                                     inference::ModelInferRequest::InferInputTensor& in) {
+absl::StatusOr<std::pair<const Datatype*, int64_t>> ParseInputHeader(
+    const json& t, std::string& what, inference::ModelInferRequest::InferInputTensor& in) {
   if (!t.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, " must be an object"));
   ASSIGN_OR_RETURN(*in.mutable_name(), StringField(t, "name", what, true));
   what = absl::StrCat(what, " ('", in.name(), "')");
   ASSIGN_OR_RETURN(*in.mutable_datatype(), StringField(t, "datatype", what, true));
   const Datatype* type = FindDatatype(in.datatype());
   if (type == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ".datatype '", in.datatype(), "' is not one of BOOL, UINT8..UINT64, "
-        "INT8..INT64, FP16, BF16, FP32, FP64"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ".datatype '", in.datatype(),
+                                                   "' is not one of BOOL, UINT8..UINT64, "
+                                                   "INT8..INT64, FP16, BF16, FP32, FP64"));
   }
   ASSIGN_OR_RETURN(const int64_t count, ParseShape(t, what, in));
   auto params = t.find("parameters");
@@ -322,9 +322,9 @@ absl::Status ParseInput(const json& t, size_t i, absl::string_view binary, size_
     }
     const uint64_t size = size_value.get<uint64_t>();
     if (size > binary.size() - offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ".parameters.binary_data_size is ", size, " but only ", binary.size() - offset,
-          " bytes of binary data are left in the body"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ".parameters.binary_data_size is ", size,
+                                                     " but only ", binary.size() - offset,
+                                                     " bytes of binary data are left in the body"));
     }
     request.add_raw_input_contents()->assign(binary.data() + offset, size);
     offset += size;
@@ -354,7 +354,8 @@ absl::Status ParseInputs(const json& inputs, absl::string_view binary, size_t js
   }
   if (offset != binary.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the body has ", binary.size(), " bytes of binary data after the JSON header "
+        "the body has ", binary.size(),
+        " bytes of binary data after the JSON header "
         "(Inference-Header-Content-Length), but the inputs' binary_data_size add up to ",
         offset));
   }
@@ -390,6 +391,24 @@ std::string Quote(absl::string_view text) {
 }
 
 // Appends the elements of raw little-endian bytes of `type` as JSON numbers or bools.
+// One floating-point element of `type` at `p` as text into buf; null when not finite.
+char* FormatFloat(const char* p, const Datatype& type, char* buf, size_t size) {
+  if (type.bytes == 8) {
+    double d = 0;
+    std::memcpy(&d, p, 8);
+    return std::isfinite(d) ? std::to_chars(buf, buf + size, d).ptr : nullptr;
+  }
+  float f = 0;
+  if (type.bytes == 4) {
+    std::memcpy(&f, p, 4);
+  } else {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    f = std::string_view(type.name) == "BF16" ? BFloat16ToFloat(h) : HalfToFloat(h);
+  }
+  return std::isfinite(f) ? std::to_chars(buf, buf + size, f).ptr : nullptr;
+}
+
 void AppendData(absl::string_view raw, const Datatype& type, std::string& out) {
   const size_t n = raw.size() / type.bytes;
   out.reserve(out.size() + n * 12 + 2);
@@ -404,34 +423,26 @@ void AppendData(absl::string_view raw, const Datatype& type, std::string& out) {
         out.append(*p ? "true" : "false");
         continue;
       }
-      case Kind::kFloat: {
-        double d = 0;
-        float f = 0;
-        if (type.bytes == 8) {
-          std::memcpy(&d, p, 8);
-        } else {
-          if (type.bytes == 4) {
-            std::memcpy(&f, p, 4);
-          } else {
-            uint16_t h;
-            std::memcpy(&h, p, 2);
-            f = std::string_view(type.name) == "BF16" ? BFloat16ToFloat(h) : HalfToFloat(h);
-          }
-        }
-        const bool finite = type.bytes == 8 ? std::isfinite(d) : std::isfinite(f);
-        if (!finite) {  // JSON has no NaN or infinity (the engine never returns them)
+      case Kind::kFloat:
+        end = FormatFloat(p, type, buf, sizeof(buf));
+        if (end == nullptr) {  // JSON has no NaN or infinity (the engine never returns them)
           out.append("null");
           continue;
         }
-        end = type.bytes == 8 ? std::to_chars(buf, buf + sizeof(buf), d).ptr
-                              : std::to_chars(buf, buf + sizeof(buf), f).ptr;
         break;
-      }
       case Kind::kSigned: {
         int64_t v = 0;
         if (type.bytes == 1) v = *reinterpret_cast<const int8_t*>(p);
-        if (type.bytes == 2) { int16_t x; std::memcpy(&x, p, 2); v = x; }
-        if (type.bytes == 4) { int32_t x; std::memcpy(&x, p, 4); v = x; }
+        if (type.bytes == 2) {
+          int16_t x;
+          std::memcpy(&x, p, 2);
+          v = x;
+        }
+        if (type.bytes == 4) {
+          int32_t x;
+          std::memcpy(&x, p, 4);
+          v = x;
+        }
         if (type.bytes == 8) std::memcpy(&v, p, 8);
         end = std::to_chars(buf, buf + sizeof(buf), v).ptr;
         break;
@@ -450,7 +461,9 @@ void AppendData(absl::string_view raw, const Datatype& type, std::string& out) {
 
 void AppendParameter(const inference::InferParameter& p, std::string& out) {
   switch (p.parameter_choice_case()) {
-    case inference::InferParameter::kBoolParam: out.append(p.bool_param() ? "true" : "false"); break;
+    case inference::InferParameter::kBoolParam:
+      out.append(p.bool_param() ? "true" : "false");
+      break;
     case inference::InferParameter::kInt64Param: absl::StrAppend(&out, p.int64_param()); break;
     case inference::InferParameter::kUint64Param: absl::StrAppend(&out, p.uint64_param()); break;
     case inference::InferParameter::kDoubleParam: out.append(json(p.double_param()).dump()); break;
@@ -485,8 +498,8 @@ absl::StatusOr<size_t> ParseHeaderLength(absl::string_view value) {
   uint64_t n = 0;
   if (value.empty() || value.size() > 19 || !absl::SimpleAtoi(value, &n) ||
       value.find_first_not_of("0123456789") != absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Inference-Header-Content-Length '", value, "' is not a byte count"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Inference-Header-Content-Length '", value, "' is not a byte count"));
   }
   return static_cast<size_t>(n);
 }
@@ -496,9 +509,9 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> hea
                                InferRequestBody& out) {
   const size_t json_bytes = header_length.value_or(body.size());
   if (json_bytes > body.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Inference-Header-Content-Length is ", json_bytes, ", past the body's ", body.size(),
-        " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length is ",
+                                                   json_bytes, ", past the body's ", body.size(),
+                                                   " bytes"));
   }
   json request;
   bool too_deep = false;
@@ -506,7 +519,7 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> hea
   // destructor of a deep array) recurses once per level, so an unbounded body could
   // exhaust the I/O thread's stack.
   const json::parser_callback_t bound_depth = [&too_deep](int depth, json::parse_event_t event,
-                                                         json&) {
+                                                          json&) {
     if (depth > kMaxJsonDepth &&
         (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start)) {
       too_deep = true;
@@ -518,13 +531,12 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> hea
     request = json::parse(body.begin(), body.begin() + json_bytes, bound_depth);
   } catch (const std::length_error&) {
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the request body is not valid JSON: ", ParseErrorText(e.what())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: ", ParseErrorText(e.what())));
   }
   if (too_deep) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the request body is nested deeper than ", kMaxJsonDepth,
-        " levels of arrays and objects"));
+    return absl::InvalidArgumentError(absl::StrCat("the request body is nested deeper than ",
+                                                   kMaxJsonDepth, " levels of arrays and objects"));
   }
   if (!request.is_object()) {
     return absl::InvalidArgumentError("the request body must be a JSON object");
@@ -536,7 +548,8 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> hea
   if (params != request.end()) {
     RETURN_IF_ERROR(ToParameters(*params, "parameters", {"binary_data_output"},
                                  *out.request.mutable_parameters()));
-    ASSIGN_OR_RETURN(out.outputs.binary_default, BoolParam(*params, "binary_data_output", "request"));
+    ASSIGN_OR_RETURN(out.outputs.binary_default,
+                     BoolParam(*params, "binary_data_output", "request"));
   }
   auto inputs = request.find("inputs");
   if (inputs == request.end()) return absl::InvalidArgumentError("inputs is missing");

@@ -26,8 +26,8 @@ namespace posenc {
 
 // How each output goes back: as JSON "data" or as binary data after the JSON header.
 struct OutputEncoding {
-  bool binary_default = false;            // request parameter binary_data_output
-  std::map<std::string, bool> binary;     // outputs[i].parameters.binary_data, by name
+  bool binary_default = false;         // request parameter binary_data_output
+  std::map<std::string, bool> binary;  // outputs[i].parameters.binary_data, by name
   bool Binary(const std::string& name) const {
     auto it = binary.find(name);
     return it == binary.end() ? binary_default : it->second;

@@ -69,8 +69,8 @@ EndpointAnswer ModelMetadataAnswer(const Route& route) {
   absl::Status s = InferenceService::FillModelMetadata(route.model, route.version, meta);
   if (!s.ok()) return Error(s);
   json out = {{"name", meta.name()},
-              {"versions", std::vector<std::string>(meta.versions().begin(),
-                                                    meta.versions().end())},
+              {"versions",
+               std::vector<std::string>(meta.versions().begin(), meta.versions().end())},
               {"platform", meta.platform()},
               {"inputs", TensorsJson(meta.inputs())},
               {"outputs", TensorsJson(meta.outputs())}};

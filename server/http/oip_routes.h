@@ -13,8 +13,18 @@
 namespace posenc {
 
 enum class Endpoint {
-  kServerMetadata, kLive, kReady, kModelMetadata, kModelReady, kModelConfig, kInfer,
-  kRepositoryIndex, kShmStatus, kShmRegister, kShmUnregister, kNotFound
+  kServerMetadata,
+  kLive,
+  kReady,
+  kModelMetadata,
+  kModelReady,
+  kModelConfig,
+  kInfer,
+  kRepositoryIndex,
+  kShmStatus,
+  kShmRegister,
+  kShmUnregister,
+  kNotFound
 };
 
 struct Route {

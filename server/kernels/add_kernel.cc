@@ -145,13 +145,13 @@ absl::StatusOr<bool> AddWithOneDnn(TensorView x, const float* pe, float input_sc
 }
 
 template <typename Load, typename Store>
-void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, float b,
-             Load load, Store store) {
-  for (int64_t n = 0; n < nb; ++n) {        // batch
-    for (int64_t s = 0; s < rows; ++s) {    // seq
+void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, float b, Load load,
+             Store store) {
+  for (int64_t n = 0; n < nb; ++n) {      // batch
+    for (int64_t s = 0; s < rows; ++s) {  // seq
       const int64_t base = (n * rows + s) * dim;
       const float* pe_row = pe + s * dim;
-      for (int64_t c = 0; c < dim; ++c) {   // feature
+      for (int64_t c = 0; c < dim; ++c) {  // feature
         store(base + c, load(base + c) * a + pe_row[c] * b);
       }
     }
@@ -167,8 +167,8 @@ void AddLoop(int64_t nb, int64_t rows, int64_t dim, const float* pe, float a, fl
 // ahead[g]: the bytes row g's stream will touch kPrefetchBytes later (the next rows in the
 // blocked order, which may lie in another batch row), fetched column for column as the row
 // runs; null when there is nothing left in the block.
-using AddRowsFn = void (*)(void* const* x, const char* const* ahead, const float* pe,
-                           int64_t dim, float a, float b);
+using AddRowsFn = void (*)(void* const* x, const char* const* ahead, const float* pe, int64_t dim,
+                           float a, float b);
 
 // How far ahead of the loads the rows prefetch x. The blocked order jumps between batch
 // rows every few KiB, and the hardware prefetcher meets each jump cold; fetching 8 KiB
@@ -284,8 +284,8 @@ __attribute__((target("avx2"))) inline bool NoNan(__m256 p, __m256 q, bool a_nan
 
 // Columns c.. of bfloat16 rows (fewer than 16 of them), 8 at a time, then one by one.
 template <int kRows>
-__attribute__((target("avx2"))) void AddTailBf16Avx2(void* const* xs, const float* pe,
-                                                     int64_t c, int64_t dim, float a, float b) {
+__attribute__((target("avx2"))) void AddTailBf16Avx2(void* const* xs, const float* pe, int64_t c,
+                                                     int64_t dim, float a, float b) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   for (; c + 8 <= dim; c += 8) {
     const __m256 p = ScaledPe8(pe + c, vb);
@@ -363,8 +363,7 @@ __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char
 
 // float16 rows with F16C, 32 lanes per step as above.
 template <int kRows>
-__attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs,
-                                                         const char* const* ahead,
+__attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs, const char* const* ahead,
                                                          const float* pe, int64_t dim, float a,
                                                          float b) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
@@ -404,15 +403,13 @@ __attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs,
 bool HasAvx512Rows(DType dtype) {
   static const bool base = __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("avx512dq");
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (dtype == DType::kFloat16) return base;
   if (dtype == DType::kBFloat16) return base && simd::HasAvx512Bf16();
   return false;  // float32 rows are memory-bound already: AVX2 only
 }
 
-#define POSENC_AVX512_ROWS \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define POSENC_AVX512_ROWS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 // x*a + pb (pb being pe*b), or x + pe when both scales are 1 (the same float32 result: a
 // product by 1 is exact, and a NaN is canonicalised on narrowing either way).
@@ -451,8 +448,8 @@ POSENC_AVX512_ROWS inline __m256i Narrow16(__m512 f) {
 }
 
 template <bool kBf16, bool kUnitScales, int kRows>
-POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahead,
-                                        const float* pe, int64_t dim, float a, float b) {
+POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahead, const float* pe,
+                                        int64_t dim, float a, float b) {
   const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
   int64_t c = 0;
   for (; c + 32 <= dim; c += 32) {  // 32 lanes, one cache line, per step
@@ -555,12 +552,12 @@ void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns,
   auto* bytes = static_cast<char*>(x.data);
   const KernelThreadLease lease(WorkBytes(x.NumElements()));
   const int threads = lease.threads();
-  const int64_t blocks = BalancedBlocks(seq, std::max<int64_t>(1, kPeBlockBytes / (dim * 4)), threads);
+  const int64_t blocks =
+      BalancedBlocks(seq, std::max<int64_t>(1, kPeBlockBytes / (dim * 4)), threads);
   const int64_t block = (seq + blocks - 1) / blocks;
   // Each stream prefetches the row kPrefetchBytes ahead of it in the order it visits rows
   // (rounded up to whole rows).
-  const int64_t rows_ahead =
-      static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
+  const int64_t rows_ahead = static_cast<int64_t>((kPrefetchBytes + row_bytes - 1) / row_bytes);
   const int64_t pairs = (nb + 1) / 2;  // batch rows 2p and 2p + 1 (absent for odd nb)
   const bool check_rows = first_non_finite != nullptr && row_bytes >= kMinCheckedRowBytes;
   const size_t elem = DTypeSize(x.dtype);
@@ -585,8 +582,7 @@ void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns,
           if (row == nullptr) continue;
           const int64_t at = FirstNonFiniteHere(x.dtype, row, dim);
           if (at < 0) continue;
-          const int64_t index =
-              static_cast<int64_t>((static_cast<char*>(row) - bytes) / elem) + at;
+          const int64_t index = static_cast<int64_t>((static_cast<char*>(row) - bytes) / elem) + at;
           int64_t seen = first_bad.load();
           while (index < seen && !first_bad.compare_exchange_weak(seen, index)) {
           }
@@ -611,8 +607,7 @@ void AddRowsBlocked(TensorView x, const float* pe, LaidOutRows laid_out, float a
   // The parity rows skip the NaN fix-up, so they take only scales that are not NaN.
   const bool wide_rows = wide && HasAvx512Rows(x.dtype);
   const bool by_parity = x.dtype == DType::kBFloat16 && laid_out.layout == &kByParity16 &&
-                         laid_out.rows != nullptr && !wide_rows && !std::isnan(a) &&
-                         !std::isnan(b);
+                         laid_out.rows != nullptr && !wide_rows && !std::isnan(a) && !std::isnan(b);
   const bool unit = a == 1.0f && b == 1.0f;
   RowFns fns = x.dtype == DType::kFloat32
                    ? (unit ? RowFns{AddRowsF32Avx2<true, 2>, AddRowsF32Avx2<true, 1>}
@@ -692,8 +687,8 @@ inline void StoreOne(void* x, int64_t c, float v) {
 template <int kDtype, int kRows>
 __attribute__((target("avx2,f16c"))) void MultiplyRowsAvx2(void* const* xs,
                                                            const char* const* ahead,
-                                                           const float* pe, int64_t dim,
-                                                           float a, float b) {
+                                                           const float* pe, int64_t dim, float a,
+                                                           float b) {
   constexpr int64_t kElem = kDtype == 0 ? 4 : 2;
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
@@ -713,7 +708,8 @@ __attribute__((target("avx2,f16c"))) void MultiplyRowsAvx2(void* const* xs,
   }
   for (; c < dim; ++c) {
     const float pb = pe[c] * b;
-    for (int g = 0; g < kRows; ++g) StoreOne<kDtype>(xs[g], c, (LoadOne<kDtype>(xs[g], c) * a) * pb);
+    for (int g = 0; g < kRows; ++g)
+      StoreOne<kDtype>(xs[g], c, (LoadOne<kDtype>(xs[g], c) * a) * pb);
   }
 }
 
@@ -786,32 +782,32 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
   switch (x.dtype) {
     case DType::kFloat32: {
       float* p = x.As<float>();
-      AddLoop(nb, seq, dim, pe, input_scale, pe_scale, [p](int64_t i) { return p[i]; },
-              [p](int64_t i, float v) { p[i] = v; });
+      AddLoop(
+          nb, seq, dim, pe, input_scale, pe_scale, [p](int64_t i) { return p[i]; },
+          [p](int64_t i, float v) { p[i] = v; });
       break;
     }
     case DType::kFloat16: {
       uint16_t* p = x.As<uint16_t>();
-      AddLoop(nb, seq, dim, pe, input_scale, pe_scale,
-              [p](int64_t i) { return HalfToFloat(p[i]); },
-              [p](int64_t i, float v) { p[i] = FloatToHalf(v); });
+      AddLoop(
+          nb, seq, dim, pe, input_scale, pe_scale, [p](int64_t i) { return HalfToFloat(p[i]); },
+          [p](int64_t i, float v) { p[i] = FloatToHalf(v); });
       break;
     }
     case DType::kBFloat16: {
       uint16_t* p = x.As<uint16_t>();
-      AddLoop(nb, seq, dim, pe, input_scale, pe_scale,
-              [p](int64_t i) { return BFloat16ToFloat(p[i]); },
-              [p](int64_t i, float v) { p[i] = FloatToBFloat16(v); });
+      AddLoop(
+          nb, seq, dim, pe, input_scale, pe_scale, [p](int64_t i) { return BFloat16ToFloat(p[i]); },
+          [p](int64_t i, float v) { p[i] = FloatToBFloat16(v); });
       break;
     }
-    default:
-      break;
+    default: break;
   }
 }
 
-absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                float pe_scale, KernelImpl implementation,
-                                LaidOutRows laid_out, int64_t* first_non_finite) {
+absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale, float pe_scale,
+                                KernelImpl implementation, LaidOutRows laid_out,
+                                int64_t* first_non_finite) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (first_non_finite != nullptr) *first_non_finite = -1;
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
@@ -842,8 +838,8 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
 
 void MultiplyEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
-  for (int64_t n = 0; n < nb; ++n) {      // batch
-    for (int64_t s = 0; s < seq; ++s) {   // seq
+  for (int64_t n = 0; n < nb; ++n) {     // batch
+    for (int64_t s = 0; s < seq; ++s) {  // seq
       char* row = static_cast<char*>(x.data) +
                   static_cast<size_t>((n * seq + s) * dim) * DTypeSize(x.dtype);
       const float* pe_row = pe + s * dim;
@@ -852,7 +848,9 @@ void MultiplyEncodingLoop(TensorView x, const float* pe, float input_scale, floa
         switch (x.dtype) {
           case DType::kFloat32: StoreOne<0>(row, c, (LoadOne<0>(row, c) * input_scale) * pb); break;
           case DType::kFloat16: StoreOne<1>(row, c, (LoadOne<1>(row, c) * input_scale) * pb); break;
-          case DType::kBFloat16: StoreOne<2>(row, c, (LoadOne<2>(row, c) * input_scale) * pb); break;
+          case DType::kBFloat16:
+            StoreOne<2>(row, c, (LoadOne<2>(row, c) * input_scale) * pb);
+            break;
           default: return;
         }
       }
@@ -886,9 +884,8 @@ const AddRowLayout* LastAddRowLayout() { return last_layout; }
 
 const AddRowLayout* AddRowLayoutFor(DType dtype, KernelImpl implementation) {
   if (dtype != DType::kBFloat16) return nullptr;
-  return ChosenRows(dtype, implementation, /*multiply=*/false) == KernelImpl::kAvx2
-             ? &kByParity16
-             : nullptr;
+  return ChosenRows(dtype, implementation, /*multiply=*/false) == KernelImpl::kAvx2 ? &kByParity16
+                                                                                    : nullptr;
 }
 
 }  // namespace posenc

@@ -60,15 +60,14 @@ struct LaidOutRows {
 // they write it, while it is in cache, instead of in a second pass over memory; the loop and
 // oneDNN make the pass.
 // Returns INTERNAL only if oneDNN fails unexpectedly.
-absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                float pe_scale, KernelImpl implementation = KernelImpl::kAuto,
+absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale, float pe_scale,
+                                KernelImpl implementation = KernelImpl::kAuto,
                                 LaidOutRows laid_out = {}, int64_t* first_non_finite = nullptr);
 
 // The layout AddEncodingInPlace(x of `dtype`, implementation) reads its rows in on this
 // thread's choice (the override), or null where it reads them as given. A caller that
 // keeps rows across calls (a table cache) keeps them in this layout too, keyed by its name.
-const AddRowLayout* AddRowLayoutFor(DType dtype,
-                                    KernelImpl implementation = KernelImpl::kAuto);
+const AddRowLayout* AddRowLayoutFor(DType dtype, KernelImpl implementation = KernelImpl::kAuto);
 
 // The same formula as a plain loop in float32 arithmetic, rounded once to x's dtype.
 // Used as the fallback and as the reference in tests.
@@ -80,8 +79,7 @@ void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_
 // code, so kOneDnn runs kAuto's rows), bit-identical to MultiplyEncodingLoop for every
 // dtype. first_non_finite as for the add. Always OK (the status mirrors the add's).
 absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
-                                     float pe_scale,
-                                     KernelImpl implementation = KernelImpl::kAuto,
+                                     float pe_scale, KernelImpl implementation = KernelImpl::kAuto,
                                      int64_t* first_non_finite = nullptr);
 
 // The multiply as a plain loop in float32 arithmetic, rounded once to x's dtype: the

@@ -118,8 +118,10 @@ void AddBiasRowScalar(void* row, const float* bias, int64_t n) {
 
 template <DType kType>
 __attribute__((target("avx2,f16c"))) inline __m256 Load8(const void* row, int64_t j) {
-  if constexpr (kType == DType::kFloat32) return _mm256_loadu_ps(static_cast<const float*>(row) + j);
-  if constexpr (kType == DType::kFloat16) return simd::LoadF16x8(static_cast<const uint16_t*>(row) + j);
+  if constexpr (kType == DType::kFloat32)
+    return _mm256_loadu_ps(static_cast<const float*>(row) + j);
+  if constexpr (kType == DType::kFloat16)
+    return simd::LoadF16x8(static_cast<const uint16_t*>(row) + j);
   return simd::LoadBf16x8(static_cast<const uint16_t*>(row) + j);
 }
 
@@ -136,8 +138,7 @@ __attribute__((target("avx2,f16c"))) inline void Store8(void* row, int64_t j, __
 
 // 32 lanes per step: four independent loads in flight, as the roofline pass has.
 template <DType kType>
-__attribute__((target("avx2,f16c"))) void AddBiasRowAvx2(void* row, const float* bias,
-                                                         int64_t n) {
+__attribute__((target("avx2,f16c"))) void AddBiasRowAvx2(void* row, const float* bias, int64_t n) {
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // key
     const __m256 r0 = _mm256_add_ps(Load8<kType>(row, j), _mm256_loadu_ps(bias + j));
@@ -158,12 +159,10 @@ __attribute__((target("avx2,f16c"))) void AddBiasRowAvx2(void* row, const float*
 
 // 16-bit scores, 16 lanes per vector, the tail under a mask. bfloat16 rounds with
 // VCVTNEPS2BF16 where the CPU has AVX512_BF16 (NarrowBf16x16Native), else in integer ops.
-#define POSENC_AVX512_BIAS \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define POSENC_AVX512_BIAS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 template <DType kType, bool kNative>
-POSENC_AVX512_BIAS inline void AddBias16(void* row, const float* bias, int64_t j,
-                                         __mmask16 m) {
+POSENC_AVX512_BIAS inline void AddBias16(void* row, const float* bias, int64_t j, __mmask16 m) {
   const __m512 b = _mm512_maskz_loadu_ps(m, bias + j);
   uint16_t* r = static_cast<uint16_t*>(row) + j;
   const __m256i h = _mm256_maskz_loadu_epi16(m, r);
@@ -285,8 +284,8 @@ absl::Status ValidateAlibiSpec(const AlibiSpec& spec) {
         absl::StrCat("alibi.num_heads is ", spec.num_heads, "; it must be >= 1"));
   }
   if (!std::isfinite(spec.max_bias) || spec.max_bias <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "alibi.max_bias is ", spec.max_bias, "; it must be a finite number > 0 (default 8)"));
+    return absl::InvalidArgumentError(absl::StrCat("alibi.max_bias is ", spec.max_bias,
+                                                   "; it must be a finite number > 0 (default 8)"));
   }
   return absl::OkStatus();
 }
@@ -296,16 +295,16 @@ absl::Status ValidateT5Spec(const T5Spec& spec) {
   // max_exact == 0 it would divide by zero, so both halvings must leave at least 1.
   const int32_t min_buckets = spec.bidirectional ? 4 : 2;
   if (spec.num_buckets < min_buckets) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "t5.num_buckets is ", spec.num_buckets, "; it must be >= ", min_buckets,
-        spec.bidirectional ? " when bidirectional" : " when not bidirectional"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("t5.num_buckets is ", spec.num_buckets, "; it must be >= ", min_buckets,
+                     spec.bidirectional ? " when bidirectional" : " when not bidirectional"));
   }
   const int32_t max_exact = (spec.bidirectional ? spec.num_buckets / 2 : spec.num_buckets) / 2;
   if (spec.max_distance <= max_exact) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "t5.max_distance is ", spec.max_distance, "; it must be > ", max_exact,
-        " (the exact-bucket count t5.num_buckets/", spec.bidirectional ? 4 : 2,
-        ") for t5.num_buckets ", spec.num_buckets));
+    return absl::InvalidArgumentError(
+        absl::StrCat("t5.max_distance is ", spec.max_distance, "; it must be > ", max_exact,
+                     " (the exact-bucket count t5.num_buckets/", spec.bidirectional ? 4 : 2,
+                     ") for t5.num_buckets ", spec.num_buckets));
   }
   return absl::OkStatus();
 }
@@ -320,8 +319,8 @@ absl::Status ValidateBiasGeometry(const BiasGeometry& geom) {
         absl::StrCat("key_length is ", geom.key_length, "; it must be >= 1"));
   }
   if (geom.key_length > kMaxBiasPosition) {
-    return absl::InvalidArgumentError(absl::StrCat("key_length is ", geom.key_length,
-                                                   "; it must be <= ", kMaxBiasPosition));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key_length is ", geom.key_length, "; it must be <= ", kMaxBiasPosition));
   }
   if (geom.query_offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -331,9 +330,9 @@ absl::Status ValidateBiasGeometry(const BiasGeometry& geom) {
   }
   if (geom.query_length > kMaxBiasPosition ||
       geom.query_offset > kMaxBiasPosition - geom.query_length) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("query_offset + query_length is ", geom.query_offset, " + ",
-                     geom.query_length, "; it must be <= ", kMaxBiasPosition));
+    return absl::InvalidArgumentError(absl::StrCat("query_offset + query_length is ",
+                                                   geom.query_offset, " + ", geom.query_length,
+                                                   "; it must be <= ", kMaxBiasPosition));
   }
   return absl::OkStatus();
 }
@@ -341,27 +340,26 @@ absl::Status ValidateBiasGeometry(const BiasGeometry& geom) {
 absl::Status ValidateT5TableShape(const T5Spec& spec, absl::Span<const int64_t> table_shape,
                                   std::string_view field) {
   if (table_shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(Sv(field), " has shape ",
-                                                   ShapeString(table_shape),
-                                                   "; it must be [num_buckets, heads]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Sv(field), " has shape ", ShapeString(table_shape), "; it must be [num_buckets, heads]"));
   }
   if (table_shape[0] != spec.num_buckets) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Sv(field), ".shape[0] is ", table_shape[0], "; it must equal t5.num_buckets (",
-        spec.num_buckets, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".shape[0] is ", table_shape[0],
+                                                   "; it must equal t5.num_buckets (",
+                                                   spec.num_buckets, ")"));
   }
   if (table_shape[1] < 1 || table_shape[1] > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Sv(field), ".shape[1] (heads) is ", table_shape[1], "; it must be in [1, 2^31)"));
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".shape[1] (heads) is ",
+                                                   table_shape[1], "; it must be in [1, 2^31)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
-                            std::string_view heads_field, const TensorView& scores) {
+absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads, std::string_view heads_field,
+                            const TensorView& scores) {
   if (!IsFloat(scores.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scores.dtype is ", DTypeName(scores.dtype), "; it must be FLOAT32, FLOAT16 or BFLOAT16"));
+    return absl::InvalidArgumentError(absl::StrCat("scores.dtype is ", DTypeName(scores.dtype),
+                                                   "; it must be FLOAT32, FLOAT16 or BFLOAT16"));
   }
   if (scores.shape.size() != 4) {
     return absl::InvalidArgumentError(
@@ -373,9 +371,9 @@ absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
         absl::StrCat("scores.shape[0] (batch) is ", scores.shape[0], "; it must be >= 1"));
   }
   if (scores.shape[1] != heads) {
-    return absl::InvalidArgumentError(absl::StrCat("scores.shape[1] (heads) is ",
-                                                   scores.shape[1], "; it must equal ",
-                                                   Sv(heads_field), " (", heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("scores.shape[1] (heads) is ", scores.shape[1],
+                                                   "; it must equal ", Sv(heads_field), " (", heads,
+                                                   ")"));
   }
   if (scores.shape[2] != geom.query_length) {
     return absl::InvalidArgumentError(absl::StrCat("scores.shape[2] is ", scores.shape[2],
@@ -384,14 +382,13 @@ absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
   }
   if (scores.shape[3] != geom.key_length) {
     return absl::InvalidArgumentError(absl::StrCat("scores.shape[3] is ", scores.shape[3],
-                                                   "; it must equal key_length (",
-                                                   geom.key_length, ")"));
+                                                   "; it must equal key_length (", geom.key_length,
+                                                   ")"));
   }
   ASSIGN_OR_RETURN(int64_t n, CheckedNumElements(scores.shape, "scores"));
   if (n > 0 && scores.data == nullptr) return absl::InvalidArgumentError("scores has no data");
   return absl::OkStatus();
 }
-
 
 absl::Status ValidateShawSpec(const ShawSpec& spec) {
   if (spec.max_relative_position < 1 || spec.max_relative_position > kMaxShawRelativePosition) {
@@ -410,9 +407,9 @@ absl::Status ValidateShawTableShape(const ShawSpec& spec, absl::Span<const int64
         Sv(field), " has shape ", ShapeString(table_shape), "; it must be [2k + 1, d]"));
   }
   if (table_shape[0] != rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Sv(field), ".shape[0] is ", table_shape[0], "; it must be 2 * shaw.max_relative_position",
-        " + 1 (", rows, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(Sv(field), ".shape[0] is ", table_shape[0],
+                                                   "; it must be 2 * shaw.max_relative_position",
+                                                   " + 1 (", rows, ")"));
   }
   if (table_shape[1] < 1) {
     return absl::InvalidArgumentError(
@@ -454,9 +451,9 @@ absl::Status ValidateDebertaSpec(const DebertaSpec& spec, const BiasGeometry& ge
   }
   // HF divides by mid = position_buckets // 2 (Python raises ZeroDivisionError at 0).
   if (spec.position_buckets < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("deberta.position_buckets is ", spec.position_buckets,
-                     "; it must be >= 2 (or <= 0 for no buckets)"));
+    return absl::InvalidArgumentError(absl::StrCat("deberta.position_buckets is ",
+                                                   spec.position_buckets,
+                                                   "; it must be >= 2 (or <= 0 for no buckets)"));
   }
   return absl::OkStatus();
 }
@@ -529,8 +526,7 @@ namespace {
 // written as [heads, q, k] into `out`, or added to scores [batch, heads, q, k]. The only
 // difference between ALiBi and T5 is how a row is filled.
 template <typename FillRow>
-void BuildBiasHeads(const BiasGeometry& geom, int32_t heads, float* out,
-                    const FillRow& fill_row) {
+void BuildBiasHeads(const BiasGeometry& geom, int32_t heads, float* out, const FillRow& fill_row) {
   const int64_t head_size = geom.query_length * geom.key_length;
   const size_t out_bytes = static_cast<size_t>(head_size * heads) * 4;
   const bool stream = out_bytes >= kStreamingStoreBytes;
@@ -593,8 +589,8 @@ absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, flo
   return absl::OkStatus();
 }
 
-absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
-                          const TensorView& scores, KernelImpl implementation) {
+absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, const TensorView& scores,
+                          KernelImpl implementation) {
   RETURN_IF_ERROR(ValidateAlibiCall(spec, geom));
   RETURN_IF_ERROR(ValidateScores(geom, spec.num_heads, "alibi.num_heads", scores));
   AddBiasHeads(geom, spec.num_heads, scores, implementation,
@@ -648,8 +644,8 @@ absl::Status ValidateShawCall(const ShawSpec& spec, const BiasGeometry& geom) {
 using ShawDotsFn = void (*)(const float* q, const float* table, int64_t dim, int64_t first,
                             int64_t last, float* out);
 
-void ShawDotsScalar(const float* q, const float* table, int64_t dim, int64_t first,
-                    int64_t last, float* out) {
+void ShawDotsScalar(const float* q, const float* table, int64_t dim, int64_t first, int64_t last,
+                    float* out) {
   for (int64_t r = first; r <= last; ++r) {  // relative index
     const float* row = table + r * dim;
     float acc = 0.0f;
@@ -665,8 +661,8 @@ __attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
 }
 
 __attribute__((target("avx2,fma"))) void ShawDotsAvx2(const float* q, const float* table,
-                                                       int64_t dim, int64_t first,
-                                                       int64_t last, float* out) {
+                                                      int64_t dim, int64_t first, int64_t last,
+                                                      float* out) {
   const int64_t body = dim - dim % 8;
   int64_t r = first;
   for (; r + 3 <= last; r += 4) {  // relative index, four rows per pass
@@ -714,18 +710,18 @@ ShawDotsFn ShawDotsFor(KernelImpl implementation) {
 // ShawQueryTerm's arguments: a table of width dim, query [batch, heads, q, dim] in a float
 // dtype, and scores of the same batch and heads.
 absl::Status ValidateShawQueryCall(const ShawSpec& spec, const BiasGeometry& geom,
-                                   const float* table, int64_t dim,
-                                   const ConstTensorView& query, const TensorView& out) {
+                                   const float* table, int64_t dim, const ConstTensorView& query,
+                                   const TensorView& out) {
   RETURN_IF_ERROR(ValidateShawCall(spec, geom));
   if (table == nullptr || dim < 1) {
     return absl::InvalidArgumentError("shaw.table has no data");
   }
-  if (!IsFloat(query.dtype) || query.shape.size() != 4 ||
-      query.shape[2] != geom.query_length || query.shape[3] != dim || query.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "query is ", ShapeString(query.shape), " ", DTypeName(query.dtype),
-        "; it must be [batch, heads, query_length (", geom.query_length, "), d (", dim,
-        ")] FLOAT32, FLOAT16 or BFLOAT16"));
+  if (!IsFloat(query.dtype) || query.shape.size() != 4 || query.shape[2] != geom.query_length ||
+      query.shape[3] != dim || query.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query is ", ShapeString(query.shape), " ", DTypeName(query.dtype),
+                     "; it must be [batch, heads, query_length (", geom.query_length, "), d (", dim,
+                     ")] FLOAT32, FLOAT16 or BFLOAT16"));
   }
   RETURN_IF_ERROR(ValidateScores(geom, query.shape[1], "query.shape[1]", out));
   if (out.shape[0] != query.shape[0]) {
@@ -743,16 +739,16 @@ absl::Status BuildShawIndex(const ShawSpec& spec, const BiasGeometry& geom, int3
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
   std::vector<int32_t> rel(static_cast<size_t>(RelativeRowLength(geom)));
   for (size_t t = 0; t < rel.size(); ++t) {
-    rel[t] = ShawIndexOf(RelativeOffsetAt(geom, static_cast<int64_t>(t)),
-                         spec.max_relative_position);
+    rel[t] =
+        ShawIndexOf(RelativeOffsetAt(geom, static_cast<int64_t>(t)), spec.max_relative_position);
   }
   const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
   CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
   return absl::OkStatus();
 }
 
-absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
-                                 const float* table, int64_t dim, float* out) {
+absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
+                                 int64_t dim, float* out) {
   RETURN_IF_ERROR(ValidateShawCall(spec, geom));
   if (table == nullptr || out == nullptr || dim < 1) {
     return absl::InvalidArgumentError("shaw embeddings need a table, dim >= 1 and an output");
@@ -836,12 +832,12 @@ absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& 
     const std::optional<int32_t> bucket =
         DebertaLogBucket(e, spec.position_buckets, spec.max_relative_positions);
     if (!bucket) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "deberta.max_relative_positions is ", spec.max_relative_positions,
-          "; with position_buckets ", spec.position_buckets, " relative position ", e,
-          " has no finite INT32 bucket (HF's log((max_relative_positions - 1) / ",
-          "(position_buckets / 2)) must be > 0: max_relative_positions > ",
-          spec.position_buckets / 2 + 1, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("deberta.max_relative_positions is ", spec.max_relative_positions,
+                       "; with position_buckets ", spec.position_buckets, " relative position ", e,
+                       " has no finite INT32 bucket (HF's log((max_relative_positions - 1) / ",
+                       "(position_buckets / 2)) must be > 0: max_relative_positions > ",
+                       spec.position_buckets / 2 + 1, ")"));
     }
     rel[t] = *bucket;
   }
@@ -850,8 +846,8 @@ absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& 
   return absl::OkStatus();
 }
 
-double AlibiBiasReference(const AlibiSpec& spec, const BiasGeometry& geom, int32_t h,
-                          int64_t i, int64_t j) {
+double AlibiBiasReference(const AlibiSpec& spec, const BiasGeometry& geom, int32_t h, int64_t i,
+                          int64_t j) {
   const double slope = AlibiSlope(h, spec.num_heads, spec.max_bias);
   const int64_t q_pos = geom.query_offset + i;
   if (spec.causal) {

@@ -59,8 +59,7 @@ struct BiasGeometry {
 // would overflow first.
 inline BiasGeometry MakeBiasGeometry(int64_t query_length, int64_t key_length) {
   const bool lengths_signed_ok = query_length >= 0 && key_length >= 0;
-  return BiasGeometry{query_length, key_length,
-                      lengths_signed_ok ? key_length - query_length : 0};
+  return BiasGeometry{query_length, key_length, lengths_signed_ok ? key_length - query_length : 0};
 }
 
 // Largest position (query_offset + query_length, key_length) accepted: keeps every
@@ -82,8 +81,8 @@ absl::Status ValidateT5TableShape(const T5Spec& spec, absl::Span<const int64_t> 
                                   std::string_view field = "t5.table");
 // scores: FLOAT32/FLOAT16/BFLOAT16 [batch >= 1, heads, query_length, key_length], data set.
 // `heads_field` names where `heads` came from (e.g. "alibi.num_heads").
-absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads,
-                            std::string_view heads_field, const TensorView& scores);
+absl::Status ValidateScores(const BiasGeometry& geom, int64_t heads, std::string_view heads_field,
+                            const TensorView& scores);
 
 // shaw.max_relative_position in [1, kMaxShawRelativePosition].
 absl::Status ValidateShawSpec(const ShawSpec& spec);
@@ -132,8 +131,7 @@ std::optional<int32_t> DebertaLogBucket(int64_t relative_position, int32_t bucke
 // rounded once.
 absl::Status BuildAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, float* out);
 // scores [batch, num_heads, q, k] += bias, in the scores' dtype (float32 add, one rounding).
-absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom,
-                          const TensorView& scores,
+absl::Status AddAlibiBias(const AlibiSpec& spec, const BiasGeometry& geom, const TensorView& scores,
                           KernelImpl implementation = KernelImpl::kAuto);
 
 // out: [query_length, key_length] int32 bucket ids.
@@ -150,8 +148,8 @@ absl::Status AddT5Bias(const T5Spec& spec, const BiasGeometry& geom, const float
 // out: [query_length, key_length] int32 Shaw indices in [0, 2k].
 absl::Status BuildShawIndex(const ShawSpec& spec, const BiasGeometry& geom, int32_t* out);
 // table: [2k + 1, dim] float32; out: [q, k, dim] float32, out[i, j] = table[index[i][j]].
-absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
-                                 const float* table, int64_t dim, float* out);
+absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
+                                 int64_t dim, float* out);
 // The query term sum_d query[b, h, i, d] * table[index[i][j], d] for query [batch, heads,
 // q, dim] (any float dtype) and table [2k + 1, dim] float32. For each query row it takes the
 // dot products with the table rows that row's keys reach (at most min(2k + 1, key_length)),
@@ -164,14 +162,13 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
                            bool add_to_out, KernelImpl implementation = KernelImpl::kAuto);
 // out: [query_length, key_length] int32, the relative position query_pos - key_pos, or its
 // log bucket when spec.Bucketed().
-absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& geom,
-                                   int32_t* out);
+absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& geom, int32_t* out);
 
 // --- Plain per-element versions of the formulas, for tests. ------------------------------
 
 // The ALiBi bias of (head h, query i, key j), float64, straight from the definition.
-double AlibiBiasReference(const AlibiSpec& spec, const BiasGeometry& geom, int32_t h,
-                          int64_t i, int64_t j);
+double AlibiBiasReference(const AlibiSpec& spec, const BiasGeometry& geom, int32_t h, int64_t i,
+                          int64_t j);
 // The T5 bucket of (query i, key j).
 int32_t T5BucketReference(const T5Spec& spec, const BiasGeometry& geom, int64_t i, int64_t j);
 

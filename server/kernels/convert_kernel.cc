@@ -25,8 +25,8 @@ constexpr int64_t kStage = 512;
 // n values of `src_type` (FLOAT32, or the 16-bit dst_type) times `scale`, rounded once to
 // dst_type. The vector and the loop version differ only in how they widen and narrow.
 __attribute__((target("avx2,f16c"))) void ScaledCopyVector(DType src_type, const void* src,
-                                                           float scale, DType dst_type,
-                                                           void* dst, int64_t n) {
+                                                           float scale, DType dst_type, void* dst,
+                                                           int64_t n) {
   alignas(32) float stage[kStage];
   for (int64_t i = 0; i < n; i += kStage) {
     const int64_t m = std::min(kStage, n - i);
@@ -67,9 +67,7 @@ KernelImpl Resolve(KernelImpl requested) {
 }
 
 // The code that runs where oneDNN has no reorder.
-KernelImpl WithoutOneDnn() {
-  return simd::HasAvx2F16c() ? KernelImpl::kAvx2 : KernelImpl::kScalar;
-}
+KernelImpl WithoutOneDnn() { return simd::HasAvx2F16c() ? KernelImpl::kAvx2 : KernelImpl::kScalar; }
 
 // A 2-D copy with a row stride on each side: rows x cols of src_type into dst_type.
 struct Rect {
@@ -121,8 +119,8 @@ absl::StatusOr<bool> ReorderWithOneDnn(const Rect& r, const void* src, void* dst
     thread_local dnnl::stream stream(engine);
     dnnl::memory from(Desc(r.src_type, r, r.src_stride), engine, const_cast<void*>(src));
     dnnl::memory to(Desc(r.dst_type, r, r.dst_stride), engine, dst);
-    dnnl::memory scale_mem({{1}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::x},
-                           engine, &scale);
+    dnnl::memory scale_mem({{1}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::x}, engine,
+                           &scale);
     reorder->execute(stream, {{DNNL_ARG_FROM, from},
                               {DNNL_ARG_TO, to},
                               {DNNL_ARG_ATTR_OUTPUT_SCALES, scale_mem}});
@@ -211,15 +209,14 @@ absl::Status ConvertFromFloat32(const float* src, DType dst_type, void* dst, int
   return absl::OkStatus();
 }
 
-absl::Status ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim,
-                            float input_scale, float pe_scale, TensorView out,
-                            KernelImpl implementation) {
+absl::Status ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float input_scale,
+                            float pe_scale, TensorView out, KernelImpl implementation) {
   const int64_t nb = x.shape[0], seq = x.shape[1], d = x.shape[2], out_dim = d + pe_dim;
   const KernelThreadLease lease(WorkBytes(nb * seq * out_dim));
   KernelImpl impl = Resolve(implementation);
   if (impl == KernelImpl::kOneDnn) {
-    ASSIGN_OR_RETURN(const bool done, ConcatWithOneDnn(x, pe, pe_dim, input_scale, pe_scale,
-                                                       out, lease.threads()));
+    ASSIGN_OR_RETURN(const bool done,
+                     ConcatWithOneDnn(x, pe, pe_dim, input_scale, pe_scale, out, lease.threads()));
     if (done) {
       last_impl = KernelImpl::kOneDnn;
       return absl::OkStatus();

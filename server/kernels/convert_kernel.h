@@ -28,8 +28,8 @@ absl::Status ConvertFromFloat32(const float* src, DType dst_type, void* dst, int
 // out[..., :d] = x * input_scale, out[..., d:] = pe * pe_scale, each rounded once to x's
 // dtype. REQUIRES: x is [nb, seq, d] of FLOAT32/FLOAT16/BFLOAT16; out is
 // [nb, seq, d + pe_dim] of x's dtype; pe is [seq, pe_dim] float32.
-absl::Status ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim,
-                            float input_scale, float pe_scale, TensorView out,
+absl::Status ConcatEncoding(ConstTensorView x, const float* pe, int64_t pe_dim, float input_scale,
+                            float pe_scale, TensorView out,
                             KernelImpl implementation = KernelImpl::kAuto);
 
 // What the last call on this thread ran (kAvx2, kOneDnn or kScalar; kAuto before any),

@@ -68,8 +68,8 @@ __attribute__((target("avx2"))) inline __m256i Masked(const unsigned char* at, _
 // holds a hit. The magnitudes (sign cleared) compare as signed integers.
 template <Find kFind, typename Bits>
 __attribute__((target("avx2"))) bool AnyHit(__m256i masked, __m256i exponent) {
-  const __m256i hit = kFind == Find::kNonFinite ? Equal<Bits>(masked, exponent)
-                                                : Greater<Bits>(masked, exponent);
+  const __m256i hit =
+      kFind == Find::kNonFinite ? Equal<Bits>(masked, exponent) : Greater<Bits>(masked, exponent);
   return !_mm256_testz_si256(hit, hit);
 }
 
@@ -81,8 +81,7 @@ template <Find kFind, typename Bits>
 __attribute__((target("avx2"))) int64_t FirstAvx2(const unsigned char* data, int64_t n,
                                                   Bits exponent_bits) {
   const __m256i exponent = Set1<Bits>(exponent_bits);
-  const __m256i mask =
-      Set1<Bits>(kFind == Find::kNonFinite ? exponent_bits : Magnitude<Bits>());
+  const __m256i mask = Set1<Bits>(kFind == Find::kNonFinite ? exponent_bits : Magnitude<Bits>());
   constexpr int64_t kLanes = 32 / sizeof(Bits);
   constexpr int kVectors = 8;
   int64_t i = 0;
@@ -141,8 +140,7 @@ int64_t FirstNonFinite(DType dtype, const void* data, int64_t n, KernelImpl impl
   return First<Find::kNonFinite>(dtype, data, n, implementation);
 }
 
-int64_t FirstNonFiniteHere(DType dtype, const void* data, int64_t n,
-                           KernelImpl implementation) {
+int64_t FirstNonFiniteHere(DType dtype, const void* data, int64_t n, KernelImpl implementation) {
   if (!IsFloat(dtype) || n <= 0) return -1;
   return FirstIn<Find::kNonFinite>(dtype, static_cast<const unsigned char*>(data), n,
                                    IsaBoundFor(implementation) != KernelImpl::kScalar);

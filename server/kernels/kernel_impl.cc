@@ -27,8 +27,7 @@ int IsaRank(KernelImpl isa) {
 }
 
 bool IsIsa(KernelImpl impl) {
-  return impl == KernelImpl::kScalar || impl == KernelImpl::kAvx2 ||
-         impl == KernelImpl::kAvx512;
+  return impl == KernelImpl::kScalar || impl == KernelImpl::kAvx2 || impl == KernelImpl::kAvx512;
 }
 
 }  // namespace
@@ -60,10 +59,9 @@ bool CpuSupports(KernelImpl impl) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
   }();
-  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl") &&
-                             __builtin_cpu_supports("avx512dq");
+  static const bool avx512 =
+      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   switch (impl) {
     case KernelImpl::kAvx2: return avx2;
     case KernelImpl::kAvx512: return avx512;
@@ -97,9 +95,7 @@ std::vector<KernelImpl> CpuVectorIsas() {
   return isas;
 }
 
-void SetKernelOverride(KernelImpl impl) {
-  kernel_override.store(impl, std::memory_order_relaxed);
-}
+void SetKernelOverride(KernelImpl impl) { kernel_override.store(impl, std::memory_order_relaxed); }
 
 KernelImpl KernelOverride() { return kernel_override.load(std::memory_order_relaxed); }
 
@@ -123,10 +119,10 @@ absl::StatusOr<KernelImpl> ParseKernelOverride(std::string_view value) {
     return absl::InvalidArgumentError("one of auto, scalar, avx2, avx512, onednn");
   }
   if (!CpuSupports(*impl)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an instruction set this CPU has (", KernelImplName(*impl), " needs ",
-        *impl == KernelImpl::kAvx2 ? "AVX2, FMA and F16C" : "AVX-512 F, BW, VL and DQ",
-        "; widest here: ", KernelImplName(CpuBestIsa()), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an instruction set this CPU has (", KernelImplName(*impl), " needs ",
+                     *impl == KernelImpl::kAvx2 ? "AVX2, FMA and F16C" : "AVX-512 F, BW, VL and DQ",
+                     "; widest here: ", KernelImplName(CpuBestIsa()), ")"));
   }
   return *impl;
 }

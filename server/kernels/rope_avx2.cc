@@ -10,8 +10,8 @@ namespace posenc::rope_internal {
 namespace {
 
 // 8 rotate-half pairs of float32: xa[0..8) with xb[0..8).
-__attribute__((target("avx2,fma"))) inline void HalfStepF32(float* xa, float* xb,
-                                                           const float* c, const float* s) {
+__attribute__((target("avx2,fma"))) inline void HalfStepF32(float* xa, float* xb, const float* c,
+                                                            const float* s) {
   const __m256 a = _mm256_loadu_ps(xa);
   const __m256 b = _mm256_loadu_ps(xb);
   const __m256 vc = _mm256_loadu_ps(c);
@@ -25,7 +25,7 @@ __attribute__((target("avx2,fma"))) inline void HalfStepF32(float* xa, float* xb
 // the per-head loop needs no shuffles of cos/sin: fmaddsub gives x_a*c - x_b*s on even
 // lanes and x_b*c + x_a*s on odd ones.
 __attribute__((target("avx2,fma"))) inline void PairStepF32(float* x, const float* c,
-                                                           const float* s) {
+                                                            const float* s) {
   const __m256 v = _mm256_loadu_ps(x);
   const __m256 swapped = _mm256_permute_ps(v, 0xB1);  // (x_b, x_a) in every pair
   _mm256_storeu_ps(x, _mm256_fmaddsub_ps(v, _mm256_loadu_ps(c),
@@ -34,8 +34,8 @@ __attribute__((target("avx2,fma"))) inline void PairStepF32(float* x, const floa
 
 __attribute__((target("avx2,fma"))) void InterleavedTokenF32Avx2(float* x, int64_t heads,
                                                                  int64_t head_stride,
-                                                                 const float* c,
-                                                                 const float* s, int64_t half) {
+                                                                 const float* c, const float* s,
+                                                                 int64_t half) {
   const int64_t n = 2 * half;
   const int64_t full = n & ~int64_t{7};
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
@@ -59,8 +59,7 @@ __attribute__((target("avx2,fma"))) void InterleavedTokenF32Avx2(float* x, int64
 // All heads of one float32 token, rotate-half pairs, from the token's cos/sin halves (c[k],
 // s[k] for k < half), two vectors of pairs per step.
 __attribute__((target("avx2,fma"))) void RotateHalfTokenF32Avx2(float* x, int64_t heads,
-                                                                int64_t head_stride,
-                                                                const float* c,
+                                                                int64_t head_stride, const float* c,
                                                                 const float* s, int64_t half) {
   const int64_t full = half & ~int64_t{7};
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
@@ -99,7 +98,7 @@ __attribute__((target("avx2,f16c"))) inline void Store8(uint16_t* p, __m256 v) {
 // 8 rotate-half pairs: xa[0..8) with xb[0..8).
 template <bool kBf16>
 __attribute__((target("avx2,fma,f16c"))) inline void HalfStep8(uint16_t* xa, uint16_t* xb,
-                                                              const float* c, const float* s) {
+                                                               const float* c, const float* s) {
   const __m256 a = Load8<kBf16>(xa);
   const __m256 b = Load8<kBf16>(xb);
   const __m256 vc = _mm256_loadu_ps(c);
@@ -111,7 +110,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void HalfStep8(uint16_t* xa, uin
 // 8 interleaved features (4 pairs); c and s hold each pair's value twice.
 template <bool kBf16>
 __attribute__((target("avx2,fma,f16c"))) inline void PairStep8(uint16_t* x, const float* c,
-                                                              const float* s) {
+                                                               const float* s) {
   const __m256 v = Load8<kBf16>(x);
   const __m256 swapped = _mm256_permute_ps(v, 0xB1);  // (x_b, x_a) in every pair
   Store8<kBf16>(x, _mm256_fmaddsub_ps(v, _mm256_loadu_ps(c),
@@ -119,9 +118,10 @@ __attribute__((target("avx2,fma,f16c"))) inline void PairStep8(uint16_t* x, cons
 }
 
 template <bool kBf16>
-__attribute__((target("avx2,fma,f16c"))) void RotateHalfToken16Avx2(
-    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s,
-    int64_t half) {
+__attribute__((target("avx2,fma,f16c"))) void RotateHalfToken16Avx2(uint16_t* x, int64_t heads,
+                                                                    int64_t head_stride,
+                                                                    const float* c, const float* s,
+                                                                    int64_t half) {
   const int64_t full = half & ~int64_t{7};
   const size_t tail_bytes = static_cast<size_t>(half - full) * 2;
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
@@ -139,9 +139,10 @@ __attribute__((target("avx2,fma,f16c"))) void RotateHalfToken16Avx2(
 }
 
 template <bool kBf16>
-__attribute__((target("avx2,fma,f16c"))) void InterleavedToken16Avx2(
-    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s,
-    int64_t half) {
+__attribute__((target("avx2,fma,f16c"))) void InterleavedToken16Avx2(uint16_t* x, int64_t heads,
+                                                                     int64_t head_stride,
+                                                                     const float* c, const float* s,
+                                                                     int64_t half) {
   const int64_t n = 2 * half;
   const int64_t full = n & ~int64_t{7};
   const size_t tail_bytes = static_cast<size_t>(n - full) * 2;
@@ -173,8 +174,7 @@ __attribute__((target("avx2"))) inline __m256i LoadWords(const uint16_t* p) {
 
 // Interleaved pairs: c[k] = cos_k (each 16-lane vector is 8 pairs). REQUIRES: half % 8 == 0.
 __attribute__((target("avx2,fma"))) void InterleavedTokenBf16EvenOddAvx2(
-    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s,
-    int64_t half) {
+    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s, int64_t half) {
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
     int64_t k = 0;
     for (; k + 16 <= half; k += 16) {  // two groups of 8 pairs: independent chains
@@ -201,8 +201,7 @@ __attribute__((target("avx2,fma"))) void InterleavedTokenBf16EvenOddAvx2(
 // Rotate-half: tables split by parity in blocks of 16 features, c[16b + j] = cos_{16b+2j},
 // c[16b + 8 + j] = cos_{16b+2j+1} (j < 8). REQUIRES: half % 16 == 0.
 __attribute__((target("avx2,fma"))) void RotateHalfTokenBf16EvenOddAvx2(
-    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s,
-    int64_t half) {
+    uint16_t* x, int64_t heads, int64_t head_stride, const float* c, const float* s, int64_t half) {
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
     uint16_t* x2 = x + half;
     for (int64_t k = 0; k < half; k += 16) {

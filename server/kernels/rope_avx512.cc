@@ -100,8 +100,7 @@ __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16"))) inline 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
 }
 
-#define POSENC_AVX512_16 \
-  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
+#define POSENC_AVX512_16 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
 
 template <bool kBf16, bool kNative>
 POSENC_AVX512_16 inline void HalfStep16(uint16_t* xa, uint16_t* xb, const float* c,
@@ -188,11 +187,9 @@ POSENC_AVX512_16 inline __m512 OddBf16(__m512i v) {
 }
 
 // Stores the even and odd results back in element order as bfloat16.
-POSENC_AVX512_16 inline void StoreEvenOddBf16(uint16_t* p, __m512 even, __m512 odd,
-                                               __m512i order) {
+POSENC_AVX512_16 inline void StoreEvenOddBf16(uint16_t* p, __m512 even, __m512 odd, __m512i order) {
   __m512i halves;  // words 0..15: even elements, 16..31: odd
-  const __mmask16 denormal =
-      _mm512_fpclass_ps_mask(even, 0x20) | _mm512_fpclass_ps_mask(odd, 0x20);
+  const __mmask16 denormal = _mm512_fpclass_ps_mask(even, 0x20) | _mm512_fpclass_ps_mask(odd, 0x20);
   if (__builtin_expect(denormal == 0, 1)) {
     halves = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
   } else {
@@ -216,16 +213,15 @@ POSENC_AVX512_16 void SplitByParityImpl(const float* src, float* dst, int64_t n)
 
 // VPERMW indices that interleave [even 0..15 | odd 0..15] into element order.
 POSENC_AVX512_16 inline __m512i EvenOddOrder() {
-  alignas(64) static const uint16_t kOrder[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                                  21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+  alignas(64) static const uint16_t kOrder[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                  21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                                   11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   return _mm512_load_si512(kOrder);
 }
 
 // REQUIRES: half % 32 == 0.
-POSENC_AVX512_16 void RotateHalfTokenBf16EvenOdd(uint16_t* x, int64_t heads,
-                                                 int64_t head_stride, const float* c,
-                                                 const float* s, int64_t half) {
+POSENC_AVX512_16 void RotateHalfTokenBf16EvenOdd(uint16_t* x, int64_t heads, int64_t head_stride,
+                                                 const float* c, const float* s, int64_t half) {
   const __m512i order = EvenOddOrder();
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
     uint16_t* x2 = x + half;
@@ -245,9 +241,8 @@ POSENC_AVX512_16 void RotateHalfTokenBf16EvenOdd(uint16_t* x, int64_t heads,
 }
 
 // REQUIRES: half % 16 == 0.
-POSENC_AVX512_16 void InterleavedTokenBf16EvenOdd(uint16_t* x, int64_t heads,
-                                                  int64_t head_stride, const float* c,
-                                                  const float* s, int64_t half) {
+POSENC_AVX512_16 void InterleavedTokenBf16EvenOdd(uint16_t* x, int64_t heads, int64_t head_stride,
+                                                  const float* c, const float* s, int64_t half) {
   const __m512i order = EvenOddOrder();
   for (int64_t h = 0; h < heads; ++h, x += head_stride) {
     int64_t k = 0;
@@ -271,13 +266,10 @@ POSENC_AVX512_16 void InterleavedTokenBf16EvenOdd(uint16_t* x, int64_t heads,
   }
 }
 
-
 // The 16-bit AVX-512 kernels use AVX512BW/VL/DQ encodings too.
 bool HasAvx512ForSixteenBit() {
-  static const bool has = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq");
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return has;
 }
 

@@ -27,10 +27,10 @@ namespace posenc::rope_internal {
 // with step 2, offset 1 for interleaved pairs and step 1, offset half for rotate-half:
 // the single pair offset ggml's rotate_pairs uses.
 using RotateHeadFn = void (*)(float* x, const float* cos, const float* sin, int64_t half);
-using RotateToken16Fn = void (*)(uint16_t* x, int64_t heads, int64_t head_stride,
-                                 const float* c, const float* s, int64_t half);
-using RotateTokenF32Fn = void (*)(float* x, int64_t heads, int64_t head_stride,
-                                  const float* c, const float* s, int64_t half);
+using RotateToken16Fn = void (*)(uint16_t* x, int64_t heads, int64_t head_stride, const float* c,
+                                 const float* s, int64_t half);
+using RotateTokenF32Fn = void (*)(float* x, int64_t heads, int64_t head_stride, const float* c,
+                                  const float* s, int64_t half);
 
 // The plain formula on pairs k0..half-1 (pair k: x[k*step] and x[k*step + offset]): the
 // scalar kernels, and the vector kernels' tails.

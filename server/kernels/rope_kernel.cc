@@ -47,8 +47,7 @@ RotateFns FnsFor(KernelImpl isa) {
 
 // The fused 16-bit kernel for `isa` (resolved, one the CPU has), or none where the
 // widen-rotate-narrow staging below serves (scalar).
-Token16Kernel Token16KernelFor(KernelImpl isa, DType dtype, RopePairing pairing,
-                               int64_t half) {
+Token16Kernel Token16KernelFor(KernelImpl isa, DType dtype, RopePairing pairing, int64_t half) {
   if (isa == KernelImpl::kAvx512) {
     if (const Token16Kernel k = Avx512Token16(dtype, pairing, half); k.fn != nullptr) return k;
   }
@@ -62,8 +61,8 @@ Token16Kernel Token16KernelFor(KernelImpl isa, DType dtype, RopePairing pairing,
 // c and s, each of at least PaddedTableSize floats.
 int64_t PaddedTableSize(int64_t half) { return (2 * half + 15) / 16 * 16; }
 
-void RopeTokenTables(RopePairing pairing, TableLayout layout, const float* cos,
-                     const float* sin, int64_t half, float* c, float* s) {
+void RopeTokenTables(RopePairing pairing, TableLayout layout, const float* cos, const float* sin,
+                     int64_t half, float* c, float* s) {
   const int64_t padded = PaddedTableSize(half);
   if (layout == TableLayout::kEvenOdd && pairing == RopePairing::kRotateHalf) {
     // Only the AVX-512 parity kernels ask for this layout; half % 32 == 0 for them.
@@ -97,10 +96,9 @@ void RopeTokenTables(RopePairing pairing, TableLayout layout, const float* cos,
 // conversions, where 16 lanes per instruction pay even on AMD, so every CPU with AVX-512
 // takes it (docs/performance.md, "Kernel choices").
 KernelImpl AutoIsa(DType dtype, KernelImpl ceiling) {
-  static const KernelImpl best_f32 =
-      CpuSupports(KernelImpl::kAvx512) && __builtin_cpu_is("intel")
-          ? KernelImpl::kAvx512
-          : CpuIsaAtMost(KernelImpl::kAvx2);
+  static const KernelImpl best_f32 = CpuSupports(KernelImpl::kAvx512) && __builtin_cpu_is("intel")
+                                         ? KernelImpl::kAvx512
+                                         : CpuIsaAtMost(KernelImpl::kAvx2);
   return NarrowerIsa(dtype == DType::kFloat32 ? best_f32 : CpuBestIsa(), ceiling);
 }
 
@@ -234,8 +232,8 @@ void RopeRotateInPlace(const TensorView& x, const RopeGeometry& g, RopePairing p
       const float* sin = cos + plan.half();
       const int64_t token = b * g.batch_stride + s * g.seq_stride;
       for (int64_t h = 0; h < g.heads; ++h) {
-        RotateHead(plan, bytes + static_cast<size_t>(token + h * g.head_stride) * elem, cos,
-                   sin, scratch);
+        RotateHead(plan, bytes + static_cast<size_t>(token + h * g.head_stride) * elem, cos, sin,
+                   scratch);
       }
     }
   });

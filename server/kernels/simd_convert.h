@@ -37,8 +37,8 @@ __attribute__((target("avx2"))) inline __m256i Bf16Bits(__m256 f) {
   const __m256i rounded = _mm256_srli_epi32(
       _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
   const __m256i nan_bits = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
-  const __m256i is_nan = _mm256_cmpgt_epi32(
-      _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                            _mm256_set1_epi32(0x7f800000));
   return _mm256_blendv_epi8(rounded, nan_bits, is_nan);
 }
 
@@ -46,16 +46,16 @@ __attribute__((target("avx2"))) inline __m256i Bf16Bits(__m256 f) {
 __attribute__((target("avx2"))) inline __m256i Bf16BitsNoNan(__m256 f) {
   const __m256i bits = _mm256_castps_si256(f);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  return _mm256_srli_epi32(
-      _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  return _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
+                           16);
 }
 
 // Stores 16 floats (lo, hi) as bfloat16. NaN is rare: one test for both vectors, and the
 // NaN fix-up only when a lane holds one (the in-order narrowing used by simd::Narrow and the
 // float32-to-bfloat16 tails).
 __attribute__((target("avx2"))) inline void StoreBf16x16(uint16_t* p, __m256 lo, __m256 hi) {
-  const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(lo, lo, _CMP_UNORD_Q),
-                                  _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
+  const __m256 nan =
+      _mm256_or_ps(_mm256_cmp_ps(lo, lo, _CMP_UNORD_Q), _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q));
   __m256i packed;
   if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
     packed = _mm256_packus_epi32(Bf16BitsNoNan(lo), Bf16BitsNoNan(hi));
@@ -116,8 +116,8 @@ __attribute__((target("avx2"))) inline __m256i RoundJoinEvenOddBf16(__m256 even,
   const __m256i high = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
   const __m256i low = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
   const __m256i v = _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi16(1)));
-  const __m256i carry = _mm256_cmpgt_epi16(_mm256_xor_si256(v, _mm256_set1_epi16(-32768)),
-                                           _mm256_setzero_si256());
+  const __m256i carry =
+      _mm256_cmpgt_epi16(_mm256_xor_si256(v, _mm256_set1_epi16(-32768)), _mm256_setzero_si256());
   return _mm256_sub_epi16(high, carry);
 }
 
@@ -125,8 +125,8 @@ __attribute__((target("avx2"))) inline __m256i RoundJoinEvenOddBf16(__m256 even,
 // (NaN tested once for both vectors: it is rare).
 __attribute__((target("avx2"))) inline void StoreEvenOddBf16x16(uint16_t* p, __m256 even,
                                                                 __m256 odd) {
-  const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(even, even, _CMP_UNORD_Q),
-                                  _mm256_cmp_ps(odd, odd, _CMP_UNORD_Q));
+  const __m256 nan =
+      _mm256_or_ps(_mm256_cmp_ps(even, even, _CMP_UNORD_Q), _mm256_cmp_ps(odd, odd, _CMP_UNORD_Q));
   __m256i out;
   if (__builtin_expect(_mm256_testz_ps(nan, nan), 1)) {
     out = JoinEvenOddBf16(RoundedBf16High(even), RoundedBf16High(odd));
@@ -161,8 +161,7 @@ inline bool HasAvx512f() {
 // Whether this CPU has VCVTNEPS2BF16 (AVX512_BF16, with VL, BW and DQ), used by
 // NarrowBf16x16Native and StoreBf16x32.
 inline bool HasAvx512Bf16() {
-  static const bool has = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512vl") &&
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512bf16");
@@ -221,17 +220,18 @@ __attribute__((target("avx512f"))) inline __m256i NarrowF16x16(__m512 f) {
   const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
   if (__builtin_expect(nan != 0, 0)) {
     // (f & sign) | 0x7fc00000 on the NaN lanes: ternary logic (A & B) | C, imm 0xEA.
-    const __m512i canonical = _mm512_ternarylogic_epi32(
-        _mm512_castps_si512(f), _mm512_set1_epi32(static_cast<int>(0x80000000u)),
-        _mm512_set1_epi32(0x7fc00000), 0xEA);
+    const __m512i canonical =
+        _mm512_ternarylogic_epi32(_mm512_castps_si512(f),
+                                  _mm512_set1_epi32(static_cast<int>(0x80000000u)),
+                                  _mm512_set1_epi32(0x7fc00000), 0xEA);
     f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(canonical));
   }
   return _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 // n 16-bit floats of `type` (FLOAT16 or BFLOAT16) to float32, and back.
-__attribute__((target("avx2,f16c"))) inline void Widen(DType type, const uint16_t* src,
-                                                       float* dst, int64_t n) {
+__attribute__((target("avx2,f16c"))) inline void Widen(DType type, const uint16_t* src, float* dst,
+                                                       int64_t n) {
   int64_t i = 0;
   if (type == DType::kBFloat16) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, LoadBf16x8(src + i));
@@ -242,8 +242,8 @@ __attribute__((target("avx2,f16c"))) inline void Widen(DType type, const uint16_
   }
 }
 
-__attribute__((target("avx2,f16c"))) inline void Narrow(DType type, const float* src,
-                                                        uint16_t* dst, int64_t n) {
+__attribute__((target("avx2,f16c"))) inline void Narrow(DType type, const float* src, uint16_t* dst,
+                                                        int64_t n) {
   int64_t i = 0;
   if (type == DType::kBFloat16) {
     for (; i + 16 <= n; i += 16) {

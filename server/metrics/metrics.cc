@@ -14,13 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "server/http/http_core.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/http/http_core.h"
 
 namespace posenc {
 namespace {
@@ -29,10 +29,10 @@ constexpr int kNumCodes = 17;
 constexpr int kNumMethods = static_cast<int>(Method::kCount);
 
 const char* const kCodeNames[kNumCodes] = {
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 // 5 us (a small Encode's kernel) to 30 s (a large graph solve), about three per decade.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
@@ -105,14 +105,27 @@ class ProcessCollector final : public prometheus::Collectable {
 }  // namespace
 
 const char* MethodName(Method m) {
-  static const char* const names[] = {
-      "Encode",           "EncodeStream",       "AttentionBias",
-      "GetTable",         "ListSchemes",        "GraphEncode",
-      "RegisterSharedMemory", "UnregisterSharedMemory", "SharedMemoryStatus",
-      "ModelInfer",       "ModelStreamInfer",   "ModelMetadata",
-      "ModelConfig",      "ServerMetadata",     "RepositoryIndex",
-      "HttpInfer",        "HttpServerMetadata", "HttpModelMetadata",
-      "HttpModelConfig",  "HttpRepositoryIndex", "HttpSharedMemory"};
+  static const char* const names[] = {"Encode",
+                                      "EncodeStream",
+                                      "AttentionBias",
+                                      "GetTable",
+                                      "ListSchemes",
+                                      "GraphEncode",
+                                      "RegisterSharedMemory",
+                                      "UnregisterSharedMemory",
+                                      "SharedMemoryStatus",
+                                      "ModelInfer",
+                                      "ModelStreamInfer",
+                                      "ModelMetadata",
+                                      "ModelConfig",
+                                      "ServerMetadata",
+                                      "RepositoryIndex",
+                                      "HttpInfer",
+                                      "HttpServerMetadata",
+                                      "HttpModelMetadata",
+                                      "HttpModelConfig",
+                                      "HttpRepositoryIndex",
+                                      "HttpSharedMemory"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Method::kCount));
   return names[static_cast<int>(m)];
 }
@@ -199,19 +212,20 @@ void ServiceMetrics::RegisterCallSeries(Impl& impl, const std::vector<MetricsSch
   }
   auto& bytes = prometheus::BuildCounter()
                     .Name("posenc_processed_bytes_total")
-                    .Help("Tensor bytes received (in) and sent (out), inline in the messages "
-                          "or by shared-memory reference.")
+                    .Help(
+                        "Tensor bytes received (in) and sent (out), inline in the messages "
+                        "or by shared-memory reference.")
                     .Register(reg);
   for (int t = 0; t < 2; ++t) {
     for (int d = 0; d < 2; ++d) {
-      impl.bytes[t][d] = &bytes.Add({{"direction", d == 0 ? "in" : "out"},
-                                     {"transport", t == 0 ? "inline" : "shm"}});
+      impl.bytes[t][d] = &bytes.Add(
+          {{"direction", d == 0 ? "in" : "out"}, {"transport", t == 0 ? "inline" : "shm"}});
     }
   }
 }
 
-std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(
-    const std::string& version, const std::vector<MetricsScheme>& schemes) {
+std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& version,
+                                                       const std::vector<MetricsScheme>& schemes) {
   auto impl = std::make_unique<Impl>();
   RegisterCallSeries(*impl, schemes);
   auto& reg = *impl->registry;
@@ -254,10 +268,9 @@ ServiceMetrics::~ServiceMetrics() = default;
 void ServiceMetrics::RecordRequest(Method method, int scheme, int code, double seconds) {
   const int m = static_cast<int>(method);
   const auto& durations = impl_->durations[m];
-  const size_t s =
-      scheme > 0 && static_cast<size_t>(scheme) < durations.size() && durations[scheme]
-          ? static_cast<size_t>(scheme)
-          : 0;
+  const size_t s = scheme > 0 && static_cast<size_t>(scheme) < durations.size() && durations[scheme]
+                       ? static_cast<size_t>(scheme)
+                       : 0;
   if (code < 0 || code >= kNumCodes) code = 2;  // UNKNOWN
   impl_->requests[m][s][code]->Increment();
   impl_->durations[m][s]->Observe(seconds);

@@ -15,13 +15,31 @@ namespace posenc {
 
 // posenc.v1's methods, then from kModelInfer on the Open Inference Protocol's
 // (inference.GRPCInferenceService); MethodName is the rpc's name in its service.
-enum class Method { kEncode, kEncodeStream, kAttentionBias, kGetTable, kListSchemes,
-                    kGraphEncode, kRegisterSharedMemory, kUnregisterSharedMemory,
-                    kSharedMemoryStatus, kModelInfer, kModelStreamInfer, kModelMetadata,
-                    kModelConfig, kServerMetadata, kRepositoryIndex,
-                    // The Open Inference Protocol's HTTP/REST binding (server/http).
-                    kHttpInfer, kHttpServerMetadata, kHttpModelMetadata, kHttpModelConfig,
-                    kHttpRepositoryIndex, kHttpSharedMemory, kCount };
+enum class Method {
+  kEncode,
+  kEncodeStream,
+  kAttentionBias,
+  kGetTable,
+  kListSchemes,
+  kGraphEncode,
+  kRegisterSharedMemory,
+  kUnregisterSharedMemory,
+  kSharedMemoryStatus,
+  kModelInfer,
+  kModelStreamInfer,
+  kModelMetadata,
+  kModelConfig,
+  kServerMetadata,
+  kRepositoryIndex,
+  // The Open Inference Protocol's HTTP/REST binding (server/http).
+  kHttpInfer,
+  kHttpServerMetadata,
+  kHttpModelMetadata,
+  kHttpModelConfig,
+  kHttpRepositoryIndex,
+  kHttpSharedMemory,
+  kCount
+};
 // How a call's tensor bytes travelled: inside the messages, or by shared-memory reference.
 enum class Transport { kInline, kShm };
 

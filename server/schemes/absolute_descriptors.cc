@@ -26,8 +26,8 @@ OipModel AbsoluteModel() {
 // response, whose serialization makes one more copy. `levels` encoding rows of `pe_dim`
 // per token are the scratch (the worst case, when no cached table slice serves); CONCAT
 // also builds a new [rows, d + pe_dim] output.
-absl::StatusOr<SchemeCost> AbsoluteCost(const v1::EncodeRequest& r, int64_t levels,
-                                        bool concat, std::optional<int64_t> pe_dim) {
+absl::StatusOr<SchemeCost> AbsoluteCost(const v1::EncodeRequest& r, int64_t levels, bool concat,
+                                        std::optional<int64_t> pe_dim) {
   const CostBytes in = EncodeInBytes(r);
   const int64_t rows = CostRows(r.input()), d = CostDim(r.input(), -1);
   const int64_t width = concat ? pe_dim.value_or(d) : d;
@@ -55,8 +55,7 @@ absl::Status CheckSinusoidalTable(const v1::TableRequest& r) {
   return ValidateTablePositions(TablePositionsFromProto(r), r.length(), /*allow_negative=*/true);
 }
 
-absl::StatusOr<TableRows> SinusoidalTableRows(const v1::TableRequest& r, int64_t first,
-                                              int64_t n) {
+absl::StatusOr<TableRows> SinusoidalTableRows(const v1::TableRequest& r, int64_t first, int64_t n) {
   ASSIGN_OR_RETURN(SinusoidalSpec spec, SinusoidalFromProto(r.sinusoidal()));
   spec.dim = r.dim();
   return TableRows{ComputeSinusoidalTable(spec, TablePositionsFromProto(r), first, n),
@@ -218,9 +217,9 @@ absl::StatusOr<AbsoluteResult> AddFourier(const SchemeEnv& env, const v1::Encode
         "]; with fourier.num_axes ", spec.num_axes, " it must be [F, ", spec.num_axes, "]"));
   }
   if (b.rows > kMaxFourierFeatures) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "fourier.frequencies_table '", f.frequencies_table(), "' has ", b.rows,
-        " frequencies (F); at most ", kMaxFourierFeatures, " are served"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("fourier.frequencies_table '", f.frequencies_table(), "' has ", b.rows,
+                     " frequencies (F); at most ", kMaxFourierFeatures, " are served"));
   }
   // A float64 file's own values; otherwise the float32 table, exact as float64.
   std::vector<double> widened;

@@ -21,17 +21,16 @@ struct Embeddings {
   int64_t batch, seq, dim;
 };
 
-absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input,
-                                           const SchemeLimits& limits) {
+absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input, const SchemeLimits& limits) {
   if (!IsFloat(input.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("input.dtype is ", DTypeName(input.dtype),
                      "; absolute encodings need FLOAT32, FLOAT16 or BFLOAT16"));
   }
   if (input.shape.size() != 2 && input.shape.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input.shape is ", ShapeString(input.shape),
-        "; absolute encodings need [batch, seq, d_model] or [seq, d_model]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input.shape is ", ShapeString(input.shape),
+                     "; absolute encodings need [batch, seq, d_model] or [seq, d_model]"));
   }
   Embeddings e;
   e.x3 = input;
@@ -40,15 +39,15 @@ absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input,
   e.seq = e.x3.shape[1];
   e.dim = e.x3.shape[2];
   if (e.dim < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input.shape is ", ShapeString(input.shape), "; d_model must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input.shape is ", ShapeString(input.shape), "; d_model must be >= 1"));
   }
   // A row of d_model always fits the limit when the input has data; an empty input
   // ([0, 1, 2^40]) could otherwise make the encoders allocate d_model-wide rows.
   if (static_cast<uint64_t>(e.dim) > limits.max_output_bytes / DTypeSize(input.dtype)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "input.shape is ", ShapeString(input.shape), "; one row of d_model ", e.dim,
-        " is over --max_message_bytes (", limits.max_output_bytes, " bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("input.shape is ", ShapeString(input.shape), "; one row of d_model ", e.dim,
+                     " is over --max_message_bytes (", limits.max_output_bytes, " bytes)"));
   }
   return e;
 }
@@ -58,7 +57,7 @@ absl::StatusOr<Embeddings> CheckEmbeddings(const TensorView& input,
 struct EncodingRows {
   int64_t dim = 0;
   absl::InlinedVector<const float*, 2> groups;  // one group is the common case
-  std::shared_ptr<const Table> table;  // keeps table slices alive
+  std::shared_ptr<const Table> table;           // keeps table slices alive
   std::vector<float> scratch;
   // The same rows in the layout the add reads (AddRowLayoutFor), one pointer per group;
   // empty where the add reads the rows as given.
@@ -80,8 +79,7 @@ absl::Status AllocateScratch(EncodingRows& rows, int64_t groups, int64_t seq,
   ASSIGN_OR_RETURN(const int64_t bytes,
                    SizeWithin({groups, seq, rows.dim, int64_t{sizeof(float)}},
                               static_cast<int64_t>(4 * limits.max_output_bytes),
-                              "the encoding rows for this request",
-                              "4 x --max_message_bytes"));
+                              "the encoding rows for this request", "4 x --max_message_bytes"));
   rows.scratch.assign(static_cast<size_t>(bytes) / sizeof(float), 0.0f);
   rows.groups.resize(groups);
   for (int64_t g = 0; g < groups; ++g) rows.groups[g] = rows.scratch.data() + g * seq * rows.dim;
@@ -128,26 +126,25 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
   const size_t elem = DTypeSize(input.dtype);
   if (combine.fusion != Fusion::kConcat) {
     if (rows.dim != e.dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the encoding has width ", rows.dim, " but input.shape[-1] (d_model) is ", e.dim,
-          "; ", FusionName(combine.fusion), " needs them equal"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the encoding has width ", rows.dim, " but input.shape[-1] (d_model) is ",
+                       e.dim, "; ", FusionName(combine.fusion), " needs them equal"));
     }
     // The parts follow each other in the input: the first one with a value that is not
     // finite holds the input's first.
     result.first_non_finite = -1;
     for (size_t g = 0; g < rows.groups.size(); ++g) {
-      TensorView part{input.dtype, {slab, e.seq, e.dim},
+      TensorView part{input.dtype,
+                      {slab, e.seq, e.dim},
                       static_cast<char*>(input.data) + g * e.seq * e.dim * elem};
       int64_t bad = -1;
       if (combine.fusion == Fusion::kMultiply) {
         RETURN_IF_ERROR(MultiplyEncodingInPlace(part, rows.groups[g], combine.input_scale,
                                                 combine.pe_scale, KernelImpl::kAuto, &bad));
       } else {
-        const LaidOutRows laid_out{rows.layout,
-                                   rows.laid_out.empty() ? nullptr : rows.laid_out[g]};
+        const LaidOutRows laid_out{rows.layout, rows.laid_out.empty() ? nullptr : rows.laid_out[g]};
         RETURN_IF_ERROR(AddEncodingInPlace(part, rows.groups[g], combine.input_scale,
-                                           combine.pe_scale, KernelImpl::kAuto, laid_out,
-                                           &bad));
+                                           combine.pe_scale, KernelImpl::kAuto, laid_out, &bad));
       }
       if (bad >= 0 && *result.first_non_finite < 0) {
         result.first_non_finite = static_cast<int64_t>(g) * e.seq * e.dim + bad;
@@ -159,17 +156,18 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
   const int64_t out_dim = e.dim + rows.dim;
   ASSIGN_OR_RETURN(const int64_t out_bytes,
                    SizeWithin({e.batch, e.seq, out_dim, static_cast<int64_t>(elem)},
-                              static_cast<int64_t>(limits.max_output_bytes),
-                              "the CONCAT output", "--max_message_bytes"));
+                              static_cast<int64_t>(limits.max_output_bytes), "the CONCAT output",
+                              "--max_message_bytes"));
   result.shape.back() = out_dim;
   result.concat.emplace(static_cast<size_t>(out_bytes), '\0');
   for (size_t g = 0; g < rows.groups.size(); ++g) {
-    ConstTensorView part{input.dtype, {slab, e.seq, e.dim},
+    ConstTensorView part{input.dtype,
+                         {slab, e.seq, e.dim},
                          static_cast<const char*>(input.data) + g * e.seq * e.dim * elem};
-    TensorView out{input.dtype, {slab, e.seq, out_dim},
-                   result.concat->data() + g * e.seq * out_dim * elem};
-    RETURN_IF_ERROR(ConcatEncoding(part, rows.groups[g], rows.dim, combine.input_scale,
-                                   combine.pe_scale, out));
+    TensorView out{
+        input.dtype, {slab, e.seq, out_dim}, result.concat->data() + g * e.seq * out_dim * elem};
+    RETURN_IF_ERROR(
+        ConcatEncoding(part, rows.groups[g], rows.dim, combine.input_scale, combine.pe_scale, out));
   }
   return result;
 }
@@ -178,10 +176,10 @@ absl::StatusOr<int64_t> EncodingWidth(const CombineSpec& combine, int64_t d_mode
                                       absl::string_view field) {
   if (combine.fusion != Fusion::kConcat && combine.pe_dim.has_value() &&
       *combine.pe_dim != d_model) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".pe_dim is ", *combine.pe_dim, " but input.shape[-1] (d_model) is ", d_model,
-        "; with fusion ", FusionName(combine.fusion),
-        " they must be equal (or leave pe_dim unset)"));
+    return absl::InvalidArgumentError(absl::StrCat(field, ".pe_dim is ", *combine.pe_dim,
+                                                   " but input.shape[-1] (d_model) is ", d_model,
+                                                   "; with fusion ", FusionName(combine.fusion),
+                                                   " they must be equal (or leave pe_dim unset)"));
   }
   if (combine.fusion != Fusion::kConcat || !combine.pe_dim.has_value()) return d_model;
   if (*combine.pe_dim < 1) {
@@ -189,8 +187,8 @@ absl::StatusOr<int64_t> EncodingWidth(const CombineSpec& combine, int64_t d_mode
         absl::StrCat(field, ".pe_dim is ", *combine.pe_dim, "; it must be >= 1"));
   }
   if (*combine.pe_dim > kMaxPeDim) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        field, ".pe_dim is ", *combine.pe_dim, "; at most ", kMaxPeDim, " is served"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(field, ".pe_dim is ", *combine.pe_dim, "; at most ", kMaxPeDim, " is served"));
   }
   return *combine.pe_dim;
 }
@@ -218,15 +216,13 @@ absl::Status AddLaidOutRows(const Table& table, const std::string& key, DType dt
                             const PositionGrid& grid, TableCache& cache, EncodingRows& rows) {
   const AddRowLayout* layout = AddRowLayoutFor(dtype);
   if (layout == nullptr) return absl::OkStatus();
-  ASSIGN_OR_RETURN(rows.laid_out_table,
-                   cache.GetOrCompute(absl::StrCat(key, "/", layout->name()),
-                                      [&]() -> absl::StatusOr<Table> {
-                                        Table t{table.rows, table.cols,
-                                                std::vector<float>(table.data.size())};
-                                        layout->LayOut(table.data.data(), t.rows, t.cols,
-                                                       t.data.data());
-                                        return t;
-                                      }));
+  ASSIGN_OR_RETURN(
+      rows.laid_out_table,
+      cache.GetOrCompute(absl::StrCat(key, "/", layout->name()), [&]() -> absl::StatusOr<Table> {
+        Table t{table.rows, table.cols, std::vector<float>(table.data.size())};
+        layout->LayOut(table.data.data(), t.rows, t.cols, t.data.data());
+        return t;
+      }));
   rows.layout = layout;
   for (int64_t start : grid.starts) rows.laid_out.push_back(rows.laid_out_table->Row(start));
   return absl::OkStatus();
@@ -235,8 +231,7 @@ absl::Status AddLaidOutRows(const Table& table, const std::string& key, DType dt
 }  // namespace
 
 absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const CombineSpec& combine,
-                                               TensorView input,
-                                               const PositionsSpec& positions,
+                                               TensorView input, const PositionsSpec& positions,
                                                TableCache& cache, const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "sinusoidal"));
@@ -261,12 +256,11 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
   if (rows_needed) {
     const std::string key = SinusoidalTableKey(spec, *rows_needed);
     ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
-                     cache.GetOrCompute(key,
-                                        [&]() -> absl::StatusOr<Table> {
-                                          Table t = ComputeSinusoidalTable(spec, 0, *rows_needed);
-                                          RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal"));
-                                          return t;
-                                        }));
+                     cache.GetOrCompute(key, [&]() -> absl::StatusOr<Table> {
+                       Table t = ComputeSinusoidalTable(spec, 0, *rows_needed);
+                       RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal"));
+                       return t;
+                     }));
     if (combine.fusion == Fusion::kAdd && grid.contiguous) {
       RETURN_IF_ERROR(AddLaidOutRows(*table, key, e.x3.dtype, grid, cache, rows));
     }
@@ -286,19 +280,18 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
   return Combine(e, input, rows, combine, limits);
 }
 
-absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned,
-                                            const CombineSpec& combine, TensorView input,
-                                            const PositionsSpec& positions,
+absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned, const CombineSpec& combine,
+                                            TensorView input, const PositionsSpec& positions,
                                             const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "learned"));
   const Table& table = *learned.table;
   const int64_t max_positions = table.rows;
   if (combine.fusion != Fusion::kConcat && table.cols != e.dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learned.table '", learned.name, "' has width ", table.cols,
-        " but input.shape[-1] (d_model) is ", e.dim, "; ", FusionName(combine.fusion),
-        " needs them equal"));
+    return absl::InvalidArgumentError(absl::StrCat("learned.table '", learned.name, "' has width ",
+                                                   table.cols, " but input.shape[-1] (d_model) is ",
+                                                   e.dim, "; ", FusionName(combine.fusion),
+                                                   " needs them equal"));
   }
   ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
   if (e.seq == 0 || e.batch == 0) {
@@ -344,16 +337,15 @@ absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned,
 }
 
 absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLevel> levels,
-                                                 TensorView input,
-                                                 const SchemeLimits& limits) {
+                                                 TensorView input, const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   if (levels.empty()) {
     return absl::InvalidArgumentError("hierarchical.levels is empty; give at least one level");
   }
   if (static_cast<int64_t>(levels.size()) > kMaxHierarchicalLevels) {
     return absl::ResourceExhaustedError(absl::StrCat("hierarchical.levels has ", levels.size(),
-                                                     " levels; at most ",
-                                                     kMaxHierarchicalLevels, " are served"));
+                                                     " levels; at most ", kMaxHierarchicalLevels,
+                                                     " are served"));
   }
   bool shared = true;
   std::vector<SinusoidalEncoder> encoders;
@@ -361,21 +353,19 @@ absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLe
     const std::string field = absl::StrCat("hierarchical.levels[", l, "]");
     const auto n = static_cast<int64_t>(levels[l].ids.size());
     if (n != e.seq && n != e.batch * e.seq) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".ids has ", n,
-                                                     " entries; need seq (", e.seq,
-                                                     ") or batch*seq (", e.batch * e.seq, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ".ids has ", n, " entries; need seq (",
+                                                     e.seq, ") or batch*seq (", e.batch * e.seq,
+                                                     ")"));
     }
     if (n != e.seq) shared = false;
     for (size_t i = 0; i < levels[l].ids.size(); ++i) {
       if (levels[l].ids[i] < 0 || levels[l].ids[i] > kMaxPosition) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ".ids[", i, "] is ",
-                                                       levels[l].ids[i],
+        return absl::InvalidArgumentError(absl::StrCat(field, ".ids[", i, "] is ", levels[l].ids[i],
                                                        "; positions must be in [0, 2^40]"));
       }
     }
     RETURN_IF_ERROR(CheckScale(field, ".scale", levels[l].scale));
-    SinusoidalSpec spec{levels[l].base, SinusoidalLayout::kInterleaved, Timescale::kPerDim,
-                        e.dim};
+    SinusoidalSpec spec{levels[l].base, SinusoidalLayout::kInterleaved, Timescale::kPerDim, e.dim};
     RETURN_IF_ERROR(ValidateSinusoidal(spec, field));
     encoders.emplace_back(spec);
   }
@@ -389,9 +379,8 @@ absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLe
     for (int64_t t = 0; t < e.seq; ++t) {
       std::fill(sum.begin(), sum.end(), 0.0);
       for (size_t l = 0; l < levels.size(); ++l) {
-        const int64_t index = levels[l].ids.size() == static_cast<size_t>(e.seq)
-                                  ? t
-                                  : g * e.seq + t;
+        const int64_t index =
+            levels[l].ids.size() == static_cast<size_t>(e.seq) ? t : g * e.seq + t;
         encoders[l].RowF64(static_cast<double>(levels[l].ids[index]), level_row.data());
         for (int64_t c = 0; c < e.dim; ++c) sum[c] += levels[l].scale * level_row[c];
       }
@@ -403,16 +392,15 @@ absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLe
   return Combine(e, input, rows, CombineSpec{}, limits);
 }
 
-absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
-                                               TensorView input,
+absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous, TensorView input,
                                                const PositionsSpec& positions,
                                                const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   const auto n = static_cast<int64_t>(positions.values.size());
   if (n != e.seq && n != e.batch * e.seq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "positions.values has ", n, " entries; continuous needs seq (", e.seq,
-        ") or batch*seq (", e.batch * e.seq, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("positions.values has ", n,
+                                                   " entries; continuous needs seq (", e.seq,
+                                                   ") or batch*seq (", e.batch * e.seq, ")"));
   }
   if (!std::isfinite(continuous.value_scale)) {
     return absl::InvalidArgumentError("continuous.value_scale is not finite");
@@ -421,14 +409,14 @@ absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
   for (size_t i = 0; i < positions.values.size(); ++i) {
     const double v = positions.values[i];
     if (!std::isfinite(v) || v < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.values[", i, "] is ", v, "; positions must be finite and >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions.values[", i, "] is ", v, "; positions must be finite and >= 0"));
     }
     const double p = v * continuous.value_scale;
     if (!(std::abs(p) <= max_position)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.values[", i, "] * continuous.value_scale is ", v, " * ",
-          continuous.value_scale, " = ", p, "; it must be within +-2^40"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions.values[", i, "] * continuous.value_scale is ", v, " * ",
+                       continuous.value_scale, " = ", p, "; it must be within +-2^40"));
     }
   }
   SinusoidalSpec spec{continuous.base, continuous.layout, continuous.timescale, e.dim};
@@ -439,16 +427,14 @@ absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
   const int64_t groups = n == e.seq ? 1 : e.batch;
   RETURN_IF_ERROR(AllocateScratch(rows, groups, e.seq, limits));
   for (int64_t i = 0; i < groups * e.seq; ++i) {
-    encoder.Row(positions.values[i] * continuous.value_scale,
-                rows.scratch.data() + i * e.dim);
+    encoder.Row(positions.values[i] * continuous.value_scale, rows.scratch.data() + i * e.dim);
   }
   RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "continuous"));
   return Combine(e, input, rows, CombineSpec{}, limits);
 }
 
-absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
-                                                 const CombineSpec& combine, TensorView input,
-                                                 const PositionsSpec& positions,
+absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec, const CombineSpec& combine,
+                                                 TensorView input, const PositionsSpec& positions,
                                                  TableCache& cache, const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "sinusoidal_2d"));
@@ -466,10 +452,10 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
   RETURN_IF_ERROR(ValidateSinusoidal2D(spec, "sinusoidal_2d"));
   const int64_t tokens = Sinusoidal2DRows(spec);
   if (e.seq != tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input.shape[-2] (seq) is ", e.seq, "; sinusoidal_2d with grid_height ",
-        spec.grid_height, " x grid_width ", spec.grid_width,
-        spec.cls_token ? " and cls_token" : "", " needs ", tokens, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input.shape[-2] (seq) is ", e.seq, "; sinusoidal_2d with grid_height ",
+                     spec.grid_height, " x grid_width ", spec.grid_width,
+                     spec.cls_token ? " and cls_token" : "", " needs ", tokens, " tokens"));
   }
   // The table has as many rows as the input, the input's width: bounded by the input.
   RETURN_IF_ERROR(SizeWithin({tokens, spec.dim, int64_t{sizeof(float)}},
@@ -492,8 +478,7 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
 namespace {
 
 // positions.values for fourier: alone, seq*m or batch*seq*m finite coordinates within 2^40.
-absl::Status CheckFourierValues(const PositionsSpec& positions, const Embeddings& e,
-                                int64_t m) {
+absl::Status CheckFourierValues(const PositionsSpec& positions, const Embeddings& e, int64_t m) {
   if (!positions.ids.empty() || !positions.offsets.empty()) {
     return absl::InvalidArgumentError(
         "positions.values is set together with positions.ids or positions.offsets; fourier "
@@ -504,24 +489,24 @@ absl::Status CheckFourierValues(const PositionsSpec& positions, const Embeddings
   // at most 2^40 elements' bytes, m <= kMaxFourierAxes.
   if (n != e.seq * m && n != e.batch * e.seq * m) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "positions.values has ", n, " entries; fourier with num_axes ", m, " needs seq*", m,
-        " (", e.seq * m, ") or batch*seq*", m, " (", e.batch * e.seq * m, ")"));
+        "positions.values has ", n, " entries; fourier with num_axes ", m, " needs seq*", m, " (",
+        e.seq * m, ") or batch*seq*", m, " (", e.batch * e.seq * m, ")"));
   }
   for (int64_t i = 0; i < n; ++i) {
     const double v = positions.values[i];
     if (!(std::abs(v) <= kMaxFourierCoordinate)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.values[", i, "] is ", v, "; fourier coordinates must be finite, within "
-          "+-2^40"));
+      return absl::InvalidArgumentError(absl::StrCat("positions.values[", i, "] is ", v,
+                                                     "; fourier coordinates must be finite, within "
+                                                     "+-2^40"));
     }
   }
   return absl::OkStatus();
 }
 
 // One row per token from its m coordinates in positions.values (checked).
-absl::Status FourierRowsFromValues(const FourierEncoder& encoder,
-                                   const PositionsSpec& positions, const Embeddings& e,
-                                   const SchemeLimits& limits, EncodingRows& rows) {
+absl::Status FourierRowsFromValues(const FourierEncoder& encoder, const PositionsSpec& positions,
+                                   const Embeddings& e, const SchemeLimits& limits,
+                                   EncodingRows& rows) {
   const int64_t m = encoder.num_axes(), width = encoder.dim();
   const auto n = static_cast<int64_t>(positions.values.size());
   const int64_t groups = n == e.seq * m ? 1 : e.batch;
@@ -563,10 +548,9 @@ absl::Status FourierRowsFromGrid(const FourierEncoder& encoder, const PositionGr
 
 }  // namespace
 
-absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
-                                            const CombineSpec& combine, TensorView input,
-                                            const PositionsSpec& positions, TableCache& cache,
-                                            const SchemeLimits& limits) {
+absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier, const CombineSpec& combine,
+                                            TensorView input, const PositionsSpec& positions,
+                                            TableCache& cache, const SchemeLimits& limits) {
   ASSIGN_OR_RETURN(Embeddings e, CheckEmbeddings(input, limits));
   RETURN_IF_ERROR(CheckScales(combine, "fourier"));
   if (combine.pe_dim.has_value()) {
@@ -582,9 +566,9 @@ absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
   const int64_t width = encoder.dim(), m = encoder.num_axes();
   if (combine.fusion != Fusion::kConcat && width != e.dim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        fourier.field, " has F = ", encoder.num_features(), " frequencies (encoding width 2F = ",
-        width, ") but input.shape[-1] (d_model) is ", e.dim, "; ", FusionName(combine.fusion),
-        " needs d_model = 2F (or use CONCAT)"));
+        fourier.field, " has F = ", encoder.num_features(),
+        " frequencies (encoding width 2F = ", width, ") but input.shape[-1] (d_model) is ", e.dim,
+        "; ", FusionName(combine.fusion), " needs d_model = 2F (or use CONCAT)"));
   }
   EncodingRows rows;
   rows.dim = width;
@@ -596,9 +580,9 @@ absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
     RETURN_IF_ERROR(FourierRowsFromValues(encoder, positions, e, limits, rows));
   } else {
     if (m != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions.values is empty; fourier with num_axes ", m, " needs ", m,
-          " values per token (integer positions serve num_axes 1 only)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions.values is empty; fourier with num_axes ", m, " needs ", m,
+                       " values per token (integer positions serve num_axes 1 only)"));
     }
     ASSIGN_OR_RETURN(PositionGrid grid, ResolvePositions(positions, e.batch, e.seq));
     if (e.seq == 0 || e.batch == 0) {

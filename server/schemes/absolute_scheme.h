@@ -94,29 +94,25 @@ struct AbsoluteResult {
 // `sinusoidal.dim` is ignored: the width comes from the input (ADD) or pe_dim (CONCAT).
 absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec sinusoidal,
                                                const CombineSpec& combine, TensorView input,
-                                               const PositionsSpec& positions,
-                                               TableCache& cache, const SchemeLimits& limits);
+                                               const PositionsSpec& positions, TableCache& cache,
+                                               const SchemeLimits& limits);
 
-absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned,
-                                            const CombineSpec& combine, TensorView input,
-                                            const PositionsSpec& positions,
+absl::StatusOr<AbsoluteResult> ApplyLearned(const LearnedSpec& learned, const CombineSpec& combine,
+                                            TensorView input, const PositionsSpec& positions,
                                             const SchemeLimits& limits);
 
 absl::StatusOr<AbsoluteResult> ApplyHierarchical(absl::Span<const HierarchicalLevel> levels,
-                                                 TensorView input,
-                                                 const SchemeLimits& limits);
+                                                 TensorView input, const SchemeLimits& limits);
 
-absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous,
-                                               TensorView input,
+absl::StatusOr<AbsoluteResult> ApplyContinuous(const ContinuousSpec& continuous, TensorView input,
                                                const PositionsSpec& positions,
                                                const SchemeLimits& limits);
 
 // ViT / MAE 2D sin-cos (server/tables/sinusoidal_2d_table.h) for input [batch, H*W (+1), d]:
 // `sinusoidal_2d.dim` is ignored (the width is the input's, also for CONCAT); positions
 // must be empty (the grid gives them). The table comes from `cache`.
-absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec,
-                                                 const CombineSpec& combine, TensorView input,
-                                                 const PositionsSpec& positions,
+absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec, const CombineSpec& combine,
+                                                 TensorView input, const PositionsSpec& positions,
                                                  TableCache& cache, const SchemeLimits& limits);
 
 // Fourier features: B [F, num_axes] row-major in `frequencies` (from the request or a named
@@ -132,9 +128,8 @@ struct FourierSpec {
 
 // Integer positions read rows of a cached table of positions 0..R-1 where the dense-table
 // policy allows one (dense_table.h), as sinusoidal does.
-absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier,
-                                            const CombineSpec& combine, TensorView input,
-                                            const PositionsSpec& positions, TableCache& cache,
-                                            const SchemeLimits& limits);
+absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier, const CombineSpec& combine,
+                                            TensorView input, const PositionsSpec& positions,
+                                            TableCache& cache, const SchemeLimits& limits);
 
 }  // namespace posenc

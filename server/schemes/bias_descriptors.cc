@@ -73,8 +73,8 @@ SchemeDescriptor ShawScheme() {
     if (!r.has_query()) return SchemeCost{};
     const int64_t reach = std::min<int64_t>(
         2 * int64_t{std::max(r.shaw().max_relative_position(), 0)} + 1, r.key_length());
-    return CostBytes::Product({CostDim(r.query(), 0), CostDim(r.query(), 1),
-                               CostDim(r.query(), 2), reach, CostDim(r.query(), 3) / 16 + 1, 4})
+    return CostBytes::Product({CostDim(r.query(), 0), CostDim(r.query(), 1), CostDim(r.query(), 2),
+                               reach, CostDim(r.query(), 3) / 16 + 1, 4})
         .Cost("query.shape and shaw.max_relative_position");
   };
   // INT32 indices [q, k], FP32 embeddings [q, k, d], or the query term [b, h, q, k] in the

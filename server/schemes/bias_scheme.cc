@@ -76,10 +76,10 @@ absl::Status PlanShaw(BiasPlan& plan, const NamedTables& tables) {
         "one row, or leave query unset for the embeddings [query_length, key_length, d])"));
   }
   if (!IsFloat(s.query_dtype) || qs.size() != 4 || qs[2] != g.query_length || qs[3] != d) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "query is ", ShapeString(qs), " ", DTypeName(s.query_dtype),
-        "; it must be [batch, heads, query_length (", g.query_length, "), d (", d,
-        ", shaw.table's width)] FLOAT32, FLOAT16 or BFLOAT16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("query is ", ShapeString(qs), " ", DTypeName(s.query_dtype),
+                     "; it must be [batch, heads, query_length (", g.query_length, "), d (", d,
+                     ", shaw.table's width)] FLOAT32, FLOAT16 or BFLOAT16"));
   }
   plan.shaw_query_term = true;
   plan.heads = qs[1];
@@ -140,8 +140,7 @@ absl::StatusOr<int64_t> BiasOutputBytes(const BiasPlan& plan, const SchemeLimits
                     "--max_message_bytes (or pass output_shm)");
 }
 
-absl::Status BuildBias(const BiasPlan& plan, const TensorView& out,
-                       const ConstTensorView* query) {
+absl::Status BuildBias(const BiasPlan& plan, const TensorView& out, const ConstTensorView* query) {
   const BiasSpec& s = plan.spec;
   if (s.alibi) return BuildAlibiBias(*s.alibi, s.geom, out.As<float>());
   if (s.deberta) return BuildDebertaPositions(*s.deberta, s.geom, out.As<int32_t>());
@@ -156,12 +155,11 @@ absl::Status BuildBias(const BiasPlan& plan, const TensorView& out,
                          /*add_to_out=*/false);
   }
   if (!plan.t5_table) return BuildT5Buckets(*s.t5, s.geom, out.As<int32_t>());
-  return BuildT5Bias(*s.t5, s.geom, plan.t5_table->data.data(),
-                     static_cast<int32_t>(plan.heads), out.As<float>());
+  return BuildT5Bias(*s.t5, s.geom, plan.t5_table->data.data(), static_cast<int32_t>(plan.heads),
+                     out.As<float>());
 }
 
-absl::Status AddBias(const BiasPlan& plan, const TensorView& scores,
-                     const ConstTensorView* query) {
+absl::Status AddBias(const BiasPlan& plan, const TensorView& scores, const ConstTensorView* query) {
   const BiasSpec& s = plan.spec;
   if (s.shaw) {
     if (!plan.shaw_query_term || query == nullptr) {

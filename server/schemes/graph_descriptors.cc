@@ -65,11 +65,10 @@ SchemeDescriptor GraphLaplacianScheme() {
     return (in + out + out + solver)
         .Cost("num_nodes, k and the input width", /*slow=*/n > kCheapGraphNodes);
   };
-  s.model = OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false},
-                      {"input", kFloats, {-1, -1}, true}},
-                     {{"output", {"FP32"}, {-1, -1}, false},
-                      {"eigenvalues", {"FP64"}, {-1}, false}},
-                     {"num_nodes", "k", "normalized"}};
+  s.model =
+      OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false}, {"input", kFloats, {-1, -1}, true}},
+               {{"output", {"FP32"}, {-1, -1}, false}, {"eigenvalues", {"FP64"}, {-1}, false}},
+               {"num_nodes", "k", "normalized"}};
   return s;
 }
 
@@ -78,10 +77,10 @@ SchemeDescriptor GraphRandomWalkScheme() {
   s.graph_cost = [](const v1::GraphRequest& r) {
     return StructuralCost(r, std::max(r.walk_length(), 0));
   };
-  s.model = OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false},
-                      {"input", kFloats, {-1, -1}, true}},
-                     {{"output", kFloats, {-1, -1}, false}},
-                     {"num_nodes", "walk_length"}};
+  s.model =
+      OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false}, {"input", kFloats, {-1, -1}, true}},
+               {{"output", kFloats, {-1, -1}, false}},
+               {"num_nodes", "walk_length"}};
   return s;
 }
 
@@ -89,10 +88,10 @@ SchemeDescriptor GraphShortestPathScheme() {
   SchemeDescriptor s = GraphScheme("graph_shortest_path", v1::SHORTEST_PATH);
   s.graph_cost = [](const v1::GraphRequest& r) { return StructuralCost(r, r.anchors_size()); };
   // INT32 hop distances; after `input`, numbers in its dtype.
-  s.model = OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false},
-                      {"input", kFloats, {-1, -1}, true}},
-                     {{"output", {"INT32", "FP32", "FP16", "BF16"}, {-1, -1}, false}},
-                     {"num_nodes", "anchors"}};
+  s.model =
+      OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false}, {"input", kFloats, {-1, -1}, true}},
+               {{"output", {"INT32", "FP32", "FP16", "BF16"}, {-1, -1}, false}},
+               {"num_nodes", "anchors"}};
   return s;
 }
 
@@ -101,15 +100,15 @@ SchemeDescriptor TreeScheme() {
   // The one-hot stack is max_depth * max_children wide; a table's width is bounded like a
   // T5 table's heads, by 1024.
   s.graph_cost = [](const v1::GraphRequest& r) {
-    const int64_t width =
-        r.table().empty() ? int64_t{std::max(r.max_depth(), 0)} * std::max(r.max_children(), 0)
-                          : 1024;
+    const int64_t width = r.table().empty()
+                              ? int64_t{std::max(r.max_depth(), 0)} * std::max(r.max_children(), 0)
+                              : 1024;
     return StructuralCost(r, width);
   };
-  s.model = OipModel{{{"parents", {"INT64", "INT32"}, {-1}, false},
-                      {"input", kFloats, {-1, -1}, true}},
-                     {{"output", kFloats, {-1, -1}, false}},
-                     {"num_nodes", "max_depth", "max_children", "depth_decay", "config"}};
+  s.model =
+      OipModel{{{"parents", {"INT64", "INT32"}, {-1}, false}, {"input", kFloats, {-1, -1}, true}},
+               {{"output", kFloats, {-1, -1}, false}},
+               {"num_nodes", "max_depth", "max_children", "depth_decay", "config"}};
   return s;
 }
 

@@ -110,9 +110,9 @@ absl::StatusOr<const Table*> FindTreeTable(const GraphRequestSpec& s, const Name
   }
   const Table* t = named->table.get();
   if (t->rows != s.max_children) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", s.tree_table, "' is [", t->rows, ", ", t->cols,
-        "]; a tree table must be [max_children (", s.max_children, "), d]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", s.tree_table, "' is [", t->rows, ", ", t->cols,
+                     "]; a tree table must be [max_children (", s.max_children, "), d]"));
   }
   return t;
 }

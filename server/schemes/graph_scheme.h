@@ -26,14 +26,14 @@ enum class GraphEncodingKind { kLaplacian, kRandomWalk, kShortestPath, kTree };
 // the request.
 struct GraphRequestSpec {
   GraphEncodingKind encoding = GraphEncodingKind::kLaplacian;
-  GraphSpec graph;  // num_nodes and edges for all; k and normalized for LAPLACIAN
-  int32_t walk_length = 0;               // RANDOM_WALK
-  absl::Span<const int64_t> anchors;     // SHORTEST_PATH
-  absl::Span<const int64_t> parents;     // TREE
-  int32_t max_depth = 0;                 // TREE
-  int32_t max_children = 0;              // TREE
-  std::optional<double> depth_decay;     // TREE; default 1
-  std::string tree_table;                // TREE; --table name, [max_children, d]
+  GraphSpec graph;                    // num_nodes and edges for all; k and normalized for LAPLACIAN
+  int32_t walk_length = 0;            // RANDOM_WALK
+  absl::Span<const int64_t> anchors;  // SHORTEST_PATH
+  absl::Span<const int64_t> parents;  // TREE
+  int32_t max_depth = 0;              // TREE
+  int32_t max_children = 0;           // TREE
+  std::optional<double> depth_decay;  // TREE; default 1
+  std::string tree_table;             // TREE; --table name, [max_children, d]
 };
 
 struct GraphResult {
@@ -61,8 +61,7 @@ absl::StatusOr<GraphResult> ApplyGraph(const GraphRequestSpec& spec,
 // The Laplacian encoding alone (GraphRequestSpec with encoding LAPLACIAN and no tables).
 absl::StatusOr<GraphResult> ApplyGraph(const GraphSpec& spec,
                                        const std::optional<ConstTensorView>& input,
-                                       const SchemeLimits& limits,
-                                       GraphLimits graph_limits = {},
+                                       const SchemeLimits& limits, GraphLimits graph_limits = {},
                                        const CancelCheck& cancelled = {});
 
 }  // namespace posenc

@@ -18,8 +18,8 @@ absl::Status CheckPosition(absl::string_view field, size_t index, int64_t p) {
         absl::StrCat(field, "[", index, "] is ", p, "; positions must be >= 0"));
   }
   if (p > kMaxPosition) {
-    return absl::InvalidArgumentError(absl::StrCat(field, "[", index, "] is ", p,
-                                                   "; positions must be <= 2^40"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "[", index, "] is ", p, "; positions must be <= 2^40"));
   }
   return absl::OkStatus();
 }
@@ -29,9 +29,8 @@ absl::Status ResolveIds(absl::Span<const int64_t> ids, PositionGrid& grid) {
   const int64_t batch = grid.batch, seq = grid.seq;
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n != seq && n != batch * seq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "positions.ids has ", n, " entries; need seq (", seq, ") or batch*seq (", batch * seq,
-        ")"));
+    return absl::InvalidArgumentError(absl::StrCat("positions.ids has ", n, " entries; need seq (",
+                                                   seq, ") or batch*seq (", batch * seq, ")"));
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (auto s = CheckPosition("positions.ids", i, ids[i]); !s.ok()) return s;
@@ -63,14 +62,14 @@ absl::Status ResolveOffsets(absl::Span<const int64_t> offsets, PositionGrid& gri
   const int64_t batch = grid.batch, seq = grid.seq;
   const int64_t n = static_cast<int64_t>(offsets.size());
   if (n != 1 && n != batch) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "positions.offsets has ", n, " entries; need 1 or batch (", batch, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("positions.offsets has ", n, " entries; need 1 or batch (", batch, ")"));
   }
   for (size_t i = 0; i < offsets.size(); ++i) {
     if (auto s = CheckPosition("positions.offsets", i, offsets[i]); !s.ok()) return s;
     if (seq > 0 && offsets[i] + seq - 1 > kMaxPosition) {
-      return absl::InvalidArgumentError(absl::StrCat("positions.offsets[", i, "] is ",
-                                                     offsets[i], "; with seq ", seq,
+      return absl::InvalidArgumentError(absl::StrCat("positions.offsets[", i, "] is ", offsets[i],
+                                                     "; with seq ", seq,
                                                      " the last position passes 2^40"));
     }
   }
@@ -93,13 +92,13 @@ absl::Status ResolveOffsets(absl::Span<const int64_t> offsets, PositionGrid& gri
 absl::Status CheckSegmentKind(const MropeSegmentSpec& s, bool grid, const std::string& field) {
   using Kind = MropeSegmentSpec::Kind;
   if (s.kind == Kind::kText && grid) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".kind is TEXT, which is a text run: set text_length and no grid"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".kind is TEXT, which is a text run: set text_length and no grid"));
   }
   if ((s.kind == Kind::kImage || s.kind == Kind::kVideo) && !grid) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".kind is ", s.kind == Kind::kImage ? "IMAGE" : "VIDEO",
-        ", which is a grid: set grid_t, grid_h and grid_w (and no text_length)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".kind is ", s.kind == Kind::kImage ? "IMAGE" : "VIDEO",
+                     ", which is a grid: set grid_t, grid_h and grid_w (and no text_length)"));
   }
   if (s.kind == Kind::kText && s.temporal_scale.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -111,9 +110,9 @@ absl::Status CheckSegmentKind(const MropeSegmentSpec& s, bool grid, const std::s
 // The tokens a segment covers, or an error naming it. Each count is at most kMaxPosition.
 absl::StatusOr<int64_t> SegmentTokens(const MropeSegmentSpec& s, size_t i) {
   const std::string field = absl::StrCat("positions.mrope_segments[", i, "]");
-  for (const auto& [name, v] : {std::pair{"text_length", s.text_length},
-                                std::pair{"grid_t", s.grid_t}, std::pair{"grid_h", s.grid_h},
-                                std::pair{"grid_w", s.grid_w}}) {
+  for (const auto& [name, v] :
+       {std::pair{"text_length", s.text_length}, std::pair{"grid_t", s.grid_t},
+        std::pair{"grid_h", s.grid_h}, std::pair{"grid_w", s.grid_w}}) {
     if (v < 0 || v > kMaxPosition) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".", name, " is ", v, "; it must be in [0, 2^40]"));
@@ -121,15 +120,17 @@ absl::StatusOr<int64_t> SegmentTokens(const MropeSegmentSpec& s, size_t i) {
   }
   const bool grid = s.grid_t != 0 || s.grid_h != 0 || s.grid_w != 0;
   if (grid && (s.text_length != 0 || s.grid_t == 0 || s.grid_h == 0 || s.grid_w == 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " has text_length ", s.text_length, " and grid ", s.grid_t, "x", s.grid_h, "x",
-        s.grid_w, "; a segment is a text run (grid all 0) or a grid (text_length 0, grid_t, "
-        "grid_h, grid_w >= 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has text_length ", s.text_length, " and grid ", s.grid_t, "x",
+                     s.grid_h, "x", s.grid_w,
+                     "; a segment is a text run (grid all 0) or a grid (text_length 0, grid_t, "
+                     "grid_h, grid_w >= 1)"));
   }
   if (!grid && s.text_length == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " is empty; a segment is a text run (text_length >= 1) or a grid (grid_t, "
-        "grid_h, grid_w >= 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     " is empty; a segment is a text run (text_length >= 1) or a grid (grid_t, "
+                     "grid_h, grid_w >= 1)"));
   }
   const double scale = s.TemporalScale();
   if (!(scale >= 0) || !(scale <= 1e6)) {
@@ -211,9 +212,9 @@ absl::Status AxisIdsIntoGrid(absl::Span<const int64_t> axis_ids, AxisPositionGri
   const int64_t n = static_cast<int64_t>(axis_ids.size());
   const int64_t axes = grid.num_axes, batch = grid.batch, seq = grid.seq;
   if (n != axes * seq && n != axes * batch * seq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "positions.axis_ids has ", n, " entries; need num_axes*seq (", axes, "*", seq,
-        ") or num_axes*batch*seq (", axes, "*", batch, "*", seq, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("positions.axis_ids has ", n, " entries; need num_axes*seq (", axes, "*", seq,
+                     ") or num_axes*batch*seq (", axes, "*", batch, "*", seq, ")"));
   }
   for (size_t i = 0; i < axis_ids.size(); ++i) {
     RETURN_IF_ERROR(CheckPosition("positions.axis_ids", i, axis_ids[i]));

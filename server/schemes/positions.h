@@ -27,9 +27,7 @@ struct MropeSegmentSpec {
 
   // Frame group t of a grid sits at s + floor(t * TemporalScale()): the given scale, else 0
   // for an image (HF Qwen2.5-VL's second_per_grid_t = 0 for images) and 1 otherwise.
-  double TemporalScale() const {
-    return temporal_scale.value_or(kind == Kind::kImage ? 0.0 : 1.0);
-  }
+  double TemporalScale() const { return temporal_scale.value_or(kind == Kind::kImage ? 0.0 : 1.0); }
 };
 
 // The request's positions, not yet checked. Spans point into the request.
@@ -76,9 +74,9 @@ struct AxisPositionGrid {
   int num_axes = 1;
   int64_t batch = 1;
   int64_t seq = 0;
-  bool shared = true;          // every batch row has the same positions
-  std::vector<int64_t> pos;    // [num_axes][groups][seq]
-  int64_t max_position = -1;   // over every axis; -1 when there are no tokens
+  bool shared = true;         // every batch row has the same positions
+  std::vector<int64_t> pos;   // [num_axes][groups][seq]
+  int64_t max_position = -1;  // over every axis; -1 when there are no tokens
 
   int64_t groups() const { return shared ? 1 : batch; }
   int64_t At(int axis, int64_t b, int64_t t) const {

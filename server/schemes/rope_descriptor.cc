@@ -24,8 +24,8 @@ absl::Status CheckRopeTable(const v1::TableRequest& r) {
 // [n, dim] holding cos then sin per row is the same memory as [n, 2, dim/2].
 absl::StatusOr<TableRows> RopeRows(const v1::TableRequest& r, int64_t first, int64_t n) {
   ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(r.rope()));
-  ASSIGN_OR_RETURN(Table rows, RopeTableRows(rope, r.dim(), first, n, r.length(),
-                                             TablePositionsFromProto(r)));
+  ASSIGN_OR_RETURN(Table rows,
+                   RopeTableRows(rope, r.dim(), first, n, r.length(), TablePositionsFromProto(r)));
   return TableRows{std::move(rows), {n, 2, r.dim() / 2}};
 }
 
@@ -40,8 +40,8 @@ SchemeDescriptor RopeScheme() {
   s.table_case = v1::TableRequest::kRope;
   s.takes_key = true;
   s.takes_axis_positions = true;
-  s.rotate = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView query,
-                TensorView* key, const PositionsSpec& positions) -> absl::Status {
+  s.rotate = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView query, TensorView* key,
+                const PositionsSpec& positions) -> absl::Status {
     ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(r.rope()));
     return ApplyRope(rope, query, key, positions, *env.cache);
   };

@@ -62,8 +62,7 @@ absl::StatusOr<Dims> ReadDims(const TensorView& t, Layout layout, absl::string_v
                                                    "; layout ", LayoutName(layout), " needs rank ",
                                                    rank));
   }
-  ASSIGN_OR_RETURN(const int64_t elements,
-                   CheckedNumElements(t.shape, name));
+  ASSIGN_OR_RETURN(const int64_t elements, CheckedNumElements(t.shape, name));
   if (elements > 0 && t.data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(name, ".data is missing"));
   }
@@ -164,9 +163,9 @@ absl::StatusOr<AxisPositionGrid> ResolveRopeAxisPositions(const RopeSpec& spec,
         "positions.values is for the continuous scheme; rope takes positions.axis_ids");
   }
   if (spec.mrope_section.empty() && spec.axial_axes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
-        " is set; it needs rope.mrope_section or rope.axial_axes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
+                     " is set; it needs rope.mrope_section or rope.axial_axes"));
   }
   return ResolveAxisPositions(positions, spec.num_axes(), layout == Layout::kThd ? 1 : q.batch,
                               q.seq);
@@ -275,8 +274,7 @@ absl::StatusOr<std::shared_ptr<const Table>> DenseRopeTable(const RopeFrequencie
 class MixedRowAssembler {
  public:
   MixedRowAssembler(const RopeFrequencies& freqs, int rotary_dim)
-      : slot_axis_(freqs.slot_axis.data()),
-        half_(rotary_dim / 2),
+      : slot_axis_(freqs.slot_axis.data()), half_(rotary_dim / 2),
         width_(freqs.xpos.has_value() ? 2 * rotary_dim : rotary_dim) {
     for (int64_t f = 0; f < half_ && !freqs.slot_axis.empty(); ++f) {
       const int axis = freqs.slot_axis[f];
@@ -431,8 +429,7 @@ absl::Status ApplyRope(const RopeSpec& spec, TensorView query, TensorView* key,
     return absl::OkStatus();
   }
   TokenRows token_rows;
-  RETURN_IF_ERROR(
-      RopeTokenRows(memo, *freqs, token_positions, q, rotary_dim, cache, token_rows));
+  RETURN_IF_ERROR(RopeTokenRows(memo, *freqs, token_positions, q, rotary_dim, cache, token_rows));
   const RopePairing pairing =
       spec.style == RopeSpec::Style::kGptj ? RopePairing::kInterleaved : RopePairing::kRotateHalf;
   RopeRotateInPlace(query, GeometryOf(q, layout), pairing, rotary_dim, token_rows.query);
@@ -463,8 +460,7 @@ absl::StatusOr<Table> RopeTableRows(const RopeSpec& spec, int rotary_dim, int64_
   }
   const int64_t seq_len =
       positions.Identity() ? table_length : positions.MaxPosition(table_length) + 1;
-  ASSIGN_OR_RETURN(const RopeFrequencies freqs,
-                   ComputeRopeFrequencies(spec, rotary_dim, seq_len));
+  ASSIGN_OR_RETURN(const RopeFrequencies freqs, ComputeRopeFrequencies(spec, rotary_dim, seq_len));
   if (freqs.xpos) {
     return absl::InvalidArgumentError(
         "rope.xpos_scale_base is set; a rope table has one row per position, and xPos "

@@ -31,14 +31,14 @@ class CostBytes {
   }
   CostBytes operator*(CostBytes o) const {
     CostBytes r;
-    r.overflow_ = overflow_ || o.overflow_ || __builtin_mul_overflow(v_, o.v_, &r.v_) ||
-                  r.v_ > kMax;
+    r.overflow_ =
+        overflow_ || o.overflow_ || __builtin_mul_overflow(v_, o.v_, &r.v_) || r.v_ > kMax;
     return r;
   }
   CostBytes operator+(CostBytes o) const {
     CostBytes r;
-    r.overflow_ = overflow_ || o.overflow_ || __builtin_add_overflow(v_, o.v_, &r.v_) ||
-                  r.v_ > kMax;
+    r.overflow_ =
+        overflow_ || o.overflow_ || __builtin_add_overflow(v_, o.v_, &r.v_) || r.v_ > kMax;
     return r;
   }
   // RESOURCE_EXHAUSTED when the sizes overflowed; `what` names the sizes that multiplied.

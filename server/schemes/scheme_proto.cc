@@ -104,12 +104,12 @@ absl::Status CheckScalingFields(const v1::RopeScaling& in) {
         std::find(allowed.begin(), allowed.end(), field->name()) != allowed.end()) {
       continue;
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rope.scaling.", field->name(), " is set, but rope.scaling.type ",
-        v1::RopeScalingType_Name(in.type()), " does not use it; ",
-        v1::RopeScalingType_Name(in.type()), " takes ",
-        allowed.empty() ? "no other field" : absl::StrJoin(allowed, ", "),
-        ". Leave it unset (an HF config's keys for another type are not sent)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.scaling.", field->name(), " is set, but rope.scaling.type ",
+                     v1::RopeScalingType_Name(in.type()), " does not use it; ",
+                     v1::RopeScalingType_Name(in.type()), " takes ",
+                     allowed.empty() ? "no other field" : absl::StrJoin(allowed, ", "),
+                     ". Leave it unset (an HF config's keys for another type are not sent)"));
   }
   return absl::OkStatus();
 }

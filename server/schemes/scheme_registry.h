@@ -116,12 +116,10 @@ struct SchemeDescriptor {
   // kAdditive, kTable: converts, validates and applies the scheme to `input` (modified in
   // place when in_place says so).
   absl::StatusOr<AbsoluteResult> (*add)(const SchemeEnv& env, const v1::EncodeRequest& request,
-                                        TensorView input,
-                                        const PositionsSpec& positions) = nullptr;
+                                        TensorView input, const PositionsSpec& positions) = nullptr;
   // kRotary: converts, validates and rotates `query` and `*key` (when given) in place.
-  absl::Status (*rotate)(const SchemeEnv& env, const v1::EncodeRequest& request,
-                         TensorView query, TensorView* key,
-                         const PositionsSpec& positions) = nullptr;
+  absl::Status (*rotate)(const SchemeEnv& env, const v1::EncodeRequest& request, TensorView query,
+                         TensorView* key, const PositionsSpec& positions) = nullptr;
   absl::StatusOr<SchemeCost> (*encode_cost)(const v1::EncodeRequest& request) = nullptr;
 
   // --- BiasRequest (kBias) --------------------------------------------------------------

@@ -14,10 +14,10 @@ absl::Status ResultError(const ConstTensorView& result, int64_t at, const char* 
       finite_only ? absl::StrCat("holds inf or NaN, or the scales and values overflow ",
                                  DTypeName(result.dtype))
                   : std::string("holds NaN, or +inf that meets the causal mask's -inf");
-  return absl::InvalidArgumentError(absl::StrCat(
-      source, " gives a result that is ", finite_only ? "not finite" : "NaN", " (element ", at,
-      " of the ", DTypeName(result.dtype), " result ", ShapeString(result.shape), "): ", source,
-      " ", cause));
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, " gives a result that is ", finite_only ? "not finite" : "NaN",
+                   " (element ", at, " of the ", DTypeName(result.dtype), " result ",
+                   ShapeString(result.shape), "): ", source, " ", cause));
 }
 
 absl::Status CheckResult(const ConstTensorView& result, const char* source, Allowed allowed) {

@@ -105,8 +105,8 @@ uint64_t CgroupMemoryLimit() {
 
 uint64_t DefaultMaxInflightBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
-  uint64_t memory = pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size)
-                                               : uint64_t{4} << 30;
+  uint64_t memory =
+      pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : uint64_t{4} << 30;
   if (const uint64_t cgroup = CgroupMemoryLimit(); cgroup > 0) memory = std::min(memory, cgroup);
   return std::max<uint64_t>(memory / 4, uint64_t{64} << 20);
 }

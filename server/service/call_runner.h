@@ -205,10 +205,10 @@ class CallRunner {
   // the call has ended, and the call finished with the outcome. `request_id` labels the
   // call's log line.
   template <typename Response, typename Handle>
-  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
-                                       SchemeLabel scheme, const std::string& request_id,
-                                       const absl::StatusOr<CallCost>& cost,
-                                       Response* response, Handle handle) const;
+  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, SchemeLabel scheme,
+                                       const std::string& request_id,
+                                       const absl::StatusOr<CallCost>& cost, Response* response,
+                                       Handle handle) const;
 
   // One message of a stream: Run with the message's bytes alone, and the message counted
   // under `method` and `scheme` from `start` before done(CallOutcome) gets it. A message is
@@ -229,9 +229,8 @@ class CallRunner {
 };
 
 template <typename Response, typename Stopped, typename Work, typename Done>
-void CallRunner::Run(const absl::StatusOr<CallCost>& cost, Slot slot,
-                     const std::string& request_id, Stopped stopped, Response& response,
-                     Work work, Done done) const {
+void CallRunner::Run(const absl::StatusOr<CallCost>& cost, Slot slot, const std::string& request_id,
+                     Stopped stopped, Response& response, Work work, Done done) const {
   CallOutcome outcome;
   if (!Admit(cost, slot, request_id, outcome)) {
     std::move(done)(std::move(outcome));
@@ -258,8 +257,7 @@ void CallRunner::Run(const absl::StatusOr<CallCost>& cost, Slot slot,
 
 template <typename Response, typename Handle>
 grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* context,
-                                                 SchemeLabel scheme,
-                                                 const std::string& request_id,
+                                                 SchemeLabel scheme, const std::string& request_id,
                                                  const absl::StatusOr<CallCost>& cost,
                                                  Response* response, Handle handle) const {
   auto* reactor = context->DefaultReactor();
@@ -269,8 +267,10 @@ grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* co
     reactor->Finish(kShuttingDown);
     return reactor;
   }
-  Run(cost, Slot::kCall, /*request_id=*/"", [context] { return StoppedStatus(context); },
-      *response, std::move(handle), [reactor, call = std::move(call)](CallOutcome outcome) {
+  Run(
+      cost, Slot::kCall, /*request_id=*/"", [context] { return StoppedStatus(context); }, *response,
+      std::move(handle),
+      [reactor, call = std::move(call)](CallOutcome outcome) {
         call->ticket = std::move(outcome.ticket);
         reactor->Finish(outcome.status);
       });
@@ -282,10 +282,11 @@ void CallRunner::RunMessage(Method method, SchemeLabel scheme,
                             std::chrono::steady_clock::time_point start,
                             const std::string& request_id, const absl::StatusOr<CallCost>& cost,
                             Response& response, Work work, Done done) const {
-  Run(cost, Slot::kStreamMessage, request_id, [] { return grpc::Status::OK; }, response,
+  Run(
+      cost, Slot::kStreamMessage, request_id, [] { return grpc::Status::OK; }, response,
       std::move(work),
-      [metrics = metrics_, method, scheme, start, done = std::move(done)](
-          CallOutcome outcome) mutable {
+      [metrics = metrics_, method, scheme, start,
+       done = std::move(done)](CallOutcome outcome) mutable {
         RecordMessage(metrics, method, scheme, outcome.status, start);
         std::move(done)(std::move(outcome));
       });

@@ -41,8 +41,7 @@ std::optional<Method> TrackedMethod(const char* full_name) {
 // A unary rpc's (or GetTable's) CallRecord, fed by gRPC's interceptor hooks.
 class TrackingInterceptor final : public grpc::experimental::Interceptor {
  public:
-  TrackingInterceptor(CallTracker* tracker, grpc::experimental::ServerRpcInfo* info,
-                      Method method)
+  TrackingInterceptor(CallTracker* tracker, grpc::experimental::ServerRpcInfo* info, Method method)
       : context_(info->server_context()), record_(tracker, context_, method) {}
 
   ~TrackingInterceptor() override {
@@ -58,10 +57,9 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
       // two it was is known when the call closes (POST_RECV_CLOSE below).
       if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
           status.error_message().empty()) {
-        unparsed_status_ = grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("the request is not a valid message for ",
-                         MethodName(record_.call()->method)));
+        unparsed_status_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        absl::StrCat("the request is not a valid message for ",
+                                                     MethodName(record_.call()->method)));
         methods->ModifySendStatus(unparsed_status_);
         unparsed_ = true;
       } else {
@@ -71,8 +69,7 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
         }
       }
     }
-    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_CLOSE) &&
-        unparsed_) {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_CLOSE) && unparsed_) {
       const grpc::Status status =
           context_->IsCancelled()
               ? grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the upload")
@@ -87,8 +84,8 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
  private:
   const grpc::ServerContextBase* const context_;
   CallRecord record_;
-  bool unparsed_ = false;          // the bare UNIMPLEMENTED: counted when the call closes
-  grpc::Status unparsed_status_;   // what the client was sent for it
+  bool unparsed_ = false;         // the bare UNIMPLEMENTED: counted when the call closes
+  grpc::Status unparsed_status_;  // what the client was sent for it
 };
 
 // Other services' calls (health, reflection) are not posenc's to count or wait for, but
@@ -104,9 +101,9 @@ class PeerInterceptor final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
       if (status.error_message().size() > kMaxStatusMessageBytes) {  // a region's name
-        methods->ModifySendStatus(grpc::Status(
-            status.error_code(), Elide(status.error_message(), kMaxStatusMessageBytes),
-            status.error_details()));
+        methods->ModifySendStatus(
+            grpc::Status(status.error_code(), Elide(status.error_message(), kMaxStatusMessageBytes),
+                         status.error_details()));
       }
     }
     methods->Proceed();
@@ -142,8 +139,7 @@ CallTracker::NewInterceptorFactory() {
   return std::make_unique<TrackingFactory>(this);
 }
 
-CallRecord::CallRecord(CallTracker* tracker, const grpc::ServerContextBase* context,
-                       Method method)
+CallRecord::CallRecord(CallTracker* tracker, const grpc::ServerContextBase* context, Method method)
     : tracker_(tracker), context_(context), call_(tracker->Arrive(context, method)) {
   if (ServiceMetrics* m = tracker_->metrics()) m->InflightAdd(1);
 }
@@ -155,9 +151,9 @@ CallRecord::~CallRecord() {
 
 grpc::Status CallRecord::Closing(grpc::Status status) {
   if (status.error_message().size() > kMaxStatusMessageBytes) {
-    status = grpc::Status(status.error_code(),
-                          Elide(status.error_message(), kMaxStatusMessageBytes),
-                          status.error_details());
+    status =
+        grpc::Status(status.error_code(), Elide(status.error_message(), kMaxStatusMessageBytes),
+                     status.error_details());
   }
   call_->closing.store(true);
   Count(status.error_code());
@@ -205,11 +201,23 @@ void CallTracker::LogEnd(const TrackedCall& call, const grpc::Status& status, do
   if (!failed && !log_requests_) return;
   int64_t suppressed = 0;
   if (failed && !log_requests_ && !failed_calls_log_.Allow(&suppressed)) return;
-  static const char* const kCodes[] = {
-      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kCodes[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int code = static_cast<int>(status.error_code());
   Log(failed ? LogLevel::kWarning : LogLevel::kInfo, failed ? "call_failed" : "call",
       {{"method", MethodName(call.method)},

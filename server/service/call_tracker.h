@@ -14,9 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -34,7 +34,7 @@ struct TrackedCall {
   Clock::time_point arrival;
   std::string peer;
   std::string request_id;  // set by the handler when the request carries one
-  bool late = false;  // arrived after StartDrain and was not uploading then: UNAVAILABLE
+  bool late = false;       // arrived after StartDrain and was not uploading then: UNAVAILABLE
   // Set by the handler once it knows the scheme; labels the call's final count.
   std::atomic<SchemeLabel> scheme{kNoScheme};
   // Set by a stream whose messages were counted one by one: the end is not counted again.

@@ -35,8 +35,8 @@ void AddServerSockets(intptr_t server_id, std::map<std::string, int64_t>& open) 
       if (!socket.is_object() || !socket.contains("socket")) continue;
       const nlohmann::json& s = socket["socket"];
       const nlohmann::json data = s.value("data", nlohmann::json::object());
-      const int64_t streams = Counter(data, "streamsStarted") -
-                              Counter(data, "streamsSucceeded") - Counter(data, "streamsFailed");
+      const int64_t streams = Counter(data, "streamsStarted") - Counter(data, "streamsSucceeded") -
+                              Counter(data, "streamsFailed");
       // The socket's name is "chttp2 " and then the peer.
       std::string peer = s.value("ref", nlohmann::json::object()).value("name", "");
       if (const size_t space = peer.find(' '); space != std::string::npos) peer.erase(0, space + 1);

@@ -88,12 +88,12 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
                                                             v1::EncodeResponse* response) {
   v1::EncodeRequest* request = decltype(encode_messages_)::RequestOf(context);
   return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
-                    response, [this, context, request, response](const CancelCheck&) {
-                      SchemeLabel scheme;
-                      return ToGrpcStatus(handlers_.Encode(*request, *response, &scheme,
-                                                           SharedMemoryOwner(context)),
-                                          request->request_id());
-                    });
+                            response, [this, context, request, response](const CancelCheck&) {
+                              SchemeLabel scheme;
+                              return ToGrpcStatus(handlers_.Encode(*request, *response, &scheme,
+                                                                   SharedMemoryOwner(context)),
+                                                  request->request_id());
+                            });
 }
 
 // Each message's cost is computed once; the message is admitted, run (inline or on the
@@ -106,8 +106,8 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
   using Reactor = OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>;
   CallRunner::OpenedStream stream = runner_.OpenStream(context, Method::kEncodeStream);
   auto handle = [this, owner = SharedMemoryOwner(context)](v1::EncodeRequest& request,
-                                                          v1::EncodeResponse& response,
-                                                          Reactor::Reply reply) {
+                                                           v1::EncodeResponse& response,
+                                                           Reactor::Reply reply) {
     const auto start = std::chrono::steady_clock::now();
     runner_.RunMessage(
         Method::kEncodeStream, LabelOf(request), start, request.request_id(), CostOf(request),
@@ -134,12 +134,13 @@ grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const v1::BiasRequest*, v1::BiasResponse* response) {
   v1::BiasRequest* request = decltype(bias_messages_)::RequestOf(context);
   return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
-                    response, [this, context, request, response](const CancelCheck&) {
-                      SchemeLabel scheme;
-                      return ToGrpcStatus(handlers_.AttentionBias(*request, *response, &scheme,
-                                                                  SharedMemoryOwner(context)),
-                                          request->request_id());
-                    });
+                            response, [this, context, request, response](const CancelCheck&) {
+                              SchemeLabel scheme;
+                              return ToGrpcStatus(
+                                  handlers_.AttentionBias(*request, *response, &scheme,
+                                                          SharedMemoryOwner(context)),
+                                  request->request_id());
+                            });
 }
 
 grpc::ServerWriteReactor<v1::TableChunk>* PositionalEncodingService::GetTable(
@@ -164,12 +165,12 @@ grpc::ServerUnaryReactor* PositionalEncodingService::ListSchemes(
 grpc::ServerUnaryReactor* PositionalEncodingService::GraphEncode(
     grpc::CallbackServerContext* context, const v1::GraphRequest*, v1::GraphResponse* response) {
   v1::GraphRequest* request = decltype(graph_messages_)::RequestOf(context);
-  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(),
-                    CostOf(*request), response,
-                    [this, request, response](const CancelCheck& cancelled) {
-                      return ToGrpcStatus(handlers_.GraphEncode(*request, *response, cancelled),
-                                          request->request_id());
-                    });
+  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
+                            response, [this, request, response](const CancelCheck& cancelled) {
+                              return ToGrpcStatus(handlers_.GraphEncode(*request, *response,
+                                                                        cancelled),
+                                                  request->request_id());
+                            });
 }
 
 // Region bookkeeping is answered on gRPC's thread: an mmap or a map lookup, no tensor work.
@@ -178,7 +179,7 @@ grpc::ServerUnaryReactor* ServeInline(const ServiceRuntime& runtime,
                                       grpc::CallbackServerContext* context, Answer answer) {
   auto* reactor = context->DefaultReactor();
   reactor->Finish(CallOf(runtime, context, kNoScheme)->late ? kShuttingDown
-                                                                     : ToGrpcStatus(answer()));
+                                                            : ToGrpcStatus(answer()));
   return reactor;
 }
 
@@ -187,7 +188,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::RegisterSharedMemory(
     v1::RegisterSharedMemoryResponse*) {
   return ServeInline(runtime(), context, [&] {
     return runtime().shm->Register(request->name(), request->key(), request->offset(),
-                                  request->byte_size(), SharedMemoryOwner(context));
+                                   request->byte_size(), SharedMemoryOwner(context));
   });
 }
 

@@ -49,9 +49,9 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
   grpc::ServerUnaryReactor* UnregisterSharedMemory(
       grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
       v1::UnregisterSharedMemoryResponse* response) override;
-  grpc::ServerUnaryReactor* SharedMemoryStatus(
-      grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
-      v1::SharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,
+                                               const v1::SharedMemoryStatusRequest* request,
+                                               v1::SharedMemoryStatusResponse* response) override;
 
   const RequestHandlers& handlers() const { return handlers_; }
   const CallRunner& runner() const { return runner_; }

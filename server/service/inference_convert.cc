@@ -84,9 +84,9 @@ constexpr size_t kMaxPositionsJsonBytes = size_t{1} << 20;
 
 absl::Status CheckJsonSize(const std::string& json, absl::string_view name, size_t max) {
   if (json.size() <= max) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "parameter '", name, "' is ", json.size(), " bytes of JSON, over ", max,
-      name == "positions" ? "; send positions as a position_ids input tensor" : ""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameter '", name, "' is ", json.size(), " bytes of JSON, over ", max,
+                   name == "positions" ? "; send positions as a position_ids input tensor" : ""));
 }
 
 absl::Status CheckParameters(const ModelInfo& model, const Parameters& params) {
@@ -130,9 +130,9 @@ absl::StatusOr<int64_t> ElementCount(const InferInput& t) {
   int64_t n = 1;
   for (int64_t d : t.shape()) {
     if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 60)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", t.name(), "' has shape [", absl::StrJoin(t.shape(), ","),
-          "]; every dimension must be >= 0 and the product must fit memory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", t.name(), "' has shape [", absl::StrJoin(t.shape(), ","),
+                       "]; every dimension must be >= 0 and the product must fit memory"));
     }
   }
   return n;
@@ -149,14 +149,14 @@ absl::StatusOr<std::string> ContentBytes(const InferInput& t, int64_t count) {
   if (type == "INT64") data = c.int64_contents().data(), size = c.int64_contents_size();
   if (type == "FP64") data = c.fp64_contents().data(), size = c.fp64_contents_size();
   if (type == "FP16" || type == "BF16") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input '", t.name(), "' is ", type, ", which has no typed contents; send it in "
-        "raw_input_contents"));
+    return absl::InvalidArgumentError(absl::StrCat("input '", t.name(), "' is ", type,
+                                                   ", which has no typed contents; send it in "
+                                                   "raw_input_contents"));
   }
   if (size != count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unexpected number of elements for input '", t.name(), "': shape [",
-        absl::StrJoin(t.shape(), ","), "] has ", count, ", its contents hold ", size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected number of elements for input '", t.name(), "': shape [",
+                     absl::StrJoin(t.shape(), ","), "] has ", count, ", its contents hold ", size));
   }
   return std::string(static_cast<const char*>(data),
                      static_cast<size_t>(count * ElementBytes(type)));
@@ -165,15 +165,15 @@ absl::StatusOr<std::string> ContentBytes(const InferInput& t, int64_t count) {
 // The Triton tensor parameters shared_memory_region/_byte_size/_offset, if present.
 // `kind` ("input" or "output") and `name` name the tensor in errors.
 absl::StatusOr<std::optional<v1::SharedMemoryRef>> ShmRefOf(const Parameters& params,
-                                                           absl::string_view kind,
-                                                           absl::string_view name,
-                                                           const ConvertOptions& options) {
+                                                            absl::string_view kind,
+                                                            absl::string_view name,
+                                                            const ConvertOptions& options) {
   ASSIGN_OR_RETURN(const std::string* region, StringParam(params, "shared_memory_region"));
   if (region == nullptr) return std::optional<v1::SharedMemoryRef>();
   if (!options.shm_enabled) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        kind, " '", name, "' names shared_memory_region '", *region,
-        "', but shared memory is off; start posenc-server with --shm"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(kind, " '", name, "' names shared_memory_region '", *region,
+                     "', but shared memory is off; start posenc-server with --shm"));
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> size, IntParam(params, "shared_memory_byte_size"));
   ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "shared_memory_offset"));
@@ -201,8 +201,8 @@ absl::StatusOr<Input> TakeInput(const ModelInfo& model, InferInput& t, std::stri
                                 const ConvertOptions& options) {
   const ModelTensor* spec = FindTensor(model.model.inputs, t.name());
   if (spec == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unexpected inference input '", t.name(),
-                                                   "' for model '", model.name, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected inference input '", t.name(), "' for model '", model.name, "'"));
   }
   if (std::find(spec->datatypes.begin(), spec->datatypes.end(), t.datatype()) ==
       spec->datatypes.end()) {
@@ -217,9 +217,9 @@ absl::StatusOr<Input> TakeInput(const ModelInfo& model, InferInput& t, std::stri
   ASSIGN_OR_RETURN(in.shm, ShmRefOf(t.parameters(), "input", t.name(), options));
   if (in.shm) {
     if (static_cast<int64_t>(in.shm->byte_size()) != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", t.name(), "': shared_memory_byte_size is ", in.shm->byte_size(),
-          "; shape and datatype need ", expected));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", t.name(), "': shared_memory_byte_size is ", in.shm->byte_size(),
+                       "; shape and datatype need ", expected));
     }
     return in;
   }
@@ -232,9 +232,9 @@ absl::StatusOr<Input> TakeInput(const ModelInfo& model, InferInput& t, std::stri
         "input '", t.name(), "' has contents; they must be empty when raw_input_contents is used"));
   }
   if (static_cast<int64_t>(raw->size()) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input byte size mismatch for input '", t.name(), "' for model '", model.name,
-        "'. Expected ", expected, ", got ", raw->size()));
+    return absl::InvalidArgumentError(absl::StrCat("input byte size mismatch for input '", t.name(),
+                                                   "' for model '", model.name, "'. Expected ",
+                                                   expected, ", got ", raw->size()));
   }
   in.bytes.swap(*raw);
   return in;
@@ -258,9 +258,9 @@ absl::StatusOr<std::vector<Input>> TakeInputs(const ModelInfo& model,
     std::string* raw = nullptr;
     if (use_raw && !in_shm) {
       if (raw_used >= request.raw_input_contents_size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "raw_input_contents has ", request.raw_input_contents_size(),
-            " entries; input '", t.name(), "' has none"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
+                         " entries; input '", t.name(), "' has none"));
       }
       raw = request.mutable_raw_input_contents(raw_used++);
     }
@@ -268,9 +268,9 @@ absl::StatusOr<std::vector<Input>> TakeInputs(const ModelInfo& model,
     inputs.push_back(std::move(in));
   }
   if (use_raw && raw_used != request.raw_input_contents_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "raw_input_contents has ", request.raw_input_contents_size(), " entries for ",
-        raw_used, " inputs"));
+    return absl::InvalidArgumentError(absl::StrCat("raw_input_contents has ",
+                                                   request.raw_input_contents_size(),
+                                                   " entries for ", raw_used, " inputs"));
   }
   for (const ModelTensor& spec : model.model.inputs) {
     const bool given = std::any_of(inputs.begin(), inputs.end(),
@@ -349,8 +349,7 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
     RETURN_IF_ERROR(CheckJsonSize(*json, "positions", kMaxPositionsJsonBytes));
     if (absl::Status status = ParsePositionsJson(*json, positions); !status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "parameter 'positions' is not a Positions message in protobuf JSON: ",
-          status.message()));
+          "parameter 'positions' is not a Positions message in protobuf JSON: ", status.message()));
     }
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> offset, IntParam(params, "position_offset"));
@@ -371,13 +370,12 @@ absl::Status PositionsOf(const Parameters& params, std::vector<Input>& inputs,
     // [num_axes, seq] or [num_axes, batch, seq]: row-major, as Positions.axis_ids.
     const size_t rank = static_cast<size_t>(axis_ids->tensor->shape_size());
     if (rank != 2 && rank != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input 'axis_ids' has shape [", absl::StrJoin(axis_ids->tensor->shape(), ","),
-                       "]; it must be [num_axes, seq] or [num_axes, batch, seq]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input 'axis_ids' has shape [", absl::StrJoin(axis_ids->tensor->shape(), ","),
+          "]; it must be [num_axes, seq] or [num_axes, batch, seq]"));
     }
     if (positions.axis_ids_size() > 0) {
-      return absl::InvalidArgumentError(
-          "give positions.axis_ids or input 'axis_ids', not both");
+      return absl::InvalidArgumentError("give positions.axis_ids or input 'axis_ids', not both");
     }
     ASSIGN_OR_RETURN(std::vector<int64_t> v, Values<int64_t>(*axis_ids));
     positions.mutable_axis_ids()->Add(v.begin(), v.end());
@@ -447,10 +445,10 @@ absl::Status CheckPerToken(const std::vector<Input>& inputs, absl::string_view n
       allowed.push_back(absl::StrCat("[", absl::StrJoin(want, ", "), "]"));
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "input '", name, "' has shape ", ShapeText(shape), "; with input ",
-      ShapeText(input->tensor->shape()), " (batch ", grid->batch, ", seq ", grid->seq,
-      ") it must be ", absl::StrJoin(allowed, " or ")));
+  return absl::InvalidArgumentError(absl::StrCat("input '", name, "' has shape ", ShapeText(shape),
+                                                 "; with input ", ShapeText(input->tensor->shape()),
+                                                 " (batch ", grid->batch, ", seq ", grid->seq,
+                                                 ") it must be ", absl::StrJoin(allowed, " or ")));
 }
 
 // position_ids is [seq] or [batch, seq]; position_values the same for `continuous`, and
@@ -483,10 +481,10 @@ absl::Status CheckAxisIdsShape(const v1::EncodeRequest& r, const std::vector<Inp
   const bool fits = shape[0] == axes && shape[shape.size() - 1] == grid->seq &&
                     (shape.size() == 2 || shape[1] == grid->batch || shape[1] == 1);
   if (fits) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "input 'axis_ids' has shape ", ShapeText(shape), "; with ", axes, " rope axes and input ",
-      ShapeText(input->tensor->shape()), " it must be [", axes, ", ", grid->seq, "] or [", axes,
-      ", ", grid->batch, ", ", grid->seq, "]"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("input 'axis_ids' has shape ", ShapeText(shape), "; with ", axes,
+                   " rope axes and input ", ShapeText(input->tensor->shape()), " it must be [",
+                   axes, ", ", grid->seq, "] or [", axes, ", ", grid->batch, ", ", grid->seq, "]"));
 }
 
 absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, NativeRequest& n) {
@@ -519,8 +517,8 @@ absl::Status ToBias(const Parameters& params, std::vector<Input>& inputs, Native
   r.set_key_length(k.value_or(0));
   if (offset) r.set_query_offset(*offset);
   for (Input& in : inputs) {
-    RETURN_IF_ERROR(ToNativeTensor(
-        in, in.tensor->name() == "query" ? r.mutable_query() : r.mutable_scores()));
+    RETURN_IF_ERROR(
+        ToNativeTensor(in, in.tensor->name() == "query" ? r.mutable_query() : r.mutable_scores()));
   }
   return absl::OkStatus();
 }
@@ -544,9 +542,9 @@ absl::Status AnchorsOf(const Parameters& params, v1::GraphRequest& r) {
   const auto status = google::protobuf::util::JsonStringToMessage(
       absl::StrCat("{\"anchors\":", *json, "}"), &parsed);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter 'anchors' is not a JSON list of node ids (e.g. \"[0, 5]\"): ",
-        std::string(status.message())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter 'anchors' is not a JSON list of node ids (e.g. \"[0, 5]\"): ",
+                     std::string(status.message())));
   }
   *r.mutable_anchors() = parsed.anchors();
   return absl::OkStatus();
@@ -621,17 +619,17 @@ absl::Status ToGraph(const Parameters& params, std::vector<Input>& inputs, Nativ
     const auto& shape = in.tensor->shape();
     if (name == "edges") {
       if (shape.size() != 2 || shape[1] != 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input 'edges' has shape ", ShapeText(shape), "; model '", n.model->name,
-            "' needs [num_edges, 2]"));
+        return absl::InvalidArgumentError(absl::StrCat("input 'edges' has shape ", ShapeText(shape),
+                                                       "; model '", n.model->name,
+                                                       "' needs [num_edges, 2]"));
       }
       ASSIGN_OR_RETURN(std::vector<int64_t> edges, Values<int64_t>(in));
       r.mutable_edges()->Add(edges.begin(), edges.end());
     } else if (name == "parents") {
       if (shape.size() != 1 || shape[0] != r.num_nodes()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input 'parents' has shape ", ShapeText(shape), "; model '", n.model->name,
-            "' needs [num_nodes] = [", r.num_nodes(), "]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("input 'parents' has shape ", ShapeText(shape), "; model '", n.model->name,
+                         "' needs [num_nodes] = [", r.num_nodes(), "]"));
       }
       ASSIGN_OR_RETURN(std::vector<int64_t> parents, Values<int64_t>(in));
       r.mutable_parents()->Add(parents.begin(), parents.end());
@@ -667,7 +665,7 @@ absl::Status ChooseOutputs(const oip::ModelInferRequest& request, const std::vec
         return absl::InvalidArgumentError(
             absl::StrCat(n.model->name, "'s outputs cannot go to shared memory"));
       }
-      v1::SharedMemoryRef* to = kind == ModelKind::kBias ? n.bias.mutable_output_shm()
+      v1::SharedMemoryRef* to = kind == ModelKind::kBias        ? n.bias.mutable_output_shm()
                                 : wanted.name() == "key_output" ? n.encode.mutable_key_output_shm()
                                                                 : n.encode.mutable_output_shm();
       *to = *shm;
@@ -737,26 +735,29 @@ void AddOutputs(const NativeRequest& n, std::initializer_list<Output> outputs,
 // range: in place; another: copied there); otherwise the result goes back inline.
 void MarkShmCopies(NativeRequest& n) {
   // `has` first: a mutable_ accessor would create the field.
-  auto mark = [&n](bool has, v1::Tensor* (*field)(NativeRequest&),
-                   const v1::SharedMemoryRef& out) {
+  auto mark = [&n](bool has, v1::Tensor* (*field)(NativeRequest&), const v1::SharedMemoryRef& out) {
     if (!has || !out.region().empty()) return;
     v1::Tensor* t = field(n);
     if (t->has_shm()) n.copy_from_shm.push_back(t);
   };
   switch (KindOf(*n.model)) {
     case ModelKind::kEncode:
-      mark(n.encode.has_input(), [](NativeRequest& r) { return r.encode.mutable_input(); },
-           n.encode.output_shm());
-      mark(n.encode.has_key(), [](NativeRequest& r) { return r.encode.mutable_key(); },
-           n.encode.key_output_shm());
+      mark(
+          n.encode.has_input(), [](NativeRequest& r) { return r.encode.mutable_input(); },
+          n.encode.output_shm());
+      mark(
+          n.encode.has_key(), [](NativeRequest& r) { return r.encode.mutable_key(); },
+          n.encode.key_output_shm());
       break;
     case ModelKind::kBias:
-      mark(n.bias.has_scores(), [](NativeRequest& r) { return r.bias.mutable_scores(); },
-           n.bias.output_shm());
+      mark(
+          n.bias.has_scores(), [](NativeRequest& r) { return r.bias.mutable_scores(); },
+          n.bias.output_shm());
       break;
     case ModelKind::kGraph:
-      mark(n.graph.has_input(), [](NativeRequest& r) { return r.graph.mutable_input(); },
-           v1::SharedMemoryRef::default_instance());
+      mark(
+          n.graph.has_input(), [](NativeRequest& r) { return r.graph.mutable_input(); },
+          v1::SharedMemoryRef::default_instance());
       break;
   }
 }
@@ -810,8 +811,7 @@ absl::StatusOr<const ModelInfo*> FindModel(absl::string_view name, absl::string_
     }
     return m;
   }
-  return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name,
-                                          "' is not found"));
+  return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name, "' is not found"));
 }
 
 absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRequest& request,
@@ -833,8 +833,10 @@ absl::StatusOr<std::unique_ptr<NativeRequest>> ToNativeRequest(oip::ModelInferRe
 
 void ToInferResponse(const NativeRequest& n, v1::EncodeResponse& response,
                      oip::ModelInferResponse& out) {
-  AddOutputs(n, {OutputOf("output", response.mutable_output()),
-                 OutputOf("key_output", response.mutable_key_output())}, out);
+  AddOutputs(n,
+             {OutputOf("output", response.mutable_output()),
+              OutputOf("key_output", response.mutable_key_output())},
+             out);
 }
 
 void ToInferResponse(const NativeRequest& n, v1::BiasResponse& response,
@@ -848,8 +850,9 @@ void ToInferResponse(const NativeRequest& n, v1::GraphResponse& response,
                           response.eigenvalues_size() * sizeof(double));
   google::protobuf::RepeatedField<int64_t> eigenvalues_shape;
   eigenvalues_shape.Add(response.eigenvalues_size());
-  AddOutputs(n, {OutputOf("output", response.mutable_output()),
-                 Output{"eigenvalues", "FP64", &eigenvalues_shape, &eigenvalues}},
+  AddOutputs(n,
+             {OutputOf("output", response.mutable_output()),
+              Output{"eigenvalues", "FP64", &eigenvalues_shape, &eigenvalues}},
              out);
 }
 

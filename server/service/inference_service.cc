@@ -30,8 +30,7 @@ SchemeLabel LabelOfModel(const std::string& model_name) {
 // A conversion error names the request, as native errors do.
 absl::Status WithId(const absl::Status& status, const std::string& id) {
   if (id.empty() || status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat("request ", Elide(id), ": ", status.message()));
+  return absl::Status(status.code(), absl::StrCat("request ", Elide(id), ": ", status.message()));
 }
 
 inference::DataType ConfigType(const std::string& datatype) {
@@ -45,7 +44,6 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const grp
   reactor->Finish(s);
   return reactor;
 }
-
 
 }  // namespace
 
@@ -113,8 +111,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
   std::shared_ptr<NativeRequest> call(native.ok() ? std::move(*native) : nullptr);
   return runner_.ServeUnary(context, LabelOfModel(request->model_name()), request->id(), cost,
-                            response,
-                            [this, call, response](const CancelCheck& cancelled) {
+                            response, [this, call, response](const CancelCheck& cancelled) {
                               return Run(*call, cancelled, *response);
                             });
 }
@@ -150,16 +147,15 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   auto handle = [this, context, owner = SharedMemoryOwner(context)](
                     ModelInferRequest& request, ModelStreamInferResponse& response,
                     Reactor::Reply reply) {
-    auto job = [this, context, &owner, &request, &response,
-                reply = std::move(reply)]() mutable {
+    auto job = [this, context, &owner, &request, &response, reply = std::move(reply)]() mutable {
       const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(request, convert_);
       absl::StatusOr<CallCost> cost = native.ok() ? CostOfNative(**native) : native.status();
       if (native.ok()) (*native)->shm_owner = owner;
       if (cost.ok()) cost->run_inline = true;  // already where PlacementOf put it
       runner_.RunMessage(
-          Method::kModelStreamInfer, LabelOfModel(request.model_name()), start, request.id(),
-          cost, response,
+          Method::kModelStreamInfer, LabelOfModel(request.model_name()), start, request.id(), cost,
+          response,
           [this, context, &native, &response](const CancelCheck&) {
             return Run(**native, CancelCheckOf(context), *response.mutable_infer_response());
           },
@@ -253,8 +249,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
                 ToGrpcStatus(FillModelMetadata(request->name(), request->version(), *response)));
 }
 
-absl::Status InferenceService::FillModelConfig(const std::string& name,
-                                               const std::string& version,
+absl::Status InferenceService::FillModelConfig(const std::string& name, const std::string& version,
                                                inference::ModelConfigResponse& response) {
   ASSIGN_OR_RETURN(const ModelInfo* model, FindModel(name, version));
   inference::ModelConfig* config = response.mutable_config();
@@ -337,9 +332,8 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
     grpc::CallbackServerContext* context,
     const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse*) {
-  return Finish(context, ToGrpcStatus(
-                             runner_.runtime().shm->Unregister(request->name(),
-                                                               SharedMemoryOwner(context))));
+  return Finish(context, ToGrpcStatus(runner_.runtime().shm->Unregister(
+                             request->name(), SharedMemoryOwner(context))));
 }
 
 }  // namespace posenc

@@ -2,8 +2,8 @@
 // API) served beside posenc.v1 on the same port, on the same engine. Each model is a
 // scheme; ModelInfer converts its request to the native one (inference_convert.h) and runs
 // it through the same RequestHandlers and CallRunner (cost, admission, work pool, response
-// size) as posenc.v1's Encode, AttentionBias and GraphEncode. Metadata rpcs answer on gRPC's thread.
-// Thread-safe; owns nothing but its handlers.
+// size) as posenc.v1's Encode, AttentionBias and GraphEncode. Metadata rpcs answer on gRPC's
+// thread. Thread-safe; owns nothing but its handlers.
 #pragma once
 
 #include <string>

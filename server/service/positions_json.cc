@@ -18,8 +18,8 @@ class Scanner {
   explicit Scanner(absl::string_view text) : rest_(text) {}
 
   void SkipSpace() {
-    while (!rest_.empty() && (rest_[0] == ' ' || rest_[0] == '\t' || rest_[0] == '\n' ||
-                              rest_[0] == '\r')) {
+    while (!rest_.empty() &&
+           (rest_[0] == ' ' || rest_[0] == '\t' || rest_[0] == '\n' || rest_[0] == '\r')) {
       rest_.remove_prefix(1);
     }
   }

@@ -15,9 +15,9 @@ absl::StatusOr<TensorView> ViewOfTensor(v1::Tensor* tensor, absl::string_view fi
   if (!count.ok()) return count.status();
   const int64_t need = *count * static_cast<int64_t>(DTypeSize(*dtype));
   if (static_cast<int64_t>(tensor->data().size()) != need) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".data has ", tensor->data().size(), " bytes; shape ",
-        ShapeString(tensor->shape()), " ", DTypeName(*dtype), " needs ", need));
+    return absl::InvalidArgumentError(absl::StrCat(field, ".data has ", tensor->data().size(),
+                                                   " bytes; shape ", ShapeString(tensor->shape()),
+                                                   " ", DTypeName(*dtype), " needs ", need));
   }
   TensorView view;
   view.dtype = *dtype;

@@ -9,10 +9,10 @@
 namespace posenc {
 namespace {
 
-using grpc::reflection::v1::ServerReflectionRequest;
-using grpc::reflection::v1::ServerReflectionResponse;
 using google::protobuf::DescriptorPool;
 using google::protobuf::FileDescriptor;
+using grpc::reflection::v1::ServerReflectionRequest;
+using grpc::reflection::v1::ServerReflectionResponse;
 
 // `file` and everything it imports, each once, dependencies first.
 void AddFileAndImports(const FileDescriptor* file, std::set<const FileDescriptor*>& seen,
@@ -23,8 +23,7 @@ void AddFileAndImports(const FileDescriptor* file, std::set<const FileDescriptor
   }
   google::protobuf::FileDescriptorProto proto;
   file->CopyTo(&proto);
-  proto.SerializeToString(
-      response.mutable_file_descriptor_response()->add_file_descriptor_proto());
+  proto.SerializeToString(response.mutable_file_descriptor_response()->add_file_descriptor_proto());
 }
 
 void NotFound(const std::string& what, ServerReflectionResponse& response) {
@@ -59,7 +58,8 @@ ServerReflectionResponse ReflectionV1Service::Answer(const ServerReflectionReque
     case ServerReflectionRequest::kFileContainingExtension: {
       const auto& ext = request.file_containing_extension();
       const auto* type = pool->FindMessageTypeByName(ext.containing_type());
-      const auto* field = type ? pool->FindExtensionByNumber(type, ext.extension_number()) : nullptr;
+      const auto* field =
+          type ? pool->FindExtensionByNumber(type, ext.extension_number()) : nullptr;
       file = field ? field->file() : nullptr;
       if (!file) NotFound("extension of " + ext.containing_type(), response);
       break;

@@ -60,17 +60,16 @@ absl::StatusOr<CallCost> CostOf(const v1::BiasRequest& r) {
       scheme != nullptr && scheme->bias_heads != nullptr ? scheme->bias_heads(r) : 1;
   // With a query the output is [batch, heads, q, k] in its dtype.
   const CostBytes out =
-      r.has_query() ? CostBytes::Product({CostDim(r.query(), 0), CostDim(r.query(), 1),
-                                          r.query_length(), r.key_length(),
-                                          CostElementBytes(r.query().dtype())})
-                    : CostBytes::Product({heads, r.query_length(), r.key_length(), 4});
+      r.has_query()
+          ? CostBytes::Product({CostDim(r.query(), 0), CostDim(r.query(), 1), r.query_length(),
+                                r.key_length(), CostElementBytes(r.query().dtype())})
+          : CostBytes::Product({heads, r.query_length(), r.key_length(), 4});
   if (IsSetRef(r.output_shm())) {  // built straight into the client's slice
     return WithShmWork(ToCallCost(query.Cost("the bias", work.slow)),
                        r.output_shm().byte_size() + shm_in);
   }
   return WithShmWork(
-      ToCallCost((out + out + query).Cost("the bias [heads, query_length, key_length]",
-                                          work.slow)),
+      ToCallCost((out + out + query).Cost("the bias [heads, query_length, key_length]", work.slow)),
       shm_in);
 }
 

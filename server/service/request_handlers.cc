@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
-#include "server/service/proto_convert.h"
-#include "server/service/request_tensors.h"
 #include "server/schemes/scheme_proto.h"
 #include "server/schemes/scheme_results.h"
+#include "server/service/proto_convert.h"
+#include "server/service/request_tensors.h"
 
 namespace posenc {
 namespace {
@@ -21,9 +21,9 @@ class KernelTimer {
       : metrics_(metrics), scheme_(scheme), start_(std::chrono::steady_clock::now()) {}
   ~KernelTimer() {
     if (metrics_) {
-      metrics_->RecordKernel(scheme_, std::chrono::duration<double>(
-                                          std::chrono::steady_clock::now() - start_)
-                                          .count());
+      metrics_->RecordKernel(
+          scheme_,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
     }
   }
 
@@ -67,17 +67,16 @@ void Answer(const Placement& placed, std::string* inline_data, v1::Tensor* out) 
 
 // Puts an absolute scheme's result into the response: where the input was changed in place
 // for ADD; for CONCAT the new buffer, inline or copied into output_shm.
-absl::Status FillResponse(AbsoluteResult& result, const Placement& placed,
-                          RequestTensors& tensors, v1::EncodeRequest& request,
-                          v1::EncodeResponse& response) {
+absl::Status FillResponse(AbsoluteResult& result, const Placement& placed, RequestTensors& tensors,
+                          v1::EncodeRequest& request, v1::EncodeResponse& response) {
   if (!result.concat) {
     Answer(placed, request.mutable_input()->mutable_data(), response.mutable_output());
     return absl::OkStatus();
   }
   Placement out{TensorView{placed.view.dtype, result.shape, result.concat->data()}, nullptr};
   if (IsSet(request.output_shm())) {
-    ASSIGN_OR_RETURN(out.view, tensors.Output(request.output_shm(), result.shape,
-                                              placed.view.dtype, nullptr, "output_shm"));
+    ASSIGN_OR_RETURN(out.view, tensors.Output(request.output_shm(), result.shape, placed.view.dtype,
+                                              nullptr, "output_shm"));
     std::memcpy(out.view.data, result.concat->data(), result.concat->size());
     out.ref = &request.output_shm();
   }
@@ -101,9 +100,9 @@ std::string Takers(Pred pred) {
 // A rotary scheme rotates the query (and key) in place: the request's own buffers (or
 // slices) become the response's.
 absl::Status Rotate(const ServiceState& state, const SchemeDescriptor& scheme,
-                    v1::EncodeRequest& request,
-                        v1::EncodeResponse& response, RequestTensors& tensors,
-                        const TensorView& input, const PositionsSpec& positions) {
+                    v1::EncodeRequest& request, v1::EncodeResponse& response,
+                    RequestTensors& tensors, const TensorView& input,
+                    const PositionsSpec& positions) {
   std::optional<TensorView> key;
   std::optional<Placement> key_placed;
   if (request.has_key()) {
@@ -134,8 +133,9 @@ absl::Status Rotate(const ServiceState& state, const SchemeDescriptor& scheme,
 // rather than name a query_offset the caller never gave.
 absl::Status DefaultOffsetError(const std::string& scheme, const BiasGeometry& geom) {
   return absl::InvalidArgumentError(absl::StrCat(
-      "query_length (", geom.query_length, ") is more than key_length (", geom.key_length,
-      "); ", scheme, " places the queries at the end of the keys by default (query_offset = "
+      "query_length (", geom.query_length, ") is more than key_length (", geom.key_length, "); ",
+      scheme,
+      " places the queries at the end of the keys by default (query_offset = "
       "key_length - query_length, the decode convention): set query_offset >= 0, or give "
       "key_length >= query_length"));
 }
@@ -145,9 +145,9 @@ absl::Status CheckEncodeFieldsTaken(const SchemeDescriptor& scheme,
                                     const v1::EncodeRequest& request,
                                     const PositionsSpec& positions) {
   if (request.has_key() && !scheme.takes_key) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key is set; only ", Takers([](const SchemeDescriptor& s) { return s.takes_key; }),
-        " keys"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key is set; only ",
+                     Takers([](const SchemeDescriptor& s) { return s.takes_key; }), " keys"));
   }
   if (!positions.values.empty() && !scheme.takes_position_values) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -157,8 +157,8 @@ absl::Status CheckEncodeFieldsTaken(const SchemeDescriptor& scheme,
   if (positions.has_axis_positions() && !scheme.takes_axis_positions) {
     return absl::InvalidArgumentError(absl::StrCat(
         positions.axis_ids.empty() ? "positions.mrope_segments" : "positions.axis_ids",
-        " is set; only ",
-        Takers([](const SchemeDescriptor& s) { return s.takes_axis_positions; }), " it"));
+        " is set; only ", Takers([](const SchemeDescriptor& s) { return s.takes_axis_positions; }),
+        " it"));
   }
   return absl::OkStatus();
 }
@@ -238,8 +238,7 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
     return absl::OkStatus();
   }
   if (scheme->add == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(scheme->name, " is not served by Encode"));
+    return absl::InvalidArgumentError(absl::StrCat(scheme->name, " is not served by Encode"));
   }
   Placement placed{input, request.input().has_shm() ? &request.input().shm() : nullptr};
   if (WorksInPlace(*scheme, request)) {
@@ -309,8 +308,7 @@ absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasRe
   return absl::OkStatus();
 }
 
-absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
-                                          v1::GraphResponse& response,
+absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request, v1::GraphResponse& response,
                                           const CancelCheck& cancelled) const {
   response.set_request_id(request.request_id());
   const SchemeDescriptor* scheme = SchemeOf(request);
@@ -331,8 +329,8 @@ absl::Status RequestHandlers::GraphEncode(v1::GraphRequest& request,
   // The encodings are finite by construction (graph_common.h); an input with inf or NaN
   // would carry them into the concatenated result.
   if (input) {
-    RETURN_IF_ERROR(CheckResult(TensorView{result.dtype, result.shape, result.data.data()},
-                                "input", Allowed::kFiniteOnly));
+    RETURN_IF_ERROR(CheckResult(TensorView{result.dtype, result.shape, result.data.data()}, "input",
+                                Allowed::kFiniteOnly));
   }
   for (double e : result.eigenvalues) response.add_eigenvalues(e);
   MoveIntoTensor(&result.data, result.shape, result.dtype, response.mutable_output());
@@ -372,8 +370,8 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
   if (request.dtype() != v1::DTYPE_UNSPECIFIED) {
     ASSIGN_OR_RETURN(dtype, DTypeFromProto(request.dtype(), "dtype"));
     if (!IsFloat(dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dtype is ", DTypeName(dtype), "; tables are FLOAT32, FLOAT16 or BFLOAT16"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype is ", DTypeName(dtype), "; tables are FLOAT32, FLOAT16 or BFLOAT16"));
     }
   }
   RETURN_IF_ERROR(scheme->check_table(request));
@@ -382,8 +380,8 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
   // for the chunk's other fields.
   const int64_t budget = static_cast<int64_t>(state_.limits.max_output_bytes);
   if (row_bytes > budget) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "one row of dim ", request.dim(), " is ", row_bytes, " bytes, over the message limit"));
+    return absl::ResourceExhaustedError(absl::StrCat("one row of dim ", request.dim(), " is ",
+                                                     row_bytes, " bytes, over the message limit"));
   }
   if (request.rows_per_chunk() < 0) {
     return absl::InvalidArgumentError(
@@ -391,15 +389,15 @@ absl::StatusOr<int64_t> RequestHandlers::PlanTable(const v1::TableRequest& reque
   }
   if (request.rows_per_chunk() == 0) return budget / row_bytes;
   if (request.rows_per_chunk() > budget / row_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rows_per_chunk is ", request.rows_per_chunk(), "; at most ",
-                     budget / row_bytes, " rows of ", row_bytes, " bytes fit a message"));
+    return absl::ResourceExhaustedError(absl::StrCat("rows_per_chunk is ", request.rows_per_chunk(),
+                                                     "; at most ", budget / row_bytes, " rows of ",
+                                                     row_bytes, " bytes fit a message"));
   }
   return request.rows_per_chunk();
 }
 
-absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_t first,
-                                         int64_t n, v1::TableChunk& chunk) const {
+absl::Status RequestHandlers::TableChunk(const v1::TableRequest& request, int64_t first, int64_t n,
+                                         v1::TableChunk& chunk) const {
   DType dtype = DType::kFloat32;
   if (request.dtype() != v1::DTYPE_UNSPECIFIED) {
     ASSIGN_OR_RETURN(dtype, DTypeFromProto(request.dtype(), "dtype"));

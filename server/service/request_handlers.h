@@ -13,21 +13,21 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "server/common/cancel.h"
 #include "posenc/v1/posenc.pb.h"
+#include "server/common/cancel.h"
 #include "server/metrics/metrics.h"
+#include "server/schemes/scheme_registry.h"
 #include "server/service/request_tensors.h"
 #include "server/shm/shared_memory_registry.h"
-#include "server/schemes/scheme_registry.h"
 #include "server/tables/named_tables.h"
 #include "server/tables/table_cache.h"
 
 namespace posenc {
 
 struct ServiceState {
-  TableCache* cache = nullptr;          // not owned
-  const NamedTables* tables = nullptr;  // not owned; read-only while serving
-  ServiceMetrics* metrics = nullptr;    // not owned; may be null in tests
+  TableCache* cache = nullptr;                // not owned
+  const NamedTables* tables = nullptr;        // not owned; read-only while serving
+  ServiceMetrics* metrics = nullptr;          // not owned; may be null in tests
   const SharedMemoryRegistry* shm = nullptr;  // not owned; null: no shared memory
   // limits.max_output_bytes: a response's tensor bytes (--max_message_bytes less the room
   // kept for the response's own fields); the whole message is checked by the CallRunner.
@@ -47,8 +47,8 @@ class RequestHandlers {
   // Applies the request's scheme. `scheme` receives the metrics label even on error.
   // `shm_owner`: whose shared-memory regions the request may use (the client's connection,
   // SharedMemoryOwner in call_runner.h).
-  absl::Status Encode(v1::EncodeRequest& request, v1::EncodeResponse& response,
-                      SchemeLabel* scheme, const std::string& shm_owner = "") const;
+  absl::Status Encode(v1::EncodeRequest& request, v1::EncodeResponse& response, SchemeLabel* scheme,
+                      const std::string& shm_owner = "") const;
   absl::Status AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
                              SchemeLabel* scheme, const std::string& shm_owner = "") const;
   // Stops with CANCELLED when `cancelled` says so (polled inside the eigen-solve).

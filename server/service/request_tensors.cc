@@ -19,20 +19,19 @@ absl::StatusOr<uint64_t> TensorBytes(absl::Span<const int64_t> shape, DType dtyp
 absl::StatusOr<ShmLease> RequestTensors::Lease(const v1::SharedMemoryRef& ref, uint64_t need,
                                                absl::string_view field) {
   if (shm_ == nullptr || !shm_->enabled()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field, " is a shared-memory reference, but shared memory is off; start posenc-server "
-        "with --shm"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(field,
+                     " is a shared-memory reference, but shared memory is off; start posenc-server "
+                     "with --shm"));
   }
   if (ref.byte_size() != need) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".byte_size is ", ref.byte_size(), "; the tensor needs exactly ", need,
-        " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(field, ".byte_size is ", ref.byte_size(),
+                                                   "; the tensor needs exactly ", need, " bytes"));
   }
   return shm_->Lookup(ShmRef{ref.region(), ref.offset(), ref.byte_size()}, field, shm_owner_);
 }
 
-absl::Status RequestTensors::CheckNoOverlap(const char* begin, uint64_t size,
-                                            const void* same_as,
+absl::Status RequestTensors::CheckNoOverlap(const char* begin, uint64_t size, const void* same_as,
                                             absl::string_view field) const {
   for (const Slice& s : slices_) {
     // The tensor the output replaces may be its exact range (in place), never part of it.
@@ -72,8 +71,7 @@ absl::StatusOr<TensorView> RequestTensors::View(v1::Tensor* tensor, absl::string
 
 absl::StatusOr<TensorView> RequestTensors::Output(const v1::SharedMemoryRef& ref,
                                                   const Shape& shape, DType dtype,
-                                                  const void* same_as,
-                                                  absl::string_view field) {
+                                                  const void* same_as, absl::string_view field) {
   absl::StatusOr<uint64_t> need = TensorBytes(shape, dtype, field);
   if (!need.ok()) return need.status();
   absl::StatusOr<ShmLease> lease = Lease(ref, *need, field);

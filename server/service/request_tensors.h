@@ -30,8 +30,8 @@ class RequestTensors {
   // A writable slice `ref` for an output of `shape` and `dtype`; it must not overlap any
   // tensor viewed so far, except that it may be exactly the range of `same_as` (the input it
   // replaces, in place; or null).
-  absl::StatusOr<TensorView> Output(const v1::SharedMemoryRef& ref, const Shape& shape,
-                                    DType dtype, const void* same_as, absl::string_view field);
+  absl::StatusOr<TensorView> Output(const v1::SharedMemoryRef& ref, const Shape& shape, DType dtype,
+                                    const void* same_as, absl::string_view field);
 
   // DATA_LOSS when a client truncated a region while this request used it: whatever was
   // read or written there is lost. Call after the work, before answering.

@@ -3,11 +3,11 @@
 #include <malloc.h>
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
 #include <openssl/bio.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <fstream>
@@ -63,8 +63,7 @@ absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pe
   return status;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
-    const ServerOptions& options) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& options) {
   if (options.tls_cert.empty() && options.tls_key.empty()) {
     if (!options.tls_client_ca.empty()) {
       return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
@@ -72,9 +71,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     return grpc::InsecureServerCredentials();
   }
   if (options.tls_cert.empty() || options.tls_key.empty()) {
-    return absl::InvalidArgumentError(options.tls_cert.empty()
-                                          ? "--tls_key needs --tls_cert"
-                                          : "--tls_cert needs --tls_key");
+    return absl::InvalidArgumentError(options.tls_cert.empty() ? "--tls_key needs --tls_cert"
+                                                               : "--tls_cert needs --tls_key");
   }
   grpc::SslServerCredentialsOptions ssl;
   ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert, "--tls_cert"));
@@ -83,8 +81,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   ssl.pem_key_cert_pairs.push_back({key, cert});
   if (!options.tls_client_ca.empty()) {  // mutual TLS
     ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_client_ca, "--tls_client_ca"));
-    ssl.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
 }
@@ -102,11 +99,10 @@ absl::Status LoadTables(const std::vector<std::string>& specs, NamedTables& tabl
     table->data = std::move(loaded->data);
     std::shared_ptr<const std::vector<double>> float64_values;
     if (!loaded->float64_data.empty()) {
-      float64_values =
-          std::make_shared<const std::vector<double>>(std::move(loaded->float64_data));
+      float64_values = std::make_shared<const std::vector<double>>(std::move(loaded->float64_data));
     }
-    absl::Status added = tables.Add(NamedTable{loaded->name, std::move(table),
-                                               loaded->source_dtype, std::move(float64_values)});
+    absl::Status added = tables.Add(NamedTable{loaded->name, std::move(table), loaded->source_dtype,
+                                               std::move(float64_values)});
     if (!added.ok()) {
       return absl::Status(added.code(), absl::StrCat("--table=", spec, ": ", added.message()));
     }
@@ -116,18 +112,19 @@ absl::Status LoadTables(const std::vector<std::string>& specs, NamedTables& tabl
 
 absl::Status CheckOptions(const ServerOptions& options) {
   if (absl::StartsWith(options.listen, "unix-abstract:") && !options.listen_allow_abstract) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen=", options.listen, ": an abstract unix socket has no file mode, so any "
-        "local user can connect; use unix:/path or add --listen_allow_abstract"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen=", options.listen,
+                     ": an abstract unix socket has no file mode, so any "
+                     "local user can connect; use unix:/path or add --listen_allow_abstract"));
   }
   if (options.max_message_bytes > kMaxMessageBytesLimit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_message_bytes=", options.max_message_bytes, " is over ", kMaxMessageBytesLimit,
-        " (protobuf's 2 GiB message limit, less framing)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes=", options.max_message_bytes, " is over ",
+                     kMaxMessageBytesLimit, " (protobuf's 2 GiB message limit, less framing)"));
   }
   if (options.max_message_bytes < 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_message_bytes=", options.max_message_bytes, " is under 4096"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes=", options.max_message_bytes, " is under 4096"));
   }
   return absl::OkStatus();
 }
@@ -156,9 +153,9 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder& build
   // fraction of the admission budget; under its pressure gRPC shrinks flow-control windows
   // and then closes the connections that hold the most.
   grpc::ResourceQuota quota("posenc-transport");
-  quota.Resize(static_cast<size_t>(std::min<uint64_t>(
-      options.admission.max_inflight_bytes / kTransportQuotaDivisor,
-      std::numeric_limits<int32_t>::max())));
+  quota.Resize(static_cast<size_t>(
+      std::min<uint64_t>(options.admission.max_inflight_bytes / kTransportQuotaDivisor,
+                         std::numeric_limits<int32_t>::max())));
   builder.SetResourceQuota(quota);
   // Per connection: streams at once (one client cannot open thousands), header list size.
   // Not tied to --max_concurrent_calls: a call over that limit must be refused at once
@@ -252,12 +249,12 @@ void PosencServer::CreateServices(const ServerOptions& options) {
   service_ = std::make_unique<PositionalEncodingService>(state, *runner_);
   inference_ = std::make_unique<InferenceService>(
       state, *runner_, InferenceServiceOptions{/*shm_enabled=*/options.shm.enabled});
-  reflection_v1_ = std::make_unique<ReflectionV1Service>(std::vector<std::string>{
-      v1::PositionalEncoding::service_full_name(),
-      inference::GRPCInferenceService::service_full_name(),
-      grpc::health::v1::Health::service_full_name(),
-      grpc::reflection::v1::ServerReflection::service_full_name(),
-      "grpc.reflection.v1alpha.ServerReflection"});
+  reflection_v1_ = std::make_unique<ReflectionV1Service>(
+      std::vector<std::string>{v1::PositionalEncoding::service_full_name(),
+                               inference::GRPCInferenceService::service_full_name(),
+                               grpc::health::v1::Health::service_full_name(),
+                               grpc::reflection::v1::ServerReflection::service_full_name(),
+                               "grpc.reflection.v1alpha.ServerReflection"});
 }
 
 namespace {
@@ -295,7 +292,8 @@ class HeldGrpcLog {
       std::lock_guard<std::mutex> lock(mu());
       lines.swap(held());
     }
-    for (const Line& l : lines) gpr_log(l.file.c_str(), l.line, l.severity, "%s", l.message.c_str());
+    for (const Line& l : lines)
+      gpr_log(l.file.c_str(), l.line, l.severity, "%s", l.message.c_str());
   }
   bool dropped_ = false;
   struct Line {

@@ -22,15 +22,14 @@
 #include "server/service/call_tracker.h"
 #include "server/service/grpc_service.h"
 #include "server/service/health_service.h"
-#include "server/service/reflection_v1.h"
 #include "server/service/inference_service.h"
+#include "server/service/reflection_v1.h"
 #include "server/service/work_pool.h"
 #include "server/shm/shared_memory_registry.h"
 #include "server/tables/named_tables.h"
 #include "server/tables/table_cache.h"
 
 namespace posenc {
-
 
 // The largest --max_message_bytes: protobuf refuses messages of 2 GiB, and a response's
 // framing needs room beside its tensor bytes.
@@ -65,7 +64,7 @@ struct ServerOptions {
   bool listen_allow_abstract = false;  // --listen_allow_abstract
   // --metrics_listen: the Prometheus /metrics address; empty = off. Started by main.
   std::string metrics_listen = "0.0.0.0:9464";
-  std::vector<std::string> tables;       // --table: name=path.npy | name=path.safetensors:tensor
+  std::vector<std::string> tables;         // --table: name=path.npy | name=path.safetensors:tensor
   size_t cache_bytes = size_t{256} << 20;  // --cache_bytes: the table cache's budget
   // --max_message_bytes: the largest request or response message, framing included
   // (a response's tensor gets this less kResponseFramingBytes). At most
@@ -76,7 +75,7 @@ struct ServerOptions {
   // gigabytes before admission sees it.
   bool accept_compressed = false;
   std::string tls_cert, tls_key, tls_client_ca;  // --tls_cert, --tls_key, --tls_client_ca
-  int threads = 1;                        // --threads: workers per lane of the work pool
+  int threads = 1;                               // --threads: workers per lane of the work pool
   // --max_inflight_bytes, --max_concurrent_calls: what admission lets run at once. The byte
   // budget also sizes gRPC's resource quota (transport buffers).
   AdmissionLimits admission;
@@ -85,8 +84,8 @@ struct ServerOptions {
   std::chrono::milliseconds stall_threshold{2000};
   // --shutdown_grace: how long the drain lets accepted calls finish. Used by main.
   std::chrono::milliseconds shutdown_grace{8000};
-  SharedMemoryRegistry::Options shm;     // --shm, --shm_key_prefix, --shm_max_bytes, ...
-  bool log_requests = false;             // --log_requests: log every call, not only failed
+  SharedMemoryRegistry::Options shm;  // --shm, --shm_key_prefix, --shm_max_bytes, ...
+  bool log_requests = false;          // --log_requests: log every call, not only failed
 };
 
 class PosencServer {

@@ -91,15 +91,11 @@ absl::StatusOr<UniqueFd> OpenObject(absl::string_view name, absl::string_view ke
   const int error = errno;
   const std::string message = Prefix(name) + "cannot open the key's object: ";
   switch (error) {
-    case ENOENT:
-      return absl::NotFoundError(message + "no object has that key");
-    case ELOOP:
-      return absl::PermissionDeniedError(message + "it is a symbolic link");
+    case ENOENT: return absl::NotFoundError(message + "no object has that key");
+    case ELOOP: return absl::PermissionDeniedError(message + "it is a symbolic link");
     case EMFILE:
-    case ENFILE:
-      return absl::ResourceExhaustedError(message + ErrnoText(error));
-    default:
-      return absl::PermissionDeniedError(message + ErrnoText(error));
+    case ENFILE: return absl::ResourceExhaustedError(message + ErrnoText(error));
+    default: return absl::PermissionDeniedError(message + ErrnoText(error));
   }
 }
 
@@ -136,8 +132,7 @@ absl::StatusOr<std::shared_ptr<MappedRegion>> MapRegion(
   if (base == MAP_FAILED) {
     const int error = errno;
     const std::string message = Prefix(name) + "mmap failed: " + ErrnoText(error);
-    return error == ENOMEM ? absl::ResourceExhaustedError(message)
-                           : absl::InternalError(message);
+    return error == ENOMEM ? absl::ResourceExhaustedError(message) : absl::InternalError(message);
   }
   const int slot = fault_guard::Claim(base, length);
   if (slot < 0) {
@@ -197,8 +192,7 @@ absl::Status ShmLease::CheckIntact() const {
 }
 
 SharedMemoryRegistry::SharedMemoryRegistry(Options options)
-    : options_(std::move(options)),
-      mapped_bytes_(std::make_shared<std::atomic<uint64_t>>(0)) {}
+    : options_(std::move(options)), mapped_bytes_(std::make_shared<std::atomic<uint64_t>>(0)) {}
 
 SharedMemoryRegistry::~SharedMemoryRegistry() = default;
 
@@ -214,14 +208,12 @@ absl::Status SharedMemoryRegistry::CheckKey(absl::string_view key) const {
     return absl::PermissionDeniedError("the key has a NUL byte");
   }
   if (bare.substr(0, options_.key_prefix.size()) != options_.key_prefix) {
-    return absl::PermissionDeniedError(
-        "the key does not start with the server's --shm_key_prefix");
+    return absl::PermissionDeniedError("the key does not start with the server's --shm_key_prefix");
   }
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryRegistry::CheckRoom(uint64_t byte_size,
-                                             const std::string& owner) const {
+absl::Status SharedMemoryRegistry::CheckRoom(uint64_t byte_size, const std::string& owner) const {
   if (regions_.size() >= static_cast<size_t>(std::max(options_.max_regions, 0))) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the server has ", regions_.size(), " shared memory regions, its --shm_max_regions"));
@@ -275,8 +267,8 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
     }
     for (const auto& [other, entry] : regions_) {
       if (other.first != owner && entry.key == bare_key) {
-        return absl::PermissionDeniedError(
-            Prefix(name) + "the key is registered by another client");
+        return absl::PermissionDeniedError(Prefix(name) +
+                                           "the key is registered by another client");
       }
     }
     ASSIGN_OR_RETURN(const UniqueFd fd, OpenObject(name, key));
@@ -284,7 +276,7 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
     RETURN_IF_ERROR(CheckRoom(byte_size, owned.first));
     ASSIGN_OR_RETURN(auto region, MapRegion(name, fd.get(), offset, byte_size, mapped_bytes_));
     regions_.emplace(std::move(owned), Entry{std::move(region), std::string(bare_key),
-                                            std::chrono::steady_clock::now()});
+                                             std::chrono::steady_clock::now()});
   }
   Changed();
   return absl::OkStatus();
@@ -347,24 +339,23 @@ absl::StatusOr<std::vector<ShmRegionStatus>> SharedMemoryRegistry::Status(
     out.push_back({region_name, region.offset(), region.byte_size(), region.in_use().load()});
   }
   if (!name.empty() && out.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("shared memory region '", name, "' is not registered"));
+    return absl::NotFoundError(absl::StrCat("shared memory region '", name, "' is not registered"));
   }
   return out;
 }
 
-absl::StatusOr<ShmLease> SharedMemoryRegistry::Lookup(const ShmRef& ref,
-                                                      absl::string_view field,
+absl::StatusOr<ShmLease> SharedMemoryRegistry::Lookup(const ShmRef& ref, absl::string_view field,
                                                       absl::string_view owner) const {
   if (!options_.enabled) return absl::FailedPreconditionError(kOffMessage);
-  if (ref.region.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ".region is empty"));
+  if (ref.region.empty())
+    return absl::InvalidArgumentError(absl::StrCat(field, ".region is empty"));
   std::shared_ptr<MappedRegion> region;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = regions_.find(OwnedName{std::string(owner), std::string(ref.region)});
     if (it == regions_.end()) {
-      return absl::NotFoundError(absl::StrCat(field, ".region: shared memory region '",
-                                              ref.region, "' is not registered"));
+      return absl::NotFoundError(absl::StrCat(field, ".region: shared memory region '", ref.region,
+                                              "' is not registered"));
     }
     region = it->second.region;
   }

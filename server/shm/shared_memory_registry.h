@@ -80,10 +80,10 @@ struct ShmRegionStatus {
 class SharedMemoryRegistry {
  public:
   struct Options {
-    bool enabled = false;                 // --shm
-    std::string key_prefix = "posenc_";   // --shm_key_prefix, after an optional leading '/'
+    bool enabled = false;                     // --shm
+    std::string key_prefix = "posenc_";       // --shm_key_prefix, after an optional leading '/'
     uint64_t max_bytes = uint64_t{16} << 30;  // --shm_max_bytes, over all mapped regions
-    int max_regions = 256;                // --shm_max_regions
+    int max_regions = 256;                    // --shm_max_regions
     // What one owner may hold: a quarter of the regions and of the bytes by default, so one
     // client cannot exhaust the registry for the others.
     int max_regions_per_owner = 64;

@@ -7,23 +7,21 @@
 
 namespace posenc {
 
-absl::StatusOr<FourierEncoder> FourierEncoder::Create(absl::Span<const double> b,
-                                                      int64_t num_axes,
+absl::StatusOr<FourierEncoder> FourierEncoder::Create(absl::Span<const double> b, int64_t num_axes,
                                                       absl::string_view field) {
   if (num_axes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("fourier.num_axes is ", num_axes, "; it must be >= 1"));
   }
   if (num_axes > kMaxFourierAxes) {
-    return absl::ResourceExhaustedError(absl::StrCat("fourier.num_axes is ", num_axes,
-                                                     "; at most ", kMaxFourierAxes,
-                                                     " are served"));
+    return absl::ResourceExhaustedError(absl::StrCat("fourier.num_axes is ", num_axes, "; at most ",
+                                                     kMaxFourierAxes, " are served"));
   }
   const auto n = static_cast<int64_t>(b.size());
   if (n == 0 || n % num_axes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " has ", n, " values; it must be F rows of num_axes (", num_axes,
-        ") frequencies, F >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", n,
+                                                   " values; it must be F rows of num_axes (",
+                                                   num_axes, ") frequencies, F >= 1"));
   }
   if (n / num_axes > kMaxFourierFeatures) {
     return absl::ResourceExhaustedError(absl::StrCat(field, " has ", n / num_axes,
@@ -32,9 +30,8 @@ absl::StatusOr<FourierEncoder> FourierEncoder::Create(absl::Span<const double> b
   }
   for (int64_t i = 0; i < n; ++i) {
     if (!(std::abs(b[i]) <= kMaxFourierFrequency)) {
-      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] is ", b[i],
-                                                     "; it must be finite, within +-",
-                                                     kMaxFourierFrequency));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "[", i, "] is ", b[i], "; it must be finite, within +-", kMaxFourierFrequency));
     }
   }
   return FourierEncoder(std::vector<double>(b.begin(), b.end()), n / num_axes, num_axes);

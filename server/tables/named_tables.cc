@@ -7,8 +7,7 @@ namespace posenc {
 absl::Status NamedTables::Add(NamedTable table) {
   const std::string name = table.name;
   if (!tables_.emplace(name, std::move(table)).second) {
-    return absl::AlreadyExistsError(absl::StrCat("--table: the name '", name,
-                                                 "' is given twice"));
+    return absl::AlreadyExistsError(absl::StrCat("--table: the name '", name, "' is given twice"));
   }
   return absl::OkStatus();
 }

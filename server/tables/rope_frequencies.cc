@@ -105,9 +105,10 @@ absl::Status CheckAttentionFactor(const RopeScalingSpec& s) {
 absl::Status CheckExtensionFactor(const RopeScalingSpec& s) {
   const std::optional<double> factor = ExtensionFactor(s);
   if (s.factor.has_value() || !factor.has_value()) return absl::OkStatus();
-  return CheckInRange("rope.scaling.factor (max_position_embeddings / "
-                      "original_max_position_embeddings)",
-                      *factor, kMinRopeFactor, kMaxRopeFactor);
+  return CheckInRange(
+      "rope.scaling.factor (max_position_embeddings / "
+      "original_max_position_embeddings)",
+      *factor, kMinRopeFactor, kMaxRopeFactor);
 }
 
 // One function pair per scaling type, as HF's modeling_rope_utils keeps one
@@ -150,9 +151,8 @@ absl::Status ValidateDynamic(const RopeScalingSpec& s, double, int) {
 RopeFrequencies ComputeDynamic(const RopeScalingSpec& s, double base, int rotary_dim,
                                int64_t seq_len) {
   const double factor = *s.factor, dim = rotary_dim;
-  const double max_pos =
-      static_cast<double>(s.max_position_embeddings ? *s.max_position_embeddings
-                                                    : *s.original_max_position_embeddings);
+  const double max_pos = static_cast<double>(
+      s.max_position_embeddings ? *s.max_position_embeddings : *s.original_max_position_embeddings);
   const double len = std::max(static_cast<double>(seq_len), max_pos);
   double scaled_base = base;
   // With rotary_dim 2 the only frequency is base^0 = 1 whatever the base, and HF's
@@ -219,9 +219,9 @@ double YarnAttentionFactor(const RopeScalingSpec& s, double factor) {
 
 RopeFrequencies ComputeYarn(const RopeScalingSpec& s, double base, int rotary_dim, int64_t) {
   const double factor = *ExtensionFactor(s), dim = rotary_dim;
-  const double original = static_cast<double>(s.original_max_position_embeddings
-                                                  ? *s.original_max_position_embeddings
-                                                  : *s.max_position_embeddings);
+  const double original =
+      static_cast<double>(s.original_max_position_embeddings ? *s.original_max_position_embeddings
+                                                             : *s.max_position_embeddings);
   RopeFrequencies out;
   out.attention_factor = YarnAttentionFactor(s, factor);
   // The feature index at which a wavelength completes `rotations` turns over the
@@ -265,9 +265,9 @@ absl::Status ValidateLlama3(const RopeScalingSpec& s, double, int) {
   RETURN_IF_ERROR(MustBePositive("rope.scaling.high_freq_factor", high));
   // Equal factors (Llama 4: both 1) leave no band to smooth over.
   if (high < low) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope.scaling.high_freq_factor is ", high,
-                     "; it must be at least low_freq_factor (", low, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("rope.scaling.high_freq_factor is ", high,
+                                                   "; it must be at least low_freq_factor (", low,
+                                                   ")"));
   }
   return absl::OkStatus();
 }
@@ -312,8 +312,7 @@ absl::Status ValidateLongRope(const RopeScalingSpec& s, double, int rotary_dim) 
                    "LONGROPE needs it or max_position_embeddings to derive it");
   }
   RETURN_IF_ERROR(CheckExtensionFactor(s));
-  if (!s.attention_factor && *ExtensionFactor(s) > 1.0 &&
-      *s.original_max_position_embeddings < 2) {
+  if (!s.attention_factor && *ExtensionFactor(s) > 1.0 && *s.original_max_position_embeddings < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rope.scaling.original_max_position_embeddings is ", *s.original_max_position_embeddings,
         "; LONGROPE's attention factor divides by its log, so it must be >= 2"));
@@ -329,7 +328,7 @@ RopeFrequencies ComputeLongRope(const RopeScalingSpec& s, double base, int rotar
   out.attention_factor =
       s.attention_factor ? *s.attention_factor
       : factor <= 1.0    ? 1.0
-                         : std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original)));
+                      : std::sqrt(1 + std::log(factor) / std::log(static_cast<double>(original)));
   const std::vector<double>& ext = seq_len > original ? s.long_factor : s.short_factor;
   out.inv_freq.resize(static_cast<size_t>(rotary_dim / 2));
   for (size_t i = 0; i < out.inv_freq.size(); ++i) {
@@ -342,8 +341,8 @@ absl::Status ValidateProportional(const RopeScalingSpec& s, double, int) {
   if (s.rope_proportion) {
     const double p = *s.rope_proportion;
     if (!(p >= 0) || !(p <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("rope.scaling.rope_proportion is ", p,
-                                                     "; it must be in [0, 1]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope.scaling.rope_proportion is ", p, "; it must be in [0, 1]"));
     }
   }
   return absl::OkStatus();
@@ -413,22 +412,20 @@ absl::Status ValidateMrope(const RopeSpec& spec, int rotary_dim) {
     sum += sections[i];
   }
   if (sum != rotary_dim / 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope.mrope_section sums to ", sum, "; it must sum to rotary_dim/2 = ",
-                     rotary_dim / 2));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope.mrope_section sums to ", sum, "; it must sum to rotary_dim/2 = ", rotary_dim / 2));
   }
   if (spec.mrope_interleaved && sections.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rope.mrope_section has ", sections.size(),
-        " entries; rope.mrope_interleaved needs 3 (time, height, width)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.mrope_section has ", sections.size(),
+                     " entries; rope.mrope_interleaved needs 3 (time, height, width)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateAxes(const RopeSpec& spec, int rotary_dim) {
   if (spec.mrope_interleaved && spec.mrope_section.empty()) {
-    return absl::InvalidArgumentError(
-        "rope.mrope_interleaved is set; it needs rope.mrope_section");
+    return absl::InvalidArgumentError("rope.mrope_interleaved is set; it needs rope.mrope_section");
   }
   if (!spec.mrope_section.empty() && spec.axial_axes != 0) {
     return absl::InvalidArgumentError(
@@ -441,9 +438,9 @@ absl::Status ValidateAxes(const RopeSpec& spec, int rotary_dim) {
                                                    "; it must be in [0, ", kMaxRopeAxes, "]"));
   }
   if (rotary_dim % (2 * spec.axial_axes) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rope.rotary_dim is ", rotary_dim, "; rope.axial_axes ", spec.axial_axes,
-        " needs a multiple of 2 * axial_axes = ", 2 * spec.axial_axes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.rotary_dim is ", rotary_dim, "; rope.axial_axes ", spec.axial_axes,
+                     " needs a multiple of 2 * axial_axes = ", 2 * spec.axial_axes));
   }
   if (spec.scaling.type != ScalingType::kNone) {
     return absl::InvalidArgumentError(
@@ -466,8 +463,8 @@ absl::Status ValidateXpos(const RopeSpec& spec) {
                                                    "; it must be >= ", kMinXposScaleBase));
   }
   if (spec.xpos_center && (*spec.xpos_center < 0 || *spec.xpos_center > (int64_t{1} << 40))) {
-    return absl::InvalidArgumentError(absl::StrCat("rope.xpos_center is ", *spec.xpos_center,
-                                                   "; it must be in [0, 2^40]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope.xpos_center is ", *spec.xpos_center, "; it must be in [0, 2^40]"));
   }
   return absl::OkStatus();
 }
@@ -555,8 +552,8 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeSpec& spec, int
     return absl::InvalidArgumentError(absl::StrCat(
         "rope.scaling: these parameters (attention_factor, mscale, mscale_all_dim, factor) "
         "give an attention factor of ",
-        out.attention_factor, "; it must be in [", kMinAttentionFactor, ", ",
-        kMaxAttentionFactor, "]"));
+        out.attention_factor, "; it must be in [", kMinAttentionFactor, ", ", kMaxAttentionFactor,
+        "]"));
   }
   return out;
 }
@@ -620,8 +617,7 @@ void FillRopeTokenRow(const RopeFrequencies& freqs, absl::Span<const int64_t> ax
   FillRow(freqs, axis_positions, query_row, key_row);
 }
 
-void FillRopeQueryKeyRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n,
-                              float* out) {
+void FillRopeQueryKeyRowRange(const RopeFrequencies& freqs, int64_t first, int64_t n, float* out) {
   const size_t width = 2 * freqs.inv_freq.size();
   for (int64_t r = 0; r < n; ++r) {
     const int64_t p = first + r;
@@ -698,8 +694,8 @@ bool SameRopeSpec(const RopeSpec& a, const RopeSpec& b) {
          a.xpos_center == b.xpos_center;
 }
 
-absl::StatusOr<const RopeFrequencies*> RopeFrequencyMemo::Get(const RopeSpec& spec,
-                                                             int rotary_dim, int64_t seq_len) {
+absl::StatusOr<const RopeFrequencies*> RopeFrequencyMemo::Get(const RopeSpec& spec, int rotary_dim,
+                                                              int64_t seq_len) {
   if (valid_ && rotary_dim == rotary_dim_ && SameRopeSpec(spec, spec_) &&
       (seq_len == seq_len_ || !RopeFrequenciesReadLength(spec))) {
     return &freqs_;

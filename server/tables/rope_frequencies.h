@@ -30,9 +30,9 @@ struct RopeScalingSpec {
   std::optional<double> high_freq_factor;  // LLAMA3, default 4
   std::optional<int64_t> original_max_position_embeddings;
   std::optional<int64_t> max_position_embeddings;
-  std::vector<double> short_factor;  // LONGROPE, rotary_dim/2 entries
-  std::vector<double> long_factor;   // LONGROPE, rotary_dim/2 entries
-  std::optional<bool> truncate;      // YARN, default true
+  std::vector<double> short_factor;       // LONGROPE, rotary_dim/2 entries
+  std::vector<double> long_factor;        // LONGROPE, rotary_dim/2 entries
+  std::optional<bool> truncate;           // YARN, default true
   std::optional<double> rope_proportion;  // PROPORTIONAL, default 1
 };
 
@@ -173,8 +173,7 @@ class RopeFrequencyMemo {
   // ComputeRopeFrequencies(spec, rotary_dim, seq_len), remembered while the spec and
   // rotary_dim stay the same, and seq_len too where the spec reads it. The pointer is valid
   // until the next call.
-  absl::StatusOr<const RopeFrequencies*> Get(const RopeSpec& spec, int rotary_dim,
-                                             int64_t seq_len);
+  absl::StatusOr<const RopeFrequencies*> Get(const RopeSpec& spec, int rotary_dim, int64_t seq_len);
   // RopeCacheKey(*Get(...), 0, rows). REQUIRES: the last Get returned OK.
   const std::string& PrefixTableKey(int64_t rows);
 

@@ -11,27 +11,25 @@
 namespace posenc {
 
 absl::Status ValidateSinusoidal2D(const Sinusoidal2DSpec& spec, absl::string_view field) {
-  for (auto [name, side] : {std::pair{"grid_height", spec.grid_height},
-                            std::pair{"grid_width", spec.grid_width}}) {
+  for (auto [name, side] :
+       {std::pair{"grid_height", spec.grid_height}, std::pair{"grid_width", spec.grid_width}}) {
     if (side < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".", name, " is ", side, "; it must be >= 1"));
     }
     if (side > kMaxGridSide) {
-      return absl::ResourceExhaustedError(absl::StrCat(field, ".", name, " is ", side,
-                                                       "; at most ", kMaxGridSide,
-                                                       " is served"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(field, ".", name, " is ", side, "; at most ", kMaxGridSide, " is served"));
     }
   }
   if (!(spec.base > 0.0) || !std::isfinite(spec.base) || spec.base < kMinSinusoidalBase) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".base is ", spec.base,
-                                                   "; it must be a finite number >= ",
-                                                   kMinSinusoidalBase));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".base is ", spec.base, "; it must be a finite number >= ", kMinSinusoidalBase));
   }
   if (spec.dim < 4 || spec.dim % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " encoding width (input.shape[-1], d_model) is ", spec.dim,
-        "; the 2D sin-cos encoding needs a positive multiple of 4"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " encoding width (input.shape[-1], d_model) is ", spec.dim,
+                     "; the 2D sin-cos encoding needs a positive multiple of 4"));
   }
   return absl::OkStatus();
 }

@@ -28,8 +28,8 @@ absl::Status ValidateSinusoidal(const SinusoidalSpec& spec, absl::string_view fi
 
 SinusoidalEncoder::SinusoidalEncoder(const SinusoidalSpec& spec) : dim_(spec.dim) {
   const int64_t d = spec.dim;
-  const bool fairseq = spec.layout == SinusoidalLayout::kConcatenated &&
-                       spec.timescale == Timescale::kHalfMinusOne;
+  const bool fairseq =
+      spec.layout == SinusoidalLayout::kConcatenated && spec.timescale == Timescale::kHalfMinusOne;
   // fairseq drops the odd column's sin; every other variant gives it ceil(d/2) sins.
   const int64_t num_sin = fairseq ? d / 2 : (d + 1) / 2;
   const int64_t num_cos = d / 2;
@@ -91,8 +91,7 @@ Table ComputeSinusoidalTable(const SinusoidalSpec& spec, const TablePositions& p
   table.cols = spec.dim;
   table.data.resize(static_cast<size_t>(n * spec.dim));
   for (int64_t r = 0; r < n; ++r) {
-    encoder.Row(static_cast<double>(positions.At(first_row + r)),
-                table.data.data() + r * spec.dim);
+    encoder.Row(static_cast<double>(positions.At(first_row + r)), table.data.data() + r * spec.dim);
   }
   return table;
 }
@@ -105,10 +104,10 @@ std::string SinusoidalTableKey(const SinusoidalSpec& spec, int64_t rows) {
   const int32_t layout = static_cast<int32_t>(spec.layout);
   const int32_t timescale = static_cast<int32_t>(spec.timescale);
   const std::pair<const void*, size_t> fields[] = {{&spec.base, sizeof(spec.base)},
-                                                    {&layout, sizeof(layout)},
-                                                    {&timescale, sizeof(timescale)},
-                                                    {&spec.dim, sizeof(spec.dim)},
-                                                    {&rows, sizeof(rows)}};
+                                                   {&layout, sizeof(layout)},
+                                                   {&timescale, sizeof(timescale)},
+                                                   {&spec.dim, sizeof(spec.dim)},
+                                                   {&rows, sizeof(rows)}};
   size_t bytes = kPrefix.size();
   for (const auto& field : fields) bytes += field.second;
   std::string key(bytes, '\0');

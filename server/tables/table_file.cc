@@ -6,9 +6,9 @@
 #include <cstring>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
 #include "server/common/status_macros.h"
 #include "server/tensor/npy.h"
@@ -45,9 +45,9 @@ absl::StatusOr<DType> SafetensorsDType(const std::string& dtype, const std::stri
 absl::StatusOr<NamedTableData> MakeTable(absl::string_view name, const std::string& where,
                                          DType dtype, const Shape& shape, const void* bytes) {
   if (shape.size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", name, "' (", where, ") has shape ", ShapeString(shape),
-                     "; a table must be 2-D [rows, cols]"));
+    return absl::InvalidArgumentError(absl::StrCat("table '", name, "' (", where, ") has shape ",
+                                                   ShapeString(shape),
+                                                   "; a table must be 2-D [rows, cols]"));
   }
   if (shape[0] < 1 || shape[1] < 1) {
     return absl::InvalidArgumentError(absl::StrCat("table '", name, "' (", where, ") has shape ",
@@ -92,9 +92,9 @@ absl::StatusOr<TableSpec> ParseTableSpec(absl::string_view spec) {
   TableSpec out;
   out.name = std::string(spec.substr(0, eq));
   if (!ValidTableName(out.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--table '", spec, "': the table name '", out.name,
-        "' must be non-empty without whitespace, '=' or ':'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--table '", spec, "': the table name '", out.name,
+                     "' must be non-empty without whitespace, '=' or ':'"));
   }
   const absl::string_view rest = spec.substr(eq + 1);
   if (absl::EndsWith(rest, ".npy")) {
@@ -117,8 +117,8 @@ absl::StatusOr<TableSpec> ParseTableSpec(absl::string_view spec) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--table '", spec, "': a safetensors table needs the tensor name: ", rest, ":TENSOR"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--table '", spec, "': the path must end in .npy, or .safetensors:TENSOR"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--table '", spec, "': the path must end in .npy, or .safetensors:TENSOR"));
 }
 
 absl::StatusOr<NamedTableData> LoadNpyTable(const std::string& path, absl::string_view name) {
@@ -161,8 +161,8 @@ absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(std::ifstream& in,
                                         kMaxSafetensorsHeader));
   }
   if (8 + header_len > file_size) {
-    return Malformed(path, absl::StrCat("header length ", header_len,
-                                        " runs past the end of the ", file_size, "-byte file"));
+    return Malformed(path, absl::StrCat("header length ", header_len, " runs past the end of the ",
+                                        file_size, "-byte file"));
   }
   std::string header_text(static_cast<size_t>(header_len), '\0');
   in.read(header_text.data(), static_cast<std::streamsize>(header_len));
@@ -191,8 +191,8 @@ absl::StatusOr<const nlohmann::json*> FindSafetensorsEntry(const nlohmann::json&
   std::string listed =
       absl::StrJoin(names.begin(), names.begin() + std::min(names.size(), kListed), ", ");
   if (names.size() > kListed) absl::StrAppend(&listed, ", ... (", names.size(), " in all)");
-  return absl::NotFoundError(absl::StrCat(path, ": no tensor '", tensor, "'; it has: ",
-                                          names.empty() ? "(none)" : listed));
+  return absl::NotFoundError(absl::StrCat(path, ": no tensor '", tensor,
+                                          "'; it has: ", names.empty() ? "(none)" : listed));
 }
 
 // One entry's dtype, shape and byte range, checked against the data buffer.
@@ -249,9 +249,8 @@ absl::StatusOr<SafetensorsEntry> ParseSafetensorsEntry(const nlohmann::json& ent
   out.begin = begin_json.get<uint64_t>();
   const uint64_t end = end_json.get<uint64_t>();
   if (out.begin > end || end > buffer_size) {
-    return Malformed(path, absl::StrCat("entry '", tensor, "' has data_offsets [", out.begin,
-                                        ", ", end, "] outside the ", buffer_size,
-                                        "-byte data buffer"));
+    return Malformed(path, absl::StrCat("entry '", tensor, "' has data_offsets [", out.begin, ", ",
+                                        end, "] outside the ", buffer_size, "-byte data buffer"));
   }
   ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(out.shape, absl::StrCat(path, ":", tensor)));
   out.bytes = static_cast<uint64_t>(n) * DTypeSize(out.dtype);
@@ -277,9 +276,9 @@ absl::StatusOr<NamedTableData> LoadSafetensorsTable(const std::string& path,
   const std::string where = absl::StrCat(path, ":", tensor);
   // Rank before reading, so a wrong tensor costs no large read.
   if (entry.shape.size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", name, "' (", where, ") has shape ", ShapeString(entry.shape),
-                     "; a table must be 2-D [rows, cols]"));
+    return absl::InvalidArgumentError(absl::StrCat("table '", name, "' (", where, ") has shape ",
+                                                   ShapeString(entry.shape),
+                                                   "; a table must be 2-D [rows, cols]"));
   }
   std::string bytes(static_cast<size_t>(entry.bytes), '\0');
   in.seekg(static_cast<std::streamoff>(header.data_start + entry.begin), std::ios::beg);

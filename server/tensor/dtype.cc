@@ -45,9 +45,9 @@ uint16_t FloatToHalf(float f) {
   std::memcpy(&bits, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: infinity
-  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+  if (abs < 0x38800000u) {               // below the smallest normal half: subnormal or zero
     if (abs < 0x33000000u) return sign;  // < 2^-25 rounds to zero
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
@@ -88,8 +88,7 @@ void ToFloat32(DType src_type, const void* src, float* dst, size_t n) {
       }
       return;
     }
-    default:
-      return;
+    default: return;
   }
 }
 
@@ -108,8 +107,7 @@ void FromFloat32(const float* src, DType dst_type, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = FloatToBFloat16(src[i]);
       return;
     }
-    default:
-      return;
+    default: return;
   }
 }
 

@@ -1,7 +1,7 @@
 #include "server/tensor/npy.h"
 
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -94,16 +94,19 @@ class HeaderDictParser {
   }
   absl::Status Expect(char c) {
     SkipSpace();
-    if (Peek() != c) return Malformed(name_, absl::StrCat("expected '", std::string(1, c), "' in the header"));
+    if (Peek() != c)
+      return Malformed(name_, absl::StrCat("expected '", std::string(1, c), "' in the header"));
     ++pos_;
     return absl::OkStatus();
   }
   absl::StatusOr<std::string> ParseString() {
     SkipSpace();
     const char quote = Peek();
-    if (quote != '\'' && quote != '"') return Malformed(name_, "expected a quoted string in the header");
+    if (quote != '\'' && quote != '"')
+      return Malformed(name_, "expected a quoted string in the header");
     const size_t end = text_.find(quote, pos_ + 1);
-    if (end == absl::string_view::npos) return Malformed(name_, "unterminated string in the header");
+    if (end == absl::string_view::npos)
+      return Malformed(name_, "unterminated string in the header");
     std::string s(text_.substr(pos_ + 1, end - pos_ - 1));
     pos_ = end + 1;
     return s;
@@ -215,7 +218,8 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes, absl::string_v
                                         " is not supported (1.0, 2.0 and 3.0 are)"));
   }
   if (header_len > kMaxHeaderBytes) {
-    return Malformed(name, absl::StrCat("header length ", header_len, " exceeds ", kMaxHeaderBytes));
+    return Malformed(name,
+                     absl::StrCat("header length ", header_len, " exceeds ", kMaxHeaderBytes));
   }
   if (bytes.size() < preamble + header_len) {
     return Malformed(name, absl::StrCat("header of ", header_len, " bytes is truncated (",
@@ -224,9 +228,10 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes, absl::string_v
   HeaderDictParser parser(bytes.substr(preamble, header_len), name);
   RETURN_IF_ERROR(parser.Parse());
   if (parser.fortran_order()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": fortran_order is True; only C-order arrays are supported (save with "
-              "np.ascontiguousarray)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name,
+                     ": fortran_order is True; only C-order arrays are supported (save with "
+                     "np.ascontiguousarray)"));
   }
   NpyHeader header;
   ASSIGN_OR_RETURN(header.dtype, DTypeFromDescr(parser.descr(), name));
@@ -293,7 +298,8 @@ absl::StatusOr<std::string> SerializeNpy(DType dtype, absl::Span<const int64_t> 
   out.push_back(static_cast<char>(preamble == kPreambleV1 ? 1 : 2));
   out.push_back(0);
   const size_t len_width = preamble - 8;
-  for (size_t i = 0; i < len_width; ++i) out.push_back(static_cast<char>((header_len >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < len_width; ++i)
+    out.push_back(static_cast<char>((header_len >> (8 * i)) & 0xff));
   out.append(dict);
   out.append(data.data(), data.size());
   return out;
@@ -304,7 +310,8 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   if (!in) return OpenError(path, errno, "open");
   in.seekg(0, std::ios::end);
   const std::streamoff file_size = in.tellg();
-  if (file_size < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot determine the file size"));
+  if (file_size < 0)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot determine the file size"));
   in.seekg(0, std::ios::beg);
 
   // Read the preamble, then exactly the header, so a bogus header cannot make us allocate.
@@ -315,7 +322,8 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   }
   const int major = static_cast<unsigned char>(head[6]);
   size_t header_end = kPreambleV1 + ReadLE(head, 8, 2);
-  if ((major == 2 || major == 3) && head.size() >= kPreambleV2) header_end = kPreambleV2 + ReadLE(head, 8, 4);
+  if ((major == 2 || major == 3) && head.size() >= kPreambleV2)
+    header_end = kPreambleV2 + ReadLE(head, 8, 4);
   if (header_end > static_cast<size_t>(file_size) || header_end > kMaxHeaderBytes + kPreambleV2) {
     // Let the header parser produce the precise message from what there is.
     header_end = std::min<size_t>(static_cast<size_t>(file_size), kMaxHeaderBytes + kPreambleV2);
@@ -334,7 +342,10 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   array.data.resize(header.data_bytes);
   in.seekg(static_cast<std::streamoff>(header.data_offset), std::ios::beg);
   in.read(array.data.data(), static_cast<std::streamsize>(array.data.size()));
-  if (!in) return absl::DataLossError(absl::StrCat(path, ": read of ", header.data_bytes, " bytes failed"));
+  if (!in) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": read of ", header.data_bytes, " bytes failed"));
+  }
   return array;
 }
 

@@ -21,10 +21,10 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape,
     }
     if (d == 0) continue;
     if (nonzero > kMaxElements / d) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".shape ", ShapeString(shape),
-          empty ? " has non-zero dimensions whose product is more than 2^40"
-              : " has more than 2^40 elements"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape ", ShapeString(shape),
+                       empty ? " has non-zero dimensions whose product is more than 2^40"
+                             : " has more than 2^40 elements"));
     }
     nonzero *= d;
   }

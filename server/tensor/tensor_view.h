@@ -44,7 +44,9 @@ struct TensorView {
   int64_t NumElements() const { return posenc::NumElements(shape); }
   size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype); }
   template <typename T>
-  T* As() const { return static_cast<T*>(data); }
+  T* As() const {
+    return static_cast<T*>(data);
+  }
 };
 
 struct ConstTensorView {
@@ -59,7 +61,9 @@ struct ConstTensorView {
   int64_t NumElements() const { return posenc::NumElements(shape); }
   size_t NumBytes() const { return static_cast<size_t>(NumElements()) * DTypeSize(dtype); }
   template <typename T>
-  const T* As() const { return static_cast<const T*>(data); }
+  const T* As() const {
+    return static_cast<const T*>(data);
+  }
 };
 
 }  // namespace posenc

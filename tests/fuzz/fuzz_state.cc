@@ -67,8 +67,7 @@ void CheckStatus(const absl::Status& status, const char* what) {
   // POSENC_FUZZ_VERBOSE=1 prints each status: to check that seeds are valid requests.
   static const bool verbose = std::getenv("POSENC_FUZZ_VERBOSE") != nullptr;
   if (verbose) std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
-  if (status.code() == absl::StatusCode::kInternal ||
-      status.code() == absl::StatusCode::kUnknown) {
+  if (status.code() == absl::StatusCode::kInternal || status.code() == absl::StatusCode::kUnknown) {
     Fail(what, status.ToString());
   }
 }
@@ -76,8 +75,10 @@ void CheckStatus(const absl::Status& status, const char* what) {
 void CheckTensor(const v1::Tensor& t, const char* what) {
   size_t elem = 0;
   switch (t.dtype()) {
-    case v1::FLOAT32: case v1::INT32: elem = 4; break;
-    case v1::FLOAT16: case v1::BFLOAT16: elem = 2; break;
+    case v1::FLOAT32:
+    case v1::INT32: elem = 4; break;
+    case v1::FLOAT16:
+    case v1::BFLOAT16: elem = 2; break;
     case v1::INT64: elem = 8; break;
     default: Fail(what, "output dtype is not a known dtype");
   }

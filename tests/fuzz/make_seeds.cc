@@ -54,8 +54,7 @@ v1::Tensor MakeTensor(std::initializer_list<int64_t> shape, v1::DType dtype = v1
   return t;
 }
 
-v1::EncodeRequest Embeddings(std::initializer_list<int64_t> shape,
-                             v1::DType dtype = v1::FLOAT32) {
+v1::EncodeRequest Embeddings(std::initializer_list<int64_t> shape, v1::DType dtype = v1::FLOAT32) {
   v1::EncodeRequest r;
   r.set_request_id("seed");
   *r.mutable_input() = MakeTensor(shape, dtype);
@@ -260,8 +259,8 @@ std::vector<std::pair<std::string, v1::EncodeRequest>> OtherEncodeSeeds() {
   // Sinusoidal2D: a square grid, and a non-square one with a class token, every fusion.
   for (auto fusion : {v1::ADD, v1::CONCAT, v1::MULTIPLY}) {
     const bool cls = fusion != v1::ADD;
-    v1::EncodeRequest g = Embeddings({2, cls ? 7 : 4, 16}, fusion == v1::CONCAT ? v1::FLOAT16
-                                                                                : v1::FLOAT32);
+    v1::EncodeRequest g =
+        Embeddings({2, cls ? 7 : 4, 16}, fusion == v1::CONCAT ? v1::FLOAT16 : v1::FLOAT32);
     g.mutable_sinusoidal_2d()->set_grid_height(2);
     g.mutable_sinusoidal_2d()->set_grid_width(cls ? 3 : 2);
     g.mutable_sinusoidal_2d()->set_cls_token(cls);
@@ -382,8 +381,7 @@ void WriteTableSeeds() {
       r.set_dim(layout ? 16 : 15);
       r.set_rows_per_chunk(8);
       r.set_dtype(timescale ? v1::FLOAT16 : v1::FLOAT32);
-      Write("table", "sinusoidal_l" + std::to_string(layout) + "_t" + std::to_string(timescale),
-            r);
+      Write("table", "sinusoidal_l" + std::to_string(layout) + "_t" + std::to_string(timescale), r);
     }
   }
   for (auto type : {v1::NONE, v1::LINEAR, v1::DYNAMIC, v1::YARN, v1::LLAMA3, v1::LONGROPE}) {

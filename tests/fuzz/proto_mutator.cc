@@ -10,9 +10,26 @@ using google::protobuf::Message;
 using google::protobuf::Reflection;
 
 int64_t EdgeInt(std::minstd_rand& rng) {
-  static const int64_t kValues[] = {0, 1, -1, 2, 3, 4, 7, 8, 16, 31, 32, 64, 255, 4096,
-                                    int64_t{1} << 20, int64_t{1} << 31, (int64_t{1} << 40) - 1,
-                                    int64_t{1} << 40, (int64_t{1} << 40) + 1, int64_t{1} << 62,
+  static const int64_t kValues[] = {0,
+                                    1,
+                                    -1,
+                                    2,
+                                    3,
+                                    4,
+                                    7,
+                                    8,
+                                    16,
+                                    31,
+                                    32,
+                                    64,
+                                    255,
+                                    4096,
+                                    int64_t{1} << 20,
+                                    int64_t{1} << 31,
+                                    (int64_t{1} << 40) - 1,
+                                    int64_t{1} << 40,
+                                    (int64_t{1} << 40) + 1,
+                                    int64_t{1} << 62,
                                     std::numeric_limits<int64_t>::max(),
                                     std::numeric_limits<int64_t>::min()};
   if (rng() % 4 == 0) return static_cast<int64_t>(rng() % 100);
@@ -20,8 +37,20 @@ int64_t EdgeInt(std::minstd_rand& rng) {
 }
 
 double EdgeDouble(std::minstd_rand& rng) {
-  static const double kValues[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 1e-6, 1e6, 1e4, 3e38, 1e-300,
-                                   5e-324, 1e300, 1.7e308,
+  static const double kValues[] = {0.0,
+                                   -0.0,
+                                   1.0,
+                                   -1.0,
+                                   0.5,
+                                   2.0,
+                                   1e-6,
+                                   1e6,
+                                   1e4,
+                                   3e38,
+                                   1e-300,
+                                   5e-324,
+                                   1e300,
+                                   1.7e308,
                                    std::numeric_limits<double>::infinity(),
                                    -std::numeric_limits<double>::infinity(),
                                    std::numeric_limits<double>::quiet_NaN()};
@@ -35,7 +64,13 @@ std::string EdgeString(const FieldDescriptor* field, const std::string& old,
     return kNames[rng() % 5];
   }
   // Tensor bytes: a size off by a little, halved, doubled or empty.
-  const size_t sizes[] = {0, 1, 2, 4, old.size() + 2, old.size() / 2, old.size() * 2,
+  const size_t sizes[] = {0,
+                          1,
+                          2,
+                          4,
+                          old.size() + 2,
+                          old.size() / 2,
+                          old.size() * 2,
                           old.size() > 2 ? old.size() - 2 : 0};
   std::string s = old;
   s.resize(std::min<size_t>(sizes[rng() % 8], 4096), '\x3c');
@@ -48,13 +83,13 @@ void SetScalar(Message* m, const FieldDescriptor* f, int index, std::minstd_rand
   const bool add = f->is_repeated() && index < 0;
   const bool set = !f->is_repeated();
   switch (f->cpp_type()) {
-#define POSENC_CASE(CPP, Type, value)                           \
-  case FieldDescriptor::CPPTYPE_##CPP: {                        \
-    const auto v = value;                                       \
-    if (set) r->Set##Type(m, f, v);                             \
-    else if (add) r->Add##Type(m, f, v);                        \
-    else r->SetRepeated##Type(m, f, index, v);                  \
-    break;                                                      \
+#define POSENC_CASE(CPP, Type, value)          \
+  case FieldDescriptor::CPPTYPE_##CPP: {       \
+    const auto v = value;                      \
+    if (set) r->Set##Type(m, f, v);            \
+    else if (add) r->Add##Type(m, f, v);       \
+    else r->SetRepeated##Type(m, f, index, v); \
+    break;                                     \
   }
     POSENC_CASE(INT64, Int64, EdgeInt(rng))
     POSENC_CASE(UINT64, UInt64, static_cast<uint64_t>(EdgeInt(rng)))

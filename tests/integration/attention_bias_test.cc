@@ -3,8 +3,8 @@
 // _relative_position_bucket worked by hand and its table lookup, and the refusals.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -44,7 +44,7 @@ TEST(AttentionBias, AlibiBiasAndScoresInPlace) {
   ASSERT_THAT(AttentionBias(*stub, req, &resp), IsOk());
   bias = Floats(resp.output());
   EXPECT_TRUE(std::isinf(bias[0 * k + 3]) && bias[0 * k + 3] < 0);  // query 0 at 2, key 3
-  EXPECT_NEAR(bias[0 * k + 1], -std::pow(2.0, -1.0), 1e-6);       // distance 1, head 0
+  EXPECT_NEAR(bias[0 * k + 1], -std::pow(2.0, -1.0), 1e-6);         // distance 1, head 0
   // Scores in bf16, [1, heads, q, k] of 1.0: the bias is added in place in bf16.
   req.mutable_alibi()->set_mode(v1::SYMMETRIC);
   const std::vector<uint16_t> ones(heads * q * k, 0x3f80);
@@ -197,7 +197,8 @@ TEST(AttentionBias, ShawIndicesEmbeddingsAndQueryTermAddedToScores) {
 
   v1::BiasRequest bad = req;
   bad.mutable_query()->set_dtype(v1::INT32);
-  EXPECT_THAT(AttentionBias(*stub, bad), StatusIs(StatusCode::kInvalidArgument, HasSubstr("query")));
+  EXPECT_THAT(AttentionBias(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("query")));
   bad = req;
   bad.mutable_shaw()->clear_table();
   EXPECT_THAT(AttentionBias(*stub, bad),
@@ -229,9 +230,9 @@ TEST(AttentionBias, DebertaBucketsAsHfComputesThem) {
   ASSERT_EQ(resp.output().data().size(), out.size() * 4);
   std::memcpy(out.data(), resp.output().data().data(), resp.output().data().size());
   // torch running HF's make_log_bucket_position(rel, 256, 512).
-  const std::pair<int, int> torch_values[] = {{0, 0},     {128, 128}, {132, 131}, {134, 133},
-                                              {135, 133}, {199, 169}, {200, 169}, {201, 170},
-                                              {210, 174}};
+  const std::pair<int, int> torch_values[] = {{0, 0},     {128, 128}, {132, 131},
+                                              {134, 133}, {135, 133}, {199, 169},
+                                              {200, 169}, {201, 170}, {210, 174}};
   for (const auto& [rel, bucket] : torch_values) {
     EXPECT_EQ(out[210 - rel], bucket) << rel;
     EXPECT_EQ(out[210 + rel], -bucket) << -rel;

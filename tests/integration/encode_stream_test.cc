@@ -84,8 +84,7 @@ TEST(EncodeStream, AnswersABadRequestWithItsErrorAndGoesOn) {
   EXPECT_EQ(resp.request_id(), "bad");
   ASSERT_TRUE(resp.has_error());
   EXPECT_EQ(resp.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
-  EXPECT_THAT(resp.error().message(),
-              AllOf(HasSubstr("input.data has 3 bytes"), HasSubstr("bad")));
+  EXPECT_THAT(resp.error().message(), AllOf(HasSubstr("input.data has 3 bytes"), HasSubstr("bad")));
   EXPECT_FALSE(resp.has_output());
   ASSERT_TRUE(stream->Read(&resp));
   EXPECT_EQ(resp.request_id(), "after");
@@ -140,10 +139,10 @@ TEST(EncodeStream, ClientThatNeverReadsDoesNotGrowServerMemory) {
   writer.join();
   // gRPC flow control plus the server's read window stop the flood after a few messages.
   EXPECT_LT(written.load(), 100) << "writes were not held back";
-  EXPECT_LT(rss_after - rss_before, 64 * 1024) << "server grew by " << rss_after - rss_before
-                                                << " KiB";
-  std::printf("client wrote %d MiB unread; server RSS %ld -> %ld KiB\n", written.load(),
-              rss_before, rss_after);
+  EXPECT_LT(rss_after - rss_before, 64 * 1024)
+      << "server grew by " << rss_after - rss_before << " KiB";
+  std::printf("client wrote %d MiB unread; server RSS %ld -> %ld KiB\n", written.load(), rss_before,
+              rss_after);
 }
 
 // Polls `done` every 20 ms for up to a minute (generous: sanitizer builds are slow).

@@ -57,7 +57,8 @@ TEST(Encode, ErrorsCarryTheRightCodeAndNameTheField) {
     req.mutable_input()->add_shape(int64_t{1} << 40);
     req.mutable_input()->add_shape(int64_t{1} << 40);
     req.mutable_input()->add_shape(16);
-    EXPECT_THAT(Encode(*stub, req), StatusIs(StatusCode::kInvalidArgument, HasSubstr("input.shape")));
+    EXPECT_THAT(Encode(*stub, req),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("input.shape")));
   }
   {
     EncodeRequest req = SinusoidalRequest(1, 2, 4, "unset");
@@ -111,9 +112,8 @@ TEST(Encode, LearnedFromSafetensorsBFloat16Table) {
   {
     // Two tensors; the second is BF16 [2, 2] = 1, 2, -0.5, 0.25.
     const uint16_t bf16[4] = {0x3f80, 0x4000, 0xbf00, 0x3e80};
-    std::string header =
-        R"({"other":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-        R"("pos.weight":{"dtype":"BF16","shape":[2,2],"data_offsets":[4,12]}})";
+    std::string header = R"({"other":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                         R"("pos.weight":{"dtype":"BF16","shape":[2,2],"data_offsets":[4,12]}})";
     std::ofstream f(path, std::ios::binary);
     const uint64_t len = header.size();
     f.write(reinterpret_cast<const char*>(&len), 8);

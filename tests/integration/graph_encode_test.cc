@@ -43,8 +43,8 @@ TEST(GraphEncode, RingEigenpairsAndConcatenatedInput) {
   for (int c = 1; c < 3; ++c) {  // L v = lambda v, |v| = 1, entry of largest magnitude > 0
     double norm = 0, largest = 0;
     for (int i = 0; i < n; ++i) {
-      const double lv = 2 * out[i * 3 + c] - out[((i + 1) % n) * 3 + c] -
-                        out[((i + n - 1) % n) * 3 + c];
+      const double lv =
+          2 * out[i * 3 + c] - out[((i + 1) % n) * 3 + c] - out[((i + n - 1) % n) * 3 + c];
       EXPECT_NEAR(lv, 1.0 * out[i * 3 + c], 1e-5);
       norm += out[i * 3 + c] * out[i * 3 + c];
       if (std::abs(out[i * 3 + c]) > std::abs(largest) + 1e-6) largest = out[i * 3 + c];
@@ -125,16 +125,19 @@ TEST(GraphEncode, RandomWalkShortestPathAndTree) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("node 2 is child 1")));
   bad = walk;
   bad.set_walk_length(0);
-  EXPECT_THAT(GraphEncode(*stub, bad), StatusIs(StatusCode::kInvalidArgument, HasSubstr("walk_length")));
+  EXPECT_THAT(GraphEncode(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("walk_length")));
   bad.set_walk_length(1 << 20);
   EXPECT_THAT(GraphEncode(*stub, bad),
               StatusIs(StatusCode::kResourceExhausted, HasSubstr("walk_length")));
   bad = paths;
   bad.set_anchors(0, 9);
-  EXPECT_THAT(GraphEncode(*stub, bad), StatusIs(StatusCode::kInvalidArgument, HasSubstr("anchors[0]")));
+  EXPECT_THAT(GraphEncode(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("anchors[0]")));
   bad = walk;
   bad.set_encoding(static_cast<v1::GraphEncoding>(42));
-  EXPECT_THAT(GraphEncode(*stub, bad), StatusIs(StatusCode::kInvalidArgument, HasSubstr("encoding")));
+  EXPECT_THAT(GraphEncode(*stub, bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("encoding")));
 }
 
 }  // namespace

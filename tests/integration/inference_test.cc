@@ -8,15 +8,15 @@
 #include <thread>
 #include <vector>
 
+#include "client/shm_region.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/tensor/dtype.h"
 #include "server/tensor/npy.h"
-#include "client/shm_region.h"
 #include "tests/integration/v1_helpers.h"
 #include "tests/support/random_values.h"
 #include "tests/support/status_matchers.h"
@@ -166,8 +166,9 @@ class InferenceTest : public ::testing::Test {
         model == "sinusoidal" ? static_cast<const google::protobuf::Message*>(&native.sinusoidal())
         : model == "learned"  ? &native.learned()
         : model == "rope"     ? &native.rope()
-        : model == "hierarchical" ? static_cast<const google::protobuf::Message*>(&native.hierarchical())
-                                  : &native.continuous();
+        : model == "hierarchical"
+            ? static_cast<const google::protobuf::Message*>(&native.hierarchical())
+            : &native.continuous();
     SetParameter(r, "config", Json(*scheme));
     AddRaw(r, "input", native.input());
     if (native.has_key()) AddRaw(r, "key", native.key());
@@ -279,9 +280,8 @@ TEST_P(EveryDtype, MultimodalRopeTakesAxisIdsAndSegmentsLikeEncode) {
   rope->set_base(1000000);
   for (int s : {2, 3, 3}) rope->add_mrope_section(s);
   // [3 axes, 2 rows, 6 tokens]: an image grid in row 0, plain text in row 1.
-  const std::vector<int64_t> axis_ids = {0, 1, 1, 1, 1, 3, 0, 1, 2, 3, 4, 5,
-                                         0, 1, 1, 2, 2, 3, 0, 1, 2, 3, 4, 5,
-                                         0, 1, 2, 1, 2, 3, 0, 1, 2, 3, 4, 5};
+  const std::vector<int64_t> axis_ids = {0, 1, 1, 1, 1, 3, 0, 1, 2, 3, 4, 5, 0, 1, 1, 2, 2, 3,
+                                         0, 1, 2, 3, 4, 5, 0, 1, 2, 1, 2, 3, 0, 1, 2, 3, 4, 5};
   native.mutable_positions()->mutable_axis_ids()->Add(axis_ids.begin(), axis_ids.end());
   ModelInferRequest oip = EncodeAsOip("rope", native);
   AddRaw(oip, "axis_ids", "INT64", {3, 2, 6}, Bytes(axis_ids));
@@ -572,15 +572,27 @@ TEST_F(InferenceTest, DuplicateOutputsHugeJsonAndHugeIdsAreRefusedCleanly) {
 
   ModelInferRequest huge_id = Request("no_such_model", std::string(1 << 20, 'x'));
   got = Infer(huge_id);
-  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::NOT_FOUND) << got.status.error_message().size();
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::NOT_FOUND)
+      << got.status.error_message().size();
   EXPECT_LT(got.status.error_message().size(), 2048u);
 }
 
 TEST_F(InferenceTest, MetadataConfigAndIndexAreWellFormed) {
-  const std::vector<std::string> models = {
-      "sinusoidal", "learned", "rope",    "hierarchical",    "continuous",
-      "alibi",      "t5",      "shaw",    "deberta",         "graph_laplacian",
-      "graph_random_walk",     "graph_shortest_path",        "tree", "sinusoidal_2d", "fourier"};
+  const std::vector<std::string> models = {"sinusoidal",
+                                           "learned",
+                                           "rope",
+                                           "hierarchical",
+                                           "continuous",
+                                           "alibi",
+                                           "t5",
+                                           "shaw",
+                                           "deberta",
+                                           "graph_laplacian",
+                                           "graph_random_walk",
+                                           "graph_shortest_path",
+                                           "tree",
+                                           "sinusoidal_2d",
+                                           "fourier"};
   inference::RepositoryIndexResponse index;
   {
     grpc::ClientContext ctx;
@@ -750,7 +762,8 @@ std::vector<BadCase> BadCases() {
   cases.push_back({"size mismatch", r, grpc::StatusCode::INVALID_ARGUMENT, "'input'"});
   r = good();
   r.mutable_raw_input_contents(0)->resize(31);
-  cases.push_back({"raw size mismatch", r, grpc::StatusCode::INVALID_ARGUMENT, "Expected 32, got 31"});
+  cases.push_back(
+      {"raw size mismatch", r, grpc::StatusCode::INVALID_ARGUMENT, "Expected 32, got 31"});
   r = Request("sinusoidal");
   AddRaw(r, "input", "FP32", {2, 4}, "");
   r.clear_raw_input_contents();
@@ -777,7 +790,8 @@ std::vector<BadCase> BadCases() {
   cases.push_back({"config not a string", r, grpc::StatusCode::INVALID_ARGUMENT, "'config'"});
   r = good();
   SetParameter(r, "query_length", int64_t{3});
-  cases.push_back({"parameter of another model", r, grpc::StatusCode::INVALID_ARGUMENT, "'query_length'"});
+  cases.push_back(
+      {"parameter of another model", r, grpc::StatusCode::INVALID_ARGUMENT, "'query_length'"});
   r = good();
   r.add_outputs()->set_name("logits");
   cases.push_back({"unknown output", r, grpc::StatusCode::INVALID_ARGUMENT, "'logits'"});
@@ -1025,7 +1039,8 @@ TEST(InferenceMetrics, ModelInferAndStreamAreCountedWithTheirScheme) {
   EXPECT_EQ(MetricSum(text, total, {"method=\"ModelInfer\"", "scheme=\"rope\"", "code=\"OK\""}), 3);
   EXPECT_EQ(MetricSum(text, total, {"method=\"ModelInfer\"", "code=\"INVALID_ARGUMENT\""}), 1);
   EXPECT_EQ(MetricSum(text, total,
-                      {"method=\"ModelStreamInfer\"", "scheme=\"alibi\"", "code=\"OK\""}), 2);
+                      {"method=\"ModelStreamInfer\"", "scheme=\"alibi\"", "code=\"OK\""}),
+            2);
   EXPECT_EQ(MetricSum(text, total, {"method=\"ModelStreamInfer\""}), 2);  // not the stream again
   EXPECT_EQ(MetricSum(text, "posenc_inflight_requests", {}), 0);
 }
@@ -1088,8 +1103,7 @@ TEST(InferenceShm, RegionsFromEitherFrontServeInputsInlineAnswersAndInPlace) {
     ASSERT_THAT(st, IsOk());
   }
   const auto region_bytes = [&] {
-    return std::string(reinterpret_cast<const char*>(region->bytes().data()) + 4096,
-                       x.size() * 4);
+    return std::string(reinterpret_cast<const char*>(region->bytes().data()) + 4096, x.size() * 4);
   };
   // The output named no region: it comes back inline, and the input's region is untouched.
   ASSERT_EQ(resp.outputs_size(), 1);

@@ -1,8 +1,8 @@
 // Server reflection v1 (grpc.reflection.v1) against a real posenc-server: the services, a
 // symbol's file with its imports, and NOT_FOUND for what does not exist; and the older
 // grpc.reflection.v1alpha, which grpcurl and many clients still ask first.
-#include "google/protobuf/descriptor.pb.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/descriptor.pb.h"
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -65,8 +65,8 @@ TEST(ReflectionV1Alpha, ListsTheServiceOverRawBytes) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                               &cq);
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
   auto next = [&](intptr_t want) {

@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "tests/integration/v1_helpers.h"
@@ -160,10 +160,9 @@ TEST(Reliability, FreedMemoryIsKeptBetweenCallsAndBounded) {
   const long idle = server.RssKib();
   std::printf("RSS %ld KiB before the 16 MiB calls, %ld 300 ms after three, %ld idle after 12\n",
               baseline, kept, idle);
-  EXPECT_GT(kept - baseline, 16 * 1024)
-      << "a 16 MiB call's buffers were handed back between calls";
-  EXPECT_LT(idle - baseline, 3 * kCallKib) << "RSS " << baseline << " KiB before, " << idle
-                                           << " idle after twelve calls";
+  EXPECT_GT(kept - baseline, 16 * 1024) << "a 16 MiB call's buffers were handed back between calls";
+  EXPECT_LT(idle - baseline, 3 * kCallKib)
+      << "RSS " << baseline << " KiB before, " << idle << " idle after twelve calls";
 }
 
 TEST(Reliability, ConcurrentCallLimitRefusesTheExtraCall) {
@@ -207,8 +206,7 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   // all of them: posenc_transport_calls_started_total, from channelz every 100 ms, counted
   // from after the calls above.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const double started_before =
-      ScrapeMetric(server, "posenc_transport_calls_started_total", {});
+  const double started_before = ScrapeMetric(server, "posenc_transport_calls_started_total", {});
   constexpr int kCalls = 20;
   const v1::EncodeRequest big = SinusoidalRequest(1, 2048, 4096);
   struct Call {
@@ -349,9 +347,9 @@ TEST(Reliability, BiasOfExactlyTheMessageLimitIsRefusedBeforeItIsBuilt) {
   EXPECT_EQ(ScrapeMetric(server, "posenc_requests_total",
                          {"method=\"AttentionBias\"", "code=\"RESOURCE_EXHAUSTED\""}),
             1);
-  EXPECT_EQ(
-      ScrapeMetric(server, "posenc_requests_total", {"method=\"AttentionBias\"", "code=\"OK\""}),
-      0);
+  EXPECT_EQ(ScrapeMetric(server, "posenc_requests_total",
+                         {"method=\"AttentionBias\"", "code=\"OK\""}),
+            0);
 }
 
 TEST(Reliability, UnparseableRequestIsInvalidArgumentAndCounted) {
@@ -399,8 +397,8 @@ TEST(Reliability, MessageTheTransportRefusesIsCounted) {
   ASSERT_TRUE(server.started());
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
-  auto stub = v1::PositionalEncoding::NewStub(grpc::CreateCustomChannel(
-      server.grpc_address(), grpc::InsecureChannelCredentials(), args));
+  auto stub = v1::PositionalEncoding::NewStub(
+      grpc::CreateCustomChannel(server.grpc_address(), grpc::InsecureChannelCredentials(), args));
   for (int i = 0; i < 2; ++i) {
     EXPECT_THAT(Encode(*stub, SinusoidalRequest(1, 512, 1024)),
                 StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("larger than max")));
@@ -432,7 +430,8 @@ std::pair<int, std::string> RunServer(const std::vector<std::string>& flags) {
   if (pid == 0) {
     dup2(err[1], 2);
     close(err[0]);
-    std::vector<std::string> args = {BinaryPath("server/posenc-server"), "--metrics_listen=", "--http_listen="};
+    std::vector<std::string> args = {BinaryPath("server/posenc-server"),
+                                     "--metrics_listen=", "--http_listen="};
     args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

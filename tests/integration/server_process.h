@@ -17,8 +17,8 @@ namespace posenc::testing {
 
 class ServerProcess {
  public:
-  // Starts `posenc-server --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen= <extra_flags>`
-  // and waits for its start line. Fails the test (ADD_FAILURE) if it does not start.
+  // Starts `posenc-server --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --http_listen=
+  // <extra_flags>` and waits for its start line. Fails the test (ADD_FAILURE) if it does not start.
   explicit ServerProcess(const std::vector<std::string>& extra_flags = {});
   ~ServerProcess();
 

@@ -6,9 +6,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <atomic>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -212,8 +212,8 @@ TEST_F(ShmTest, EveryEncodeSchemeByReferenceEqualsInline) {
     for (v1::DType dtype : {v1::FLOAT32, v1::BFLOAT16}) {
       v1::EncodeRequest inline_req = requests[i];
       const bool rope = inline_req.has_rope();
-      const std::vector<int64_t> shape = rope ? std::vector<int64_t>{2, 16, 4, 32}
-                                              : std::vector<int64_t>{2, 16, 64};
+      const std::vector<int64_t> shape =
+          rope ? std::vector<int64_t>{2, 16, 4, 32} : std::vector<int64_t>{2, 16, 64};
       const size_t elem = dtype == v1::FLOAT32 ? 4 : 2;
       const size_t bytes = (rope ? 2 * 16 * 4 * 32 : 2 * 16 * 64) * elem;
       *inline_req.mutable_input() = MakeTensor(shape, dtype, RandomValues(bytes, i, dtype));
@@ -340,9 +340,9 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
   auto region = ShmRegion::Create(Key("bad"), 65536);
   ASSERT_THAT(region, IsOk());
   ASSERT_THAT(Register("r", region->key(), 0, region->byte_size()), IsOk());
-  EXPECT_THAT(
-      Register("r", region->key(), 0, 4096),
-      StatusIs(absl::StatusCode::kAlreadyExists, "shared memory region 'r' is already registered"));
+  EXPECT_THAT(Register("r", region->key(), 0, 4096),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       "shared memory region 'r' is already registered"));
   v1::EncodeRequest req;
   req.mutable_sinusoidal();
   *req.mutable_input() = MakeTensor({1, 4, 16}, v1::FLOAT32, RandomBytes(256, 1));
@@ -354,9 +354,9 @@ TEST_F(ShmTest, BadReferencesGetTheirCodesAndNeverTheKey) {
     return Encode(r, &resp);
   };
   const std::vector<std::pair<grpc::Status, grpc::StatusCode>> cases = {
-      {with_ref(65536, 256), grpc::StatusCode::INVALID_ARGUMENT},             // past the end
+      {with_ref(65536, 256), grpc::StatusCode::INVALID_ARGUMENT},              // past the end
       {with_ref(~uint64_t{0} - 31, 256), grpc::StatusCode::INVALID_ARGUMENT},  // 2^64-32
-      {with_ref(0, 255), grpc::StatusCode::INVALID_ARGUMENT},                 // size mismatch
+      {with_ref(0, 255), grpc::StatusCode::INVALID_ARGUMENT},                  // size mismatch
       {with_ref(0, 256, "nope"), grpc::StatusCode::NOT_FOUND},
   };
   for (const auto& [status, code] : cases) {

@@ -28,8 +28,7 @@ double PaperPe(int64_t pos, int64_t col, int64_t d) {
   return col % 2 == 0 ? std::sin(angle) : std::cos(angle);
 }
 
-v1::EncodeRequest SinusoidalRequest(int64_t batch, int64_t seq, int64_t d,
-                                    const std::string& id) {
+v1::EncodeRequest SinusoidalRequest(int64_t batch, int64_t seq, int64_t d, const std::string& id) {
   v1::EncodeRequest req;
   req.set_request_id(id);
   *req.mutable_input() = FloatTensor({batch, seq, d}, std::vector<float>(batch * seq * d, 0.0f));

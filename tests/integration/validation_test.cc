@@ -75,19 +75,39 @@ std::vector<HostileEncode> HostileEncodes() {
   const StatusCode kExhausted = StatusCode::RESOURCE_EXHAUSTED;
   return {
       {"sinusoidal base 5e-324",
-       [] { auto r = Sinusoidal(); r.mutable_sinusoidal()->set_base(5e-324); return r; },
+       [] {
+         auto r = Sinusoidal();
+         r.mutable_sinusoidal()->set_base(5e-324);
+         return r;
+       },
        kInvalid, "sinusoidal.base"},
       {"sinusoidal layout 99",
-       [] { auto r = Sinusoidal(); r.mutable_sinusoidal()->set_layout(static_cast<v1::SinusoidalLayout>(99)); return r; },
+       [] {
+         auto r = Sinusoidal();
+         r.mutable_sinusoidal()->set_layout(static_cast<v1::SinusoidalLayout>(99));
+         return r;
+       },
        kInvalid, "sinusoidal.layout is 99"},
       {"sinusoidal timescale 99",
-       [] { auto r = Sinusoidal(); r.mutable_sinusoidal()->set_timescale(static_cast<v1::Timescale>(99)); return r; },
+       [] {
+         auto r = Sinusoidal();
+         r.mutable_sinusoidal()->set_timescale(static_cast<v1::Timescale>(99));
+         return r;
+       },
        kInvalid, "sinusoidal.timescale is 99"},
       {"sinusoidal fusion 99",
-       [] { auto r = Sinusoidal(); r.mutable_sinusoidal()->set_fusion(static_cast<v1::Fusion>(99)); return r; },
+       [] {
+         auto r = Sinusoidal();
+         r.mutable_sinusoidal()->set_fusion(static_cast<v1::Fusion>(99));
+         return r;
+       },
        kInvalid, "sinusoidal.fusion is 99"},
       {"sinusoidal input_scale 3e38",
-       [] { auto r = Sinusoidal(); r.mutable_sinusoidal()->set_input_scale(3e38f); return r; },
+       [] {
+         auto r = Sinusoidal();
+         r.mutable_sinusoidal()->set_input_scale(3e38f);
+         return r;
+       },
        kInvalid, "sinusoidal.input_scale"},
       {"52-byte CONCAT with pe_dim 16000000",
        [] {
@@ -115,10 +135,18 @@ std::vector<HostileEncode> HostileEncodes() {
        },
        kInvalid, "learned.fusion is 99"},
       {"rope style 99",
-       [] { auto r = Rope(); r.mutable_rope()->set_style(static_cast<v1::RopeStyle>(99)); return r; },
+       [] {
+         auto r = Rope();
+         r.mutable_rope()->set_style(static_cast<v1::RopeStyle>(99));
+         return r;
+       },
        kInvalid, "rope.style is 99"},
       {"rope layout 99",
-       [] { auto r = Rope(); r.mutable_rope()->set_layout(static_cast<v1::RopeLayout>(99)); return r; },
+       [] {
+         auto r = Rope();
+         r.mutable_rope()->set_layout(static_cast<v1::RopeLayout>(99));
+         return r;
+       },
        kInvalid, "rope.layout is 99"},
       {"rope scaling.type 99",
        [] {
@@ -128,7 +156,11 @@ std::vector<HostileEncode> HostileEncodes() {
        },
        kInvalid, "rope.scaling.type is 99"},
       {"rope base 5e-324",
-       [] { auto r = Rope(); r.mutable_rope()->set_base(5e-324); return r; },
+       [] {
+         auto r = Rope();
+         r.mutable_rope()->set_base(5e-324);
+         return r;
+       },
        kInvalid, "rope.base"},
       {"rope LINEAR factor 1e-300 at offset 1e9",
        [] {
@@ -153,20 +185,36 @@ std::vector<HostileEncode> HostileEncodes() {
       {"continuous value 1e308", [] { return Continuous(1e308); }, kInvalid,
        "positions.values[1] * continuous.value_scale"},
       {"continuous value_scale 1e300",
-       [] { auto r = Continuous(1e10); r.mutable_continuous()->set_value_scale(1e300); return r; },
+       [] {
+         auto r = Continuous(1e10);
+         r.mutable_continuous()->set_value_scale(1e300);
+         return r;
+       },
        kInvalid, "positions.values[1] * continuous.value_scale"},
       {"continuous layout 99",
-       [] { auto r = Continuous(1); r.mutable_continuous()->set_layout(static_cast<v1::SinusoidalLayout>(99)); return r; },
+       [] {
+         auto r = Continuous(1);
+         r.mutable_continuous()->set_layout(static_cast<v1::SinusoidalLayout>(99));
+         return r;
+       },
        kInvalid, "continuous.layout is 99"},
       {"continuous timescale 99",
-       [] { auto r = Continuous(1); r.mutable_continuous()->set_timescale(static_cast<v1::Timescale>(99)); return r; },
+       [] {
+         auto r = Continuous(1);
+         r.mutable_continuous()->set_timescale(static_cast<v1::Timescale>(99));
+         return r;
+       },
        kInvalid, "continuous.timescale is 99"},
       {"hierarchical scale 3e38", [] { return Hierarchical(2, 3e38f); }, kInvalid,
        "hierarchical.levels[0].scale"},
       {"hierarchical 1600 levels", [] { return Hierarchical(1600, 1.0f); }, kExhausted,
        "hierarchical.levels has 1600 levels"},
       {"input dtype 99",
-       [] { auto r = Sinusoidal(); r.mutable_input()->set_dtype(static_cast<v1::DType>(99)); return r; },
+       [] {
+         auto r = Sinusoidal();
+         r.mutable_input()->set_dtype(static_cast<v1::DType>(99));
+         return r;
+       },
        kInvalid, "input.dtype is 99"},
   };
 }

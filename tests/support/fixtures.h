@@ -16,7 +16,7 @@ inline std::string FixturePath(const std::string& relative) {
   if (const char* root = std::getenv("POSENC_SOURCE_DIR")) {
     return std::string(root) + "/tests/fixtures/" + relative;
   }
-  std::string here = __FILE__;         // .../tests/support/fixtures.h
+  std::string here = __FILE__;             // .../tests/support/fixtures.h
   here = here.substr(0, here.rfind('/'));  // .../tests/support
   return here.substr(0, here.rfind('/')) + "/fixtures/" + relative;
 }

@@ -4,8 +4,8 @@
 
 namespace posenc::testing {
 
-std::string WriteNpyF32(const std::string& dir, const std::string& name, int64_t rows,
-                        int64_t cols, const std::vector<float>& values) {
+std::string WriteNpyF32(const std::string& dir, const std::string& name, int64_t rows, int64_t cols,
+                        const std::vector<float>& values) {
   const std::string path = dir + "/" + name;
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
                        std::to_string(rows) + ", " + std::to_string(cols) + "), }";

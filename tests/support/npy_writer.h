@@ -9,7 +9,7 @@
 namespace posenc::testing {
 
 // Writes [rows, cols] `values` to `dir`/`name` and returns the path.
-std::string WriteNpyF32(const std::string& dir, const std::string& name, int64_t rows,
-                        int64_t cols, const std::vector<float>& values);
+std::string WriteNpyF32(const std::string& dir, const std::string& name, int64_t rows, int64_t cols,
+                        const std::vector<float>& values);
 
 }  // namespace posenc::testing

@@ -15,13 +15,11 @@ good client answered (200 / OK):
 
 Usage: http_hostile_test.py BUILD_DIR SOURCE_DIR
 """
-import importlib
 import json
 import os
 import re
 import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +30,9 @@ BUILD, SRC = sys.argv[1], sys.argv[2]
 WORK = tempfile.mkdtemp(prefix="posenc_http_hostile_")
 BUDGET_MIB = 256
 FAILURES = []
+sys.path.insert(0, os.path.join(SRC, "tests", "support"))
+from oip_test_support import PosencServer, inference_stubs  # noqa: E402
+
 GOOD_BODY = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1, 2],
                                     "data": [0, 0]}]}).encode()
 
@@ -43,46 +44,11 @@ def check(ok, what):
 
 
 def load_stubs():
-    out = os.path.join(WORK, "stubs")
-    os.makedirs(out)
-    proto = os.path.join(SRC, "proto")
-    subprocess.run(["protoc", "-I", proto, "--python_out=" + out, "--grpc_python_out=" + out,
-                    "--plugin=protoc-gen-grpc_python=" + (shutil.which("grpc_python_plugin")
-                                                          or "/usr/bin/grpc_python_plugin"),
-                    os.path.join(proto, "inference", "grpc_service.proto"),
-                    os.path.join(proto, "inference", "model_config.proto")], check=True)
-    sys.path.insert(0, out)
-    return (importlib.import_module("inference.grpc_service_pb2"),
-            importlib.import_module("inference.grpc_service_pb2_grpc"))
+    return inference_stubs(SRC, WORK)
 
 
-class Server:
-    def __init__(self, *flags):
-        self.log = open(os.path.join(WORK, "server.log"), "w+")
-        self.proc = subprocess.Popen(
-            [os.path.join(BUILD, "server", "posenc-server"), "--listen=127.0.0.1:0",
-             "--metrics_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0", "--threads=1",
-             "--max_inflight_bytes=%d" % (BUDGET_MIB << 20)] + list(flags),
-            stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(200):
-            self.log.seek(0)
-            m = re.search(r"grpc=\S+:(\d+) metrics=\S+:(\d+) http=\S+:(\d+)", self.log.read())
-            if m:
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("posenc-server did not start")
-        self.grpc, self.metrics, self.http = (int(p) for p in m.groups())
-
-    def rss_mib(self):
-        with open("/proc/%d/status" % self.proc.pid) as f:
-            kib = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-        return kib / 1024
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
+def Server(*flags):  # noqa: N802
+    return PosencServer(BUILD, WORK, "--max_inflight_bytes=%d" % (BUDGET_MIB << 20), *flags)
 
 
 def http_infer(port, timeout=3):
@@ -308,7 +274,7 @@ def main():
         code = server.stop()
         check(code == 0, "posenc-server exits 0 on SIGTERM (got %s)" % code)
         if FAILURES:
-            print(open(os.path.join(WORK, "server.log")).read()[-3000:])
+            print(server.output()[-3000:])
         shutil.rmtree(WORK, ignore_errors=True)
     if FAILURES:
         print("FAILED: %d checks" % len(FAILURES))

@@ -14,7 +14,6 @@
 Usage: http_test.py BUILD_DIR SOURCE_DIR
 """
 import http.client
-import importlib
 import json
 import os
 import re
@@ -34,6 +33,8 @@ sys.path.insert(0, os.path.join(SRC, "tests", "third_party"))
 import tritonclient.http as triton  # noqa: E402  (the vendored, unchanged client)
 
 WORK = tempfile.mkdtemp(prefix="posenc_http_test_")
+sys.path.insert(0, os.path.join(SRC, "tests", "support"))
+from oip_test_support import PosencServer, inference_stubs  # noqa: E402
 FAILURES = []
 
 
@@ -44,47 +45,11 @@ def check(ok, what):
 
 
 def load_stubs():
-    out = os.path.join(WORK, "stubs")
-    os.makedirs(out)
-    proto = os.path.join(SRC, "proto")
-    subprocess.run(["protoc", "-I", proto, "--python_out=" + out, "--grpc_python_out=" + out,
-                    "--plugin=protoc-gen-grpc_python=" + (shutil.which("grpc_python_plugin")
-                                                          or "/usr/bin/grpc_python_plugin"),
-                    os.path.join(proto, "inference", "grpc_service.proto"),
-                    os.path.join(proto, "inference", "model_config.proto")], check=True)
-    sys.path.insert(0, out)
-    return (importlib.import_module("inference.grpc_service_pb2"),
-            importlib.import_module("inference.grpc_service_pb2_grpc"))
+    return inference_stubs(SRC, WORK)
 
 
-class Server:
-    """posenc-server on port 0 for gRPC, HTTP and metrics; the start line gives the ports."""
-
-    def __init__(self, *flags):
-        self.log = open(os.path.join(WORK, "server%d.log" % id(self)), "w+")
-        self.proc = subprocess.Popen(
-            [os.path.join(BUILD, "server", "posenc-server"), "--listen=127.0.0.1:0",
-             "--metrics_listen=127.0.0.1:0", "--http_listen=127.0.0.1:0", "--threads=1"]
-            + list(flags), stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(200):
-            self.log.seek(0)
-            m = re.search(r"grpc=\S+:(\d+) metrics=\S+:(\d+) http=\S+:(\d+)", self.log.read())
-            if m:
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("posenc-server did not start: " + self.output())
-        self.grpc, self.metrics, self.http = (int(p) for p in m.groups())
-        self.url = "127.0.0.1:%d" % self.http
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
+def Server(*flags):  # noqa: N802
+    return PosencServer(BUILD, WORK, *flags)
 
 
 def request(server, method, path, body=b"", headers=None, timeout=10):

@@ -40,15 +40,9 @@ def check(ok, what):
 def load_clients():
     """The vendored clients; tritonclient.grpc's generated modules (Triton ships them in its
     wheel) are protoc's output for proto/inference, whose names and numbers are Triton's."""
-    out = os.path.join(WORK, "stubs")
-    os.makedirs(out)
-    proto = os.path.join(SRC, "proto")
-    subprocess.run(["protoc", "-I", proto, "--python_out=" + out, "--grpc_python_out=" + out,
-                    "--plugin=protoc-gen-grpc_python=" + (shutil.which("grpc_python_plugin")
-                                                          or "/usr/bin/grpc_python_plugin"),
-                    os.path.join(proto, "inference", "grpc_service.proto"),
-                    os.path.join(proto, "inference", "model_config.proto")], check=True)
-    sys.path.insert(0, out)
+    sys.path.insert(0, os.path.join(SRC, "tests", "support"))
+    from oip_test_support import inference_stubs
+    inference_stubs(SRC, WORK)
     sys.path.insert(0, os.path.join(SRC, "tests", "third_party"))
     sys.modules["tritonclient.grpc.service_pb2"] = importlib.import_module(
         "inference.grpc_service_pb2")

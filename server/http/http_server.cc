@@ -1,5 +1,6 @@
 #include "server/http/http_server.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -362,22 +363,25 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
   }
   // The parsed document lives beside the body until the request is built: charged to
   // --max_inflight_bytes at its worst case, so JSON bodies stay inside the memory budget.
-  const uint64_t json_bytes = header_length.value_or(job->request.body.size());
-  absl::StatusOr<Admission::Ticket> parse_ticket =
-      inference_.runtime().admission->AdmitBytes(json_bytes * kJsonDocumentBytesPerByte);
-  if (!parse_ticket.ok()) {
-    const grpc::Status status = ToGrpcStatus(
-        absl::Status(parse_ticket.status().code(),
-                     absl::StrCat("parsing a ", json_bytes, "-byte JSON request needs ",
-                                  kJsonDocumentBytesPerByte,
-                                  " bytes per byte: ", parse_ticket.status().message())));
-    InferJob::Reply(job, status,
-                    FailureResponse(status, IsRetryableRefusal(parse_ticket.status())));
-    return JobDone();
-  }
-  const absl::Status parsed =
-      ParseInferRequest(job->request.body, header_length, route.model, route.version, job->parsed);
-  parse_ticket = absl::CancelledError("parsed");  // the document is gone: its bytes back
+  // (A header length past the body is the parser's 400, not a charge.)
+  const uint64_t json_bytes = std::min<uint64_t>(header_length.value_or(job->request.body.size()),
+                                                 job->request.body.size());
+  absl::Status parsed;
+  {
+    const absl::StatusOr<Admission::Ticket> document =
+        inference_.runtime().admission->AdmitBytes(json_bytes * kJsonDocumentBytesPerByte);
+    if (!document.ok()) {
+      const grpc::Status status = ToGrpcStatus(
+          absl::Status(document.status().code(),
+                       absl::StrCat("parsing a ", json_bytes, "-byte JSON request needs ",
+                                    kJsonDocumentBytesPerByte,
+                                    " bytes per byte: ", document.status().message())));
+      InferJob::Reply(job, status, FailureResponse(status, IsRetryableRefusal(document.status())));
+      return JobDone();
+    }
+    parsed = ParseInferRequest(job->request.body, header_length, route.model, route.version,
+                               job->parsed);
+  }  // the document is gone: its bytes go back
   const std::string& id = job->parsed.request.id();
   job->call->set_request_id(id);
   if (!parsed.ok()) {

@@ -310,8 +310,9 @@ absl::Status ParseInput(const json& t, size_t i, absl::string_view binary, size_
   ASSIGN_OR_RETURN(const auto header, ParseInputHeader(t, what, *in));
   auto data = t.find("data");
   auto params = t.find("parameters");
-  if (params != t.end() && params->contains("binary_data_size")) {
-    const json& size_value = (*params)["binary_data_size"];
+  const auto size_it = params != t.end() ? params->find("binary_data_size") : t.end();
+  if (params != t.end() && size_it != params->end()) {
+    const json& size_value = *size_it;
     if (!size_value.is_number_unsigned()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ".parameters.binary_data_size must be an integer >= 0"));

@@ -6,7 +6,7 @@
 // Stateless; thread-safe.
 //
 //   InferRequestBody parsed;
-//   RETURN_IF_ERROR(ParseInferRequest(body, header_length, "rope", "", parsed));
+//   RETURN_IF_ERROR(ParseInferRequest(body, header_length, model_name, "", parsed));
 //   ... service.Infer(parsed.request, ...) ...
 //   InferResponseBody out = WriteInferResponse(response, parsed.outputs);
 #pragma once

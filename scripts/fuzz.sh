@@ -7,9 +7,10 @@
 #   scripts/fuzz.sh --runs 1000000      # each target for 1,000,000 executions
 #   scripts/fuzz.sh --seed 1 --runs 100000   # reproducible: the same inputs on every run
 #
-# Targets: encode encode_stream bias table graph http_infer. New inputs go to a temporary directory,
-# never into the repo; a crashing input is left in build-fuzz/artifacts/<target>/ (keep it
-# under tests/fuzz/regressions/<target>/ once fixed, and every run replays it).
+# Targets: encode encode_stream bias table graph http_infer http_request. New inputs go to a
+# temporary directory, never into the repo; a crashing input is left in
+# build-fuzz/artifacts/<target>/ (keep it under tests/fuzz/regressions/<target>/ once fixed,
+# and every run replays it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,11 +22,11 @@ while (($#)); do
     --time) limit=(-max_total_time="$2"); shift 2 ;;
     --runs) limit=(-runs="$2"); shift 2 ;;
     --seed) seed=(-seed="$2"); shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
-((${#targets[@]})) || targets=(encode encode_stream bias table graph http_infer)
+((${#targets[@]})) || targets=(encode encode_stream bias table graph http_infer http_request)
 
 scripts/setup.sh
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -11,6 +11,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libeigen3-dev libspectra-dev libpng-dev
   python3-numpy python3-grpcio python3-yaml python3-h2  # h2: tests/hostile_client_test.py
+  nghttp2-proxy  # nghttpx: deploy/nghttpx and tests/front_proxy_test.py
   python3-torch  # the float64 references of tests/python/test_rope_models.py
   libboost1.81-dev libssl-dev  # the HTTP/REST binding and /metrics (Boost.Beast, OpenSSL 3)
   python3-geventhttpclient python3-gevent python3-rapidjson python3-packaging  # tests/third_party/tritonclient

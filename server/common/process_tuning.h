@@ -22,7 +22,7 @@ namespace posenc {
 // a third of a call's CPU time. Both are set to those ceilings from the start, so blocks up
 // to 32 MiB come from the heaps and up to 64 MiB of free heap top stays mapped for the next
 // call. The server's monitor hands free memory back (malloc_trim) once it has been idle
-// for a second (server.cc).
+// for a second, and once a second under traffic when the free heap is large (server.cc).
 inline void TuneProcessForServing() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

@@ -129,6 +129,10 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+// Free heap (all arenas) over which the monitor trims even while calls run: above what the
+// largest calls reuse between them (TuneProcessForServing keeps 64 MiB per arena).
+constexpr size_t kTrimFreeBytes = size_t{128} << 20;
+
 // Per connection: HTTP/2 streams open at once, and bytes of one header list.
 constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kMaxMetadataBytes = 16 << 10;
@@ -410,11 +414,16 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     // memory too, e.g. after a flood of streams or headers that no call saw). Not at the
     // first tick that falls between two calls: a client calling one at a time would then
     // page its next call's buffers in again.
+    // Under traffic, once a second, when the arenas' free memory is over kTrimFreeBytes
+    // (what a flood of streams leaves behind while calls go on).
     const int64_t arrivals = tracker_->arrivals();
     const bool busy = admission_->inflight_calls() > 0 || arrivals != last_arrivals;
     last_arrivals = arrivals;
     idle_ticks = busy ? 0 : idle_ticks + 1;
-    if (idle_ticks == 10 || (idle_ticks > 10 && ticks % 100 == 0)) malloc_trim(0);
+    if (idle_ticks == 10 || (idle_ticks > 10 && ticks % 100 == 0) ||
+        (busy && ticks % 10 == 0 && mallinfo2().fordblks > kTrimFreeBytes)) {
+      malloc_trim(0);
+    }
   }
 }
 

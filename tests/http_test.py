@@ -334,8 +334,30 @@ def test_metadata(server):
           "shm register with --shm off: %s %s" % (status, data))
 
 
+def as_user(uid, call):
+    """call() in a child process running as `uid`; its result (picklable) comes back."""
+    import pickle
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            os.setuid(uid)
+            result = call()
+        except BaseException as e:  # noqa: B036 - reported to the parent
+            result = ("error", repr(e), b"")
+        os.write(write, pickle.dumps(result))
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
 def test_shm(pb, stub):
-    """A region registered over HTTP serves an infer whose input and output are in it."""
+    """A region registered over HTTP serves an infer whose input and output are in it; it
+    belongs to the user of the HTTP client (another user's client does not see it)."""
     server = Server("--shm")
     try:
         key = "posenc_http_test_%d" % os.getpid()
@@ -350,6 +372,13 @@ def test_shm(pb, stub):
         status, _, data = request(server, "GET", "/v2/systemsharedmemory/region/io/status")
         check(status == 200 and json.loads(data)[0]["byte_size"] == 2 * size and
               "key" not in json.loads(data)[0], "shm status: %s" % data)
+        if os.getuid() == 0:  # another user's HTTP client on this host: none of it
+            other = as_user(65534, lambda: request(server, "GET",
+                                                   "/v2/systemsharedmemory/region/io/status"))
+            check(other[0] == 404, "another user's HTTP client sees the region: %s" % (other,))
+            other = as_user(65534, lambda: request(server, "GET", "/v2/systemsharedmemory/status"))
+            check(other[0] == 200 and json.loads(other[2]) == [],
+                  "another user's HTTP client lists: %s" % (other,))
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4, 8],
                             "parameters": {"shared_memory_region": "io",
                                            "shared_memory_byte_size": size}}],

@@ -11,6 +11,7 @@
 #include "server/http/oip_routes.h"
 #include "server/service/admission.h"
 #include "server/service/proto_convert.h"
+#include "server/shm/peer_identity.h"
 
 namespace posenc {
 namespace {
@@ -312,15 +313,18 @@ void HttpServer::Handle(HttpRequest request, HttpRespond respond) {
 HttpResponse HttpServer::Answer(Call& call, const HttpRequest& request) {
   const Route& route = call.route;
   SharedMemoryRegistry& shm = *inference_.runtime().shm;
+  const ShmOwner owner = ShmOwner::OfHttpPeer(request.peer);
   EndpointAnswer a;
   switch (route.endpoint) {
     case Endpoint::kServerMetadata: a = ServerMetadataAnswer(inference_); break;
     case Endpoint::kModelMetadata: a = ModelMetadataAnswer(route); break;
     case Endpoint::kModelConfig: a = ModelConfigAnswer(route); break;
     case Endpoint::kRepositoryIndex: a = RepositoryIndexAnswer(); break;
-    case Endpoint::kShmStatus: a = ShmStatusAnswer(shm, route); break;
-    case Endpoint::kShmRegister: a = ShmRegisterAnswer(shm, route, request.body); break;
-    case Endpoint::kShmUnregister: a = ShmUnregisterAnswer(shm, route); break;
+    case Endpoint::kShmStatus: a = ShmStatusAnswer(shm, route, owner.name()); break;
+    case Endpoint::kShmRegister:
+      a = ShmRegisterAnswer(shm, route, request.body, owner.name());
+      break;
+    case Endpoint::kShmUnregister: a = ShmUnregisterAnswer(shm, route, owner.name()); break;
     case Endpoint::kModelReady: {
       a = ModelMetadataAnswer(route);
       if (a.status.ok() && (!inference_.ModelIsReady(route.model, route.version) || !Ready())) {
@@ -395,7 +399,8 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
   job->request.grants.clear();
   InferJob* raw = job.get();
   inference_.InferAsync(
-      raw->parsed.request, [this] { return stopping_.load(); }, raw->response,
+      raw->parsed.request, ShmOwner::OfHttpPeer(raw->request.peer),
+      [this] { return stopping_.load(); }, raw->response,
       [this, job = std::move(job)](CallOutcome outcome) mutable {
         FinishInfer(std::move(job), std::move(outcome));
       });

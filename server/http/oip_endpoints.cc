@@ -6,6 +6,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 #include "server/service/proto_convert.h"
+#include "server/shm/peer_identity.h"
 
 namespace posenc {
 namespace {
@@ -100,8 +101,9 @@ EndpointAnswer RepositoryIndexAnswer() {
   return {grpc::Status::OK, out.dump()};
 }
 
-EndpointAnswer ShmStatusAnswer(const SharedMemoryRegistry& shm, const Route& route) {
-  absl::StatusOr<std::vector<ShmRegionStatus>> regions = shm.Status(route.region);
+EndpointAnswer ShmStatusAnswer(const SharedMemoryRegistry& shm, const Route& route,
+                               const std::string& owner) {
+  absl::StatusOr<std::vector<ShmRegionStatus>> regions = shm.Status(route.region, owner);
   if (!regions.ok()) return Error(regions.status());
   json out = json::array();
   for (const ShmRegionStatus& r : *regions) {
@@ -111,7 +113,12 @@ EndpointAnswer ShmStatusAnswer(const SharedMemoryRegistry& shm, const Route& rou
 }
 
 EndpointAnswer ShmRegisterAnswer(SharedMemoryRegistry& shm, const Route& route,
-                                 absl::string_view body) {
+                                 absl::string_view body, const std::string& owner) {
+  if (shm.enabled() && owner == kHttpRemoteOwner) {
+    return Error(absl::PermissionDeniedError(
+        "shared memory over HTTP is for clients on the server's host; this client's "
+        "connection comes from elsewhere"));
+  }
   if (body.size() > kMaxRegisterBodyBytes || NestsDeeper(body, kMaxRegisterDepth)) {
     return Invalid(absl::StrCat("the body must be a flat JSON object of at most ",
                                 kMaxRegisterBodyBytes, " bytes"));
@@ -132,13 +139,14 @@ EndpointAnswer ShmRegisterAnswer(SharedMemoryRegistry& shm, const Route& route,
     }
     field[i] = it->get<uint64_t>();
   }
-  absl::Status s = shm.Register(route.region, key->get<std::string>(), field[0], field[1]);
+  absl::Status s = shm.Register(route.region, key->get<std::string>(), field[0], field[1], owner);
   if (!s.ok()) return Error(s);
   return {grpc::Status::OK, "{}"};
 }
 
-EndpointAnswer ShmUnregisterAnswer(SharedMemoryRegistry& shm, const Route& route) {
-  absl::Status s = shm.Unregister(route.region);
+EndpointAnswer ShmUnregisterAnswer(SharedMemoryRegistry& shm, const Route& route,
+                                   const std::string& owner) {
+  absl::Status s = shm.Unregister(route.region, owner);
   if (!s.ok()) return Error(s);
   return {grpc::Status::OK, "{}"};
 }

@@ -26,12 +26,16 @@ EndpointAnswer ServerMetadataAnswer(const InferenceService& inference);
 EndpointAnswer ModelMetadataAnswer(const Route& route);
 EndpointAnswer ModelConfigAnswer(const Route& route);
 EndpointAnswer RepositoryIndexAnswer();
-// The regions the HTTP owner registered (all of them, or route.region's).
-EndpointAnswer ShmStatusAnswer(const SharedMemoryRegistry& shm, const Route& route);
+// The shared-memory endpoints for the HTTP client `owner` (ShmOwner::OfHttpPeer's name).
+// The regions `owner` registered (all of them, or route.region's).
+EndpointAnswer ShmStatusAnswer(const SharedMemoryRegistry& shm, const Route& route,
+                               const std::string& owner);
 // Registers route.region from the body {"key", "offset", "byte_size"}: INVALID_ARGUMENT
-// naming the field for a malformed body.
+// naming the field for a malformed body; PERMISSION_DENIED for a client not on this host
+// (kHttpRemoteOwner).
 EndpointAnswer ShmRegisterAnswer(SharedMemoryRegistry& shm, const Route& route,
-                                 absl::string_view body);
-EndpointAnswer ShmUnregisterAnswer(SharedMemoryRegistry& shm, const Route& route);
+                                 absl::string_view body, const std::string& owner);
+EndpointAnswer ShmUnregisterAnswer(SharedMemoryRegistry& shm, const Route& route,
+                                   const std::string& owner);
 
 }  // namespace posenc

@@ -33,6 +33,7 @@
 #include "server/service/proto_convert.h"
 #include "server/service/request_cost.h"
 #include "server/service/work_pool.h"
+#include "server/shm/peer_identity.h"
 #include "server/shm/shared_memory_registry.h"
 
 namespace posenc {
@@ -89,12 +90,13 @@ inline std::shared_ptr<TrackedCall> CallOf(const ServiceRuntime& runtime,
   return call;
 }
 
-// Whose shared-memory regions a call may see and use: the client's connection, as gRPC
-// names its peer ("ipv4:127.0.0.1:41234"; on a unix socket every client is "unix:", and the
-// socket's file mode is the boundary). A region registered on one connection is invisible
-// to every other, and is released when its connection closes.
-inline std::string SharedMemoryOwner(const grpc::ServerContextBase* context) {
-  return context->peer();
+// Whose shared-memory regions a call may see and use: the client's connection, named by
+// the server's own socket of it ("tcp:<inode>", ShmOwner in server/shm/peer_identity.h), so
+// that a process binding the same source port later is a stranger; on a unix socket every
+// client is "unix:", and the socket's file mode is the boundary. A region registered on one
+// connection is invisible to every other, and is released when its connection closes.
+inline ShmOwner SharedMemoryOwner(const grpc::ServerContextBase* context) {
+  return ShmOwner::OfPeer(context->peer());
 }
 
 // What the path reports of one call or stream message.

@@ -188,7 +188,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::RegisterSharedMemory(
     v1::RegisterSharedMemoryResponse*) {
   return ServeInline(runtime(), context, [&] {
     return runtime().shm->Register(request->name(), request->key(), request->offset(),
-                                   request->byte_size(), SharedMemoryOwner(context));
+                                   request->byte_size(), SharedMemoryOwner(context).name());
   });
 }
 
@@ -196,7 +196,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse*) {
   return ServeInline(runtime(), context, [&] {
-    return runtime().shm->Unregister(request->name(), SharedMemoryOwner(context));
+    return runtime().shm->Unregister(request->name(), SharedMemoryOwner(context).name());
   });
 }
 
@@ -205,7 +205,7 @@ grpc::ServerUnaryReactor* PositionalEncodingService::SharedMemoryStatus(
     v1::SharedMemoryStatusResponse* response) {
   return ServeInline(runtime(), context, [&]() -> absl::Status {
     absl::StatusOr<std::vector<ShmRegionStatus>> regions =
-        runtime().shm->Status(request->name(), SharedMemoryOwner(context));
+        runtime().shm->Status(request->name(), SharedMemoryOwner(context).name());
     if (!regions.ok()) return regions.status();
     for (const ShmRegionStatus& r : *regions) {
       v1::SharedMemoryRegion* out = response->add_regions();

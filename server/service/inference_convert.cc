@@ -774,7 +774,7 @@ absl::Status CopyShmInputsInline(NativeRequest& native, const SharedMemoryRegist
     const v1::SharedMemoryRef ref = t->shm();
     ASSIGN_OR_RETURN(const ShmLease lease,
                      shm->Lookup(ShmRef{ref.region(), ref.offset(), ref.byte_size()},
-                                 "shared_memory_region", native.shm_owner));
+                                 "shared_memory_region", native.shm_owner.name()));
     t->clear_shm();
     t->mutable_data()->assign(reinterpret_cast<const char*>(lease.data()),
                               static_cast<size_t>(lease.size()));

@@ -24,6 +24,7 @@
 #include "inference/grpc_service.pb.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/schemes/scheme_registry.h"
+#include "server/shm/peer_identity.h"
 #include "server/shm/shared_memory_registry.h"
 
 namespace posenc {
@@ -76,7 +77,7 @@ struct NativeRequest {
   // output goes to a region only when it names one) or that the native rpc takes inline
   // only (GraphRequest.input). CopyShmInputsInline reads them into `data` before the run.
   std::vector<v1::Tensor*> copy_from_shm;
-  std::string shm_owner;  // whose shared-memory regions it may use (set by the front)
+  ShmOwner shm_owner;  // whose shared-memory regions it may use (set by the front)
 };
 
 struct ConvertOptions {

@@ -116,10 +116,12 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                             });
 }
 
-void InferenceService::InferAsync(ModelInferRequest& request, CancelCheck cancelled,
-                                  ModelInferResponse& response, InferDone done) const {
+void InferenceService::InferAsync(ModelInferRequest& request, ShmOwner shm_owner,
+                                  CancelCheck cancelled, ModelInferResponse& response,
+                                  InferDone done) const {
   auto native = std::make_shared<absl::StatusOr<std::unique_ptr<NativeRequest>>>(
       ToNativeRequest(request, convert_));
+  if (native->ok()) (**native)->shm_owner = std::move(shm_owner);
   absl::StatusOr<CallCost> cost =
       native->ok() ? CostOfNative(***native) : WithId(native->status(), request.id());
   runner_.Run(
@@ -308,7 +310,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
   absl::StatusOr<std::vector<ShmRegionStatus>> regions =
-      runner_.runtime().shm->Status(request->name(), SharedMemoryOwner(context));
+      runner_.runtime().shm->Status(request->name(), SharedMemoryOwner(context).name());
   if (!regions.ok()) return Finish(context, ToGrpcStatus(regions.status()));
   for (const ShmRegionStatus& r : *regions) {
     auto& out = (*response->mutable_regions())[r.name];
@@ -325,7 +327,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
     inference::SystemSharedMemoryRegisterResponse*) {
   return Finish(context, ToGrpcStatus(runner_.runtime().shm->Register(
                              request->name(), request->key(), request->offset(),
-                             request->byte_size(), SharedMemoryOwner(context))));
+                             request->byte_size(), SharedMemoryOwner(context).name())));
 }
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
@@ -333,7 +335,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
     const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse*) {
   return Finish(context, ToGrpcStatus(runner_.runtime().shm->Unregister(
-                             request->name(), SharedMemoryOwner(context))));
+                             request->name(), SharedMemoryOwner(context).name())));
 }
 
 }  // namespace posenc

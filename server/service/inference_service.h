@@ -36,9 +36,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // pool, the response checked against --max_message_bytes), then passes the outcome to
   // done(CallOutcome) on the thread that ran the work, without blocking this one. The
   // outcome's ticket is for the front to hold until the response has been written.
-  // `cancelled` is polled by long work. REQUIRES: `request` and `response` outlive done.
+  // `cancelled` is polled by long work; `shm_owner` names the regions it may use.
+  // REQUIRES: `request` and `response` outlive done.
   using InferDone = absl::AnyInvocable<void(CallOutcome) &&>;
-  void InferAsync(inference::ModelInferRequest& request, CancelCheck cancelled,
+  void InferAsync(inference::ModelInferRequest& request, ShmOwner shm_owner, CancelCheck cancelled,
                   inference::ModelInferResponse& response, InferDone done) const;
 
   // What the metadata rpcs answer, for every front. NOT_FOUND for an unknown model.

@@ -220,7 +220,7 @@ std::vector<MetricsScheme> MetricsSchemes() {
 }
 
 absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeResponse& response,
-                                     SchemeLabel* label, const std::string& shm_owner) const {
+                                     SchemeLabel* label, const ShmOwner& shm_owner) const {
   const SchemeDescriptor* scheme = SchemeOf(request);
   *label = scheme ? scheme->label : kNoScheme;
   response.set_request_id(request.request_id());
@@ -259,8 +259,7 @@ absl::Status RequestHandlers::Encode(v1::EncodeRequest& request, v1::EncodeRespo
 }
 
 absl::Status RequestHandlers::AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
-                                            SchemeLabel* label,
-                                            const std::string& shm_owner) const {
+                                            SchemeLabel* label, const ShmOwner& shm_owner) const {
   const SchemeDescriptor* scheme = SchemeOf(request);
   *label = scheme ? scheme->label : kNoScheme;
   response.set_request_id(request.request_id());

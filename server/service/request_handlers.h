@@ -18,6 +18,7 @@
 #include "server/metrics/metrics.h"
 #include "server/schemes/scheme_registry.h"
 #include "server/service/request_tensors.h"
+#include "server/shm/peer_identity.h"
 #include "server/shm/shared_memory_registry.h"
 #include "server/tables/named_tables.h"
 #include "server/tables/table_cache.h"
@@ -48,9 +49,9 @@ class RequestHandlers {
   // `shm_owner`: whose shared-memory regions the request may use (the client's connection,
   // SharedMemoryOwner in call_runner.h).
   absl::Status Encode(v1::EncodeRequest& request, v1::EncodeResponse& response, SchemeLabel* scheme,
-                      const std::string& shm_owner = "") const;
+                      const ShmOwner& shm_owner = {}) const;
   absl::Status AttentionBias(v1::BiasRequest& request, v1::BiasResponse& response,
-                             SchemeLabel* scheme, const std::string& shm_owner = "") const;
+                             SchemeLabel* scheme, const ShmOwner& shm_owner = {}) const;
   // Stops with CANCELLED when `cancelled` says so (polled inside the eigen-solve).
   absl::Status GraphEncode(v1::GraphRequest& request, v1::GraphResponse& response,
                            const CancelCheck& cancelled = {}) const;

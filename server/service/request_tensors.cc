@@ -28,7 +28,8 @@ absl::StatusOr<ShmLease> RequestTensors::Lease(const v1::SharedMemoryRef& ref, u
     return absl::InvalidArgumentError(absl::StrCat(field, ".byte_size is ", ref.byte_size(),
                                                    "; the tensor needs exactly ", need, " bytes"));
   }
-  return shm_->Lookup(ShmRef{ref.region(), ref.offset(), ref.byte_size()}, field, shm_owner_);
+  return shm_->Lookup(ShmRef{ref.region(), ref.offset(), ref.byte_size()}, field,
+                      shm_owner_.name());
 }
 
 absl::Status RequestTensors::CheckNoOverlap(const char* begin, uint64_t size, const void* same_as,

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "posenc/v1/posenc.pb.h"
+#include "server/shm/peer_identity.h"
 #include "server/shm/shared_memory_registry.h"
 #include "server/tensor/tensor_view.h"
 
@@ -21,7 +22,7 @@ class RequestTensors {
  public:
   // `shm` may be null (no shared memory: a tensor by reference is FAILED_PRECONDITION).
   // Regions are those `shm_owner` registered (the client's connection).
-  explicit RequestTensors(const SharedMemoryRegistry* shm, std::string shm_owner = "")
+  explicit RequestTensors(const SharedMemoryRegistry* shm, ShmOwner shm_owner = {})
       : shm_(shm), shm_owner_(std::move(shm_owner)) {}
 
   // A writable view of `tensor`'s bytes: `data` or `shm`, never both. Errors name `field`.
@@ -56,7 +57,7 @@ class RequestTensors {
                               absl::string_view field) const;
 
   const SharedMemoryRegistry* const shm_;
-  const std::string shm_owner_;
+  const ShmOwner shm_owner_;
   std::vector<ShmLease> leases_;
   std::vector<Slice> slices_;
   uint64_t shm_in_bytes_ = 0;

@@ -28,6 +28,7 @@
 #include "server/common/port_in_use.h"
 #include "server/common/status_macros.h"
 #include "server/service/channelz.h"
+#include "server/shm/peer_identity.h"
 #include "server/tables/table_file.h"
 
 namespace posenc {
@@ -129,6 +130,17 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+// The owner names (SharedMemoryOwner) of the connections with these peers: each peer
+// itself, for owners the socket tables could not name, and its "tcp:<inode>".
+std::set<std::string> LiveShmOwners(const std::set<std::string>& peers) {
+  const std::vector<TcpSocketRow> rows = ReadTcpTables();
+  std::set<std::string> owners = peers;
+  for (const std::string& peer : peers) {
+    if (std::optional<std::string> owner = ConnectionOwner(peer, rows)) owners.insert(*owner);
+  }
+  return owners;
+}
+
 // Free heap (all arenas) over which the monitor trims even while calls run: above what the
 // largest calls reuse between them (TuneProcessForServing keeps 64 MiB per arena).
 constexpr size_t kTrimFreeBytes = size_t{128} << 20;
@@ -166,16 +178,21 @@ void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder& build
   // (RESOURCE_EXHAUSTED), not held back by the transport.
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
-  // A dead peer is found within keepalive time + timeout; idle connections close after
-  // kMaxConnectionIdle; no connection lives past kMaxConnectionAge (+ its grace for the
-  // calls it carries), so a client cannot pin transport memory forever.
+  // A dead peer is found within keepalive time + timeout; idle connections close after 5
+  // minutes; no connection lives past an hour (+ 5 minutes of grace for the calls it
+  // carries), so a client cannot pin transport memory forever. Not with --shm: a client's
+  // regions belong to its connection, and a client that registers once (as Triton's do)
+  // would lose them when the server closed it; its connection then ends only when the
+  // client closes it or keepalive finds it dead.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 5 * 60 * 1000);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 60 * 60 * 1000);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 5 * 60 * 1000);
+  if (!options.shm.enabled) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 5 * 60 * 1000);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, 60 * 60 * 1000);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 5 * 60 * 1000);
+  }
   // A second server on a busy port must fail, not silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
@@ -395,7 +412,7 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     if (shm_->enabled() && ticks % 10 == 0 && shm_->regions() > 0) {
       const auto seen_at = std::chrono::steady_clock::now();
       if (std::optional<std::set<std::string>> peers = ConnectedPeers()) {
-        shm_->ReleaseOwnersExcept(*peers, seen_at);
+        shm_->ReleaseOwnersExcept(LiveShmOwners(*peers), seen_at);
       }
     }
     if (metrics_) {

@@ -2,8 +2,11 @@
 // reference equals the inline answer bit for bit; slices are bounds-checked; regions are
 // refused when their key is not the client's to give; unregister and truncation while
 // requests run leave the server serving; register/unregister cycles leak nothing.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <dirent.h>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/shm_region.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel_posix.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/tensor/dtype.h"
@@ -192,6 +196,77 @@ TEST_F(ShmTest, RegionsBelongToTheConnectionThatRegisteredThem) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(regions, 2);
+}
+
+// A connection from local port `port` (0: any) on a socket of our own, handed to gRPC; it
+// ends with a reset (SO_LINGER 0), leaving the port free at once. The port it got in `port`;
+// null when it cannot bind or connect.
+std::shared_ptr<grpc::Channel> ChannelFromPort(const ServerProcess& server, uint16_t& port) {
+  const std::string& address = server.grpc_address();  // "127.0.0.1:PORT"
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const linger reset{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_port = htons(port);
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in remote = local;
+  remote.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  socklen_t length = sizeof(local);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length);
+  port = ntohs(local.sin_port);
+  return grpc::CreateInsecureChannelFromFd(address, fd);
+}
+
+// A region belongs to the connection, not to the client's address: once the client's
+// connection is reset, another connection from the very same source port (as any local
+// process may bind it) inherits none of its regions.
+TEST_F(ShmTest, AConnectionFromAReusedPortInheritsNoRegion) {
+  ASSERT_TRUE(server_.started());
+  auto region = ShmRegion::Create(Key("reuse"), 4096);
+  ASSERT_THAT(region, IsOk());
+  uint16_t port = 0;
+  std::shared_ptr<grpc::Channel> victim_channel = ChannelFromPort(server_, port);
+  ASSERT_NE(victim_channel, nullptr);
+  auto victim = v1::PositionalEncoding::NewStub(std::move(victim_channel));
+  {
+    v1::RegisterSharedMemoryRequest r;
+    r.set_name("victim");
+    r.set_key(region->key());
+    r.set_byte_size(4096);
+    grpc::ClientContext ctx;
+    v1::RegisterSharedMemoryResponse resp;
+    ASSERT_THAT(victim->RegisterSharedMemory(&ctx, r, &resp), IsOk());
+  }
+  v1::SharedMemoryStatusResponse listed;
+  ASSERT_THAT(StatusOf(*victim, "", &listed), IsOk());
+  ASSERT_EQ(listed.regions_size(), 1);
+  victim.reset();  // the channel's socket goes, with a reset
+  // At once, well inside the second in which the server notices a gone connection.
+  std::shared_ptr<grpc::Channel> channel;
+  for (int i = 0; i < 200 && channel == nullptr; ++i) {
+    uint16_t same = port;
+    channel = ChannelFromPort(server_, same);
+    if (channel == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(channel, nullptr) << "port " << port << " did not come free";
+  auto thief = v1::PositionalEncoding::NewStub(channel);
+  ASSERT_THAT(StatusOf(*thief, "", &listed), IsOk());
+  EXPECT_EQ(listed.regions_size(), 0) << "a connection from the same port saw the regions";
+  EXPECT_THAT(StatusOf(*thief, "victim", &listed), StatusIs(absl::StatusCode::kNotFound));
+  v1::EncodeRequest req;
+  req.mutable_sinusoidal();
+  for (int64_t d : {1, 4, 64}) req.mutable_input()->add_shape(d);
+  req.mutable_input()->set_dtype(v1::FLOAT32);
+  *req.mutable_input()->mutable_shm() = ShmRegion::Ref("victim", 0, 4 * 64 * 4);
+  EXPECT_THAT(posenc::testing::Encode(*thief, req), StatusIs(absl::StatusCode::kNotFound));
 }
 
 // Every Encode family: by reference, in place, equal bit for bit to the inline answer.

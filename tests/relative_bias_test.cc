@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,42 @@ TEST(DebertaBuckets, MatchTorchRunningHfCode) {
   EXPECT_EQ(configs, 10);
   EXPECT_EQ(unbucketed, 3);
   EXPECT_EQ(checked, int64_t{10} * 8193);
+}
+
+// The build against the per-element formula (DebertaLogBucket of query_pos - key_pos, the
+// scalar definition) id for id, over bucket settings with rising and falling log ranges,
+// query blocks with and without offsets, and sizes past the threading threshold (256 KiB)
+// and the streaming one (32 MiB).
+TEST(DebertaBuckets, BuildMatchesPerElementBucketsBitForBit) {
+  struct Spec {
+    int32_t buckets, max_position;
+  };
+  const Spec specs[] = {{256, 512}, {2, 8},     {3, 3},     {4, 5},       {64, 10},
+                        {256, 100}, {32, 4096}, {512, 513}, {1000, 20000}};
+  const BiasGeometry geoms[] = {{1, 1, 0},     {7, 13, 6},      {13, 7, 0},     {1, 3000, 2999},
+                                {300, 300, 0}, {257, 611, 354}, {64, 64, 5000}, {3000, 3000, 0}};
+  int compared = 0;
+  for (const Spec& sp : specs) {
+    const DebertaSpec spec{sp.buckets, sp.max_position};
+    for (const BiasGeometry& geom : geoms) {
+      const auto q = geom.query_length, k = geom.key_length;
+      if (q * k > 1000000 && sp.buckets != 256) continue;  // the largest with HF's defaults
+      std::vector<int32_t> out(static_cast<size_t>(q * k), -7);
+      ASSERT_THAT(BuildDebertaPositions(spec, geom, out.data()), IsOk());
+      for (int64_t i = 0; i < q; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          const std::optional<int32_t> want =
+              DebertaLogBucket(geom.query_offset + i - j, sp.buckets, sp.max_position);
+          ASSERT_TRUE(want.has_value());
+          ASSERT_EQ(out[static_cast<size_t>(i * k + j)], *want)
+              << "buckets " << sp.buckets << " max " << sp.max_position << " q " << q << " k " << k
+              << " offset " << geom.query_offset << " at " << i << "," << j;
+        }
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 9 * 8 - 7);  // all but seven of the largest
 }
 
 TEST(DebertaBuckets, DefaultsAreHfs) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -248,6 +249,9 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
       {1, 1, 9, 9, 3, 16, 0},    // k wider than the keys: no clipping
       {2, 2, 6, 40, 64, 8, 10},  // d a multiple of 8, wide keys
       {1, 1, 3, 5, 1, 1, 100},   // d 1, every key clipped to the left
+      // Past the threading threshold (256 KiB of work), reach 33 (not whole vectors), d odd.
+      {1, 4, 64, 300, 37, 16, 5},
+      {1, 2, 20, 100, 24, 40, 30},  // reach 81: more than one pass of 64 dot products
   };
   std::vector<KernelImpl> isas = {KernelImpl::kScalar};
   for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
@@ -304,6 +308,30 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
           }
         }
       }
+    }
+  }
+}
+
+// Through the transposed table each dot product sums over d in order with FMA, as the
+// scalar rows do: every vector ISA gives the scalar term bit for bit.
+TEST(ShawQueryTerm, VectorIsasMatchScalarBitForBit) {
+  const int64_t heads = 3, q = 70, k = 90, d = 29;
+  const int32_t k_clip = 40;
+  const std::vector<float> table = RandomFloats(static_cast<size_t>((2 * k_clip + 1) * d), 5);
+  const std::vector<float> query = RandomFloats(static_cast<size_t>(heads * q * d), 7);
+  const ConstTensorView qv(DType::kFloat32, {1, heads, q, d}, query.data());
+  auto term = [&](KernelImpl isa) {
+    std::vector<float> out(static_cast<size_t>(heads * q * k));
+    const TensorView ov{DType::kFloat32, {1, heads, q, k}, out.data()};
+    EXPECT_THAT(ShawQueryTerm({k_clip}, {q, k, 3}, table.data(), d, qv, ov, false, isa), IsOk());
+    return out;
+  };
+  const std::vector<float> scalar = term(KernelImpl::kScalar);
+  for (KernelImpl isa : CpuVectorIsas()) {
+    const std::vector<float> got = term(isa);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&got[i], &scalar[i], 4), 0)
+          << KernelImplName(isa) << " at " << i << ": " << got[i] << " vs " << scalar[i];
     }
   }
 }

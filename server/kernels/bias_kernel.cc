@@ -730,6 +730,89 @@ __attribute__((target("avx2,fma"))) void ShawDotsAvx2(const float* q, const floa
   }
 }
 
+// Table rows [lo, lo + n) as columns: at[d * stride + (r - lo)] = table[r * dim + d], the
+// columns from n to stride (a multiple of 8, at least 8 past n) zero. A query row's dot
+// products with consecutive table rows are then consecutive lanes: one broadcast of q[d]
+// and one FMA per eight of them, no horizontal sums, each lane summing over d in order
+// with FMA exactly as ShawDotsScalar does (so bit-identical to it).
+struct ShawColumns {
+  int64_t lo = 0, n = 0, stride = 0;
+  std::vector<float> at;
+};
+
+// The columns of the table rows [lo, hi] a request reaches, or none (n == 0) where they
+// would take more than kMaxShawColumnFloats: a long reach of a wide table, which the row
+// dots serve without the copy.
+constexpr int64_t kMaxShawColumnFloats = int64_t{1} << 20;
+
+ShawColumns MakeShawColumns(const float* table, int64_t dim, int64_t lo, int64_t hi) {
+  ShawColumns c;
+  const int64_t n = hi - lo + 1;
+  const int64_t stride = (n + 7) / 8 * 8 + 8;
+  if (stride * dim > kMaxShawColumnFloats) return c;
+  c.lo = lo;
+  c.n = n;
+  c.stride = stride;
+  c.at.assign(static_cast<size_t>(stride * dim), 0.0f);
+  for (int64_t r = 0; r < n; ++r) {  // table row lo + r
+    for (int64_t d = 0; d < dim; ++d)
+      c.at[static_cast<size_t>(d * stride + r)] = table[(lo + r) * dim + d];
+  }
+  return c;
+}
+
+// out[0 .. 8 * kV) = dots of q with the columns from col on: kV vectors of 8 lanes. Asks
+// for one line of `ahead` in L2 per feature while the FMAs run (ahead_lines of them).
+template <int kV>
+__attribute__((target("avx2,fma"))) inline void ShawColumnPass(const float* q, const float* col,
+                                                               int64_t dim, int64_t stride,
+                                                               float* out, const char* ahead,
+                                                               int64_t ahead_lines) {
+  __m256 acc[kV];
+  for (int v = 0; v < kV; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < dim; ++d) {  // feature
+    if (d < ahead_lines) _mm_prefetch(ahead + d * 64, _MM_HINT_T1);
+    const __m256 x = _mm256_broadcast_ss(q + d);
+    const float* t = col + d * stride;
+    for (int v = 0; v < kV; ++v) acc[v] = _mm256_fmadd_ps(x, _mm256_loadu_ps(t + 8 * v), acc[v]);
+  }
+  for (int v = 0; v < kV; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
+}
+
+// out[r - first] = dot(q, table[r]) for r in [first, last] from the columns, 64 at a
+// time. out has room for 64 floats past last - first (whole vectors are stored).
+// ahead[0, ahead_bytes): memory the caller reads next (the next score row), asked for in L2
+// a line per feature as the passes run and the rest after them. A row's dot products issue
+// no memory traffic; without this the hardware prefetcher saw the score rows in bursts and
+// each row's add met DRAM latency cold (and a loop of prefetches before the dots waited
+// on full miss queues).
+__attribute__((target("avx2,fma"))) void ShawDotsColumnsAvx2(const float* q, const ShawColumns& c,
+                                                             int64_t dim, int64_t first,
+                                                             int64_t last, float* out,
+                                                             const char* ahead,
+                                                             int64_t ahead_bytes) {
+  const int64_t count = last - first + 1;
+  int64_t line = 0;
+  const int64_t lines = (ahead_bytes + 63) / 64;
+  for (int64_t r0 = 0; r0 < count; r0 += 64) {  // relative index, eight vectors per pass
+    const float* col = c.at.data() + (first - c.lo) + r0;
+    const char* pf = ahead + line * 64;
+    const int64_t n = std::max<int64_t>(0, lines - line);
+    switch (std::min<int64_t>(8, (count - r0 + 7) / 8)) {
+      case 1: ShawColumnPass<1>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 2: ShawColumnPass<2>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 3: ShawColumnPass<3>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 4: ShawColumnPass<4>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 5: ShawColumnPass<5>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 6: ShawColumnPass<6>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 7: ShawColumnPass<7>(q, col, dim, c.stride, out + r0, pf, n); break;
+      default: ShawColumnPass<8>(q, col, dim, c.stride, out + r0, pf, n); break;
+    }
+    line += dim;
+  }
+  for (; line < lines; ++line) _mm_prefetch(ahead + line * 64, _MM_HINT_T1);
+}
+
 ShawDotsFn ShawDotsFor(KernelImpl implementation) {
   return IsaBoundFor(implementation) == KernelImpl::kScalar ? ShawDotsScalar : ShawDotsAvx2;
 }
@@ -796,6 +879,25 @@ absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
   return absl::OkStatus();
 }
 
+namespace {
+
+// term[j] for the keys j of one query row at query_pos, from its dot products with table
+// rows [lo, hi] (dots_row[r - lo]): along the keys the index is 0 (clipped left), then
+// rises by one per key, then stays 2k (clipped right): two fills around one copy.
+void GatherShawTerm(const float* dots_row, int64_t lo, int64_t hi, int64_t query_pos, int32_t kmax,
+                    int64_t k, float* term) {
+  const int64_t left = std::clamp<int64_t>(query_pos - kmax, 0, k);
+  const int64_t right = std::clamp<int64_t>(query_pos + kmax + 1, left, k);
+  std::fill(term, term + left, dots_row[0]);
+  if (right > left) {
+    std::memcpy(term + left, dots_row + (ShawIndexOf(left - query_pos, kmax) - lo),
+                static_cast<size_t>(right - left) * sizeof(float));
+  }
+  std::fill(term + right, term + k, dots_row[hi - lo]);
+}
+
+}  // namespace
+
 absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
                            int64_t dim, const ConstTensorView& query, const TensorView& out,
                            bool add_to_out, KernelImpl implementation) {
@@ -806,12 +908,18 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
   const size_t q_elem = DTypeSize(query.dtype), out_elem = DTypeSize(out.dtype);
   const ShawDotsFn dots = ShawDotsFor(implementation);
   const AddBiasRowFn add_row = BiasRowFor(out.dtype, implementation);
+  // The vector ISAs read the table rows the request reaches as columns (ShawColumns).
+  const ShawColumns columns =
+      IsaBoundFor(implementation) == KernelImpl::kScalar
+          ? ShawColumns{}
+          : MakeShawColumns(table, dim, ShawIndexOf(-(geom.query_offset + q - 1), kmax),
+                            ShawIndexOf(k - 1 - geom.query_offset, kmax));
   // The work is the dot products (d multiply-adds per reached distance) and the row pass.
   const int64_t reach = std::min<int64_t>(2 * int64_t{kmax} + 1, k);
   const KernelThreadLease lease(WorkBytes(rows * (reach * dim / 8 + k)));
   ParallelFor(lease.threads(), rows, [&](int64_t first, int64_t last) {
     std::vector<float> q_row(static_cast<size_t>(dim));
-    std::vector<float> dots_row(static_cast<size_t>(reach));
+    std::vector<float> dots_row(static_cast<size_t>(reach + 64));  // whole vectors stored
     std::vector<float> term(static_cast<size_t>(k));
     for (int64_t row = first; row < last; ++row) {  // (batch, head, query)
       const int64_t query_pos = geom.query_offset + row % q;
@@ -820,19 +928,15 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
       // The table rows this query's keys reach: key 0 and key k - 1 bound them.
       const int64_t lo = ShawIndexOf(-query_pos, kmax);
       const int64_t hi = ShawIndexOf(k - 1 - query_pos, kmax);
-      dots(q_row.data(), table, dim, lo, hi, dots_row.data());
-      // Along the keys the index is 0 (clipped left), then rises by one per key, then stays
-      // 2k (clipped right): two fills around one copy.
-      const int64_t left = std::clamp<int64_t>(query_pos - kmax, 0, k);
-      const int64_t right = std::clamp<int64_t>(query_pos + kmax + 1, left, k);
-      std::fill(term.begin(), term.begin() + left, dots_row[0]);
-      if (right > left) {
-        std::memcpy(term.data() + left,
-                    dots_row.data() + (ShawIndexOf(left - query_pos, kmax) - lo),
-                    static_cast<size_t>(right - left) * sizeof(float));
-      }
-      std::fill(term.begin() + right, term.end(), dots_row[hi - lo]);
       void* out_row = static_cast<char*>(out.data) + row * k * out_elem;
+      if (columns.n > 0) {
+        const int64_t next_bytes = row + 1 < last ? k * static_cast<int64_t>(out_elem) : 0;
+        ShawDotsColumnsAvx2(q_row.data(), columns, dim, lo, hi, dots_row.data(),
+                            static_cast<const char*>(out_row) + k * out_elem, next_bytes);
+      } else {
+        dots(q_row.data(), table, dim, lo, hi, dots_row.data());
+      }
+      GatherShawTerm(dots_row.data(), lo, hi, query_pos, kmax, k, term.data());
       if (add_to_out) {
         add_row(out_row, term.data(), k);
       } else {

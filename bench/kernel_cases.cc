@@ -34,6 +34,8 @@ struct KernelCase {
   // One of two implementations of the same kernel, side by side (add_vector, add_onednn):
   // shown, not judged against the targets.
   bool comparison = false;
+  // Reads tensor_bytes and writes nothing (a scan): judged against a read-only roofline.
+  bool read_only = false;
 };
 
 // Everything a set of kernel cases at one size shares: the buffers and tables.
@@ -357,7 +359,13 @@ void AddConvertCases(KernelFixture& f, const std::string& size, std::vector<Kern
            Check(absl::InternalError("a finite table was found not finite"), "FirstNonFinite");
          }
        },
-       nullptr});
+       nullptr, /*comparison=*/false, /*read_only=*/true});
+  // The roofline's own read+write pass run as a kernel on the tensor: an A/A row whose
+  // ratio is 1 but for the machine's noise between a kernel round and its roofline.
+  const size_t self_bytes = static_cast<size_t>(f.nb * f.seq * f.dim) * sizeof(float);
+  cases.push_back({"roofline_self", size, Shape{f.nb, f.seq, f.dim}, DType::kFloat32, self_bytes,
+                   2 * self_bytes, [out, self_bytes] { Roofline::ReadWritePass(out, self_bytes); },
+                   nullptr, /*comparison=*/true});
 }
 
 std::vector<KernelCase> MakeCases(KernelFixture& f, const std::string& size, KernelImpl isa) {
@@ -376,55 +384,79 @@ bool Selected(const Options& o, const KernelCase& c) {
              std::string::npos;
 }
 
-// One case's row: the kernel and its roofline alternate, `rounds` times (at least twice).
-// `ms`, `gbps` and `roofline_gbps` are each the best of all rounds; `ratio` is the median
-// of the rounds' ratios of kernel GB/s to the roofline measured right after it (listed in
-// `round_ratios`). This VM's bandwidth at 64 MiB swings 2x over seconds: the best kernel
-// over the best roofline paired a fast minute with a slow one (0.50 and 1.33 for bf16 and
-// fp16 RoPE in one run); a ratio taken within one round sees one state of the machine.
+// One series of round ratios against one roofline kind: each round's kernel GB/s over the
+// roofline measured right beside it in that round.
+struct RatioSeries {
+  std::vector<double> ratios;
+  double best_roofline = 0;
+};
+
+// The lower middle one of an even count.
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+
+// `prefix`ratio (the median of the rounds), ratio_best, ratio_spread (largest minus
+// smallest), round_ratios and roofline_gbps (its best) for one series.
+void PutSeries(const RatioSeries& s, const std::string& prefix, json& row) {
+  const auto [lo, hi] = std::minmax_element(s.ratios.begin(), s.ratios.end());
+  row[prefix + "roofline_gbps"] = s.best_roofline;
+  row[prefix + "ratio"] = Median(s.ratios);
+  row[prefix + "ratio_best"] = *hi;
+  row[prefix + "ratio_spread"] = *hi - *lo;
+  row[prefix + "round_ratios"] = s.ratios;
+}
+
+// One case's row: the kernel and its roofline alternate, `rounds` times (at least twice),
+// the roofline taken before the kernel in odd rounds and after it in even ones, so a drift
+// of the machine's bandwidth over a row does not favour either side. Every ratio is a
+// round's own (kernel GB/s over the roofline of that round): the VM's bandwidth at 64 MiB
+// swings 2x over seconds, and the best kernel over the best roofline paired a fast minute
+// with a slow one (0.50 and 1.33 for bf16 and fp16 RoPE in one run). `ratio` is the median
+// of the rounds, with the best round and the spread beside it; `ms` and `gbps` are the
+// kernel's best round, `gbps_median` its median. The builds only write: beside the
+// read-modify-write roofline they get a write-only one (write_*); the scans only read and
+// get a read-only one (read_*).
 json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds,
                  KernelImpl isa) {
-  // The builds only write: beside the read-modify-write roofline they also get a
-  // write-only one (the better of streaming and plain stores).
-  const bool write_only = c.moved_bytes == c.tensor_bytes;
+  const bool write_only = c.moved_bytes == c.tensor_bytes && !c.read_only;
   const double moved_gb = static_cast<double>(c.moved_bytes) / 1e9;
-  double seconds = 1e30, roof = 0, write_roof = 0;
-  std::vector<double> ratios, write_ratios;
+  std::vector<double> seconds;
+  RatioSeries rmw, side;
+  const RooflineKind side_kind = c.read_only ? RooflineKind::kReadOnly : RooflineKind::kWriteOnly;
+  const bool has_side = write_only || c.read_only;
   for (int round = 0; round < std::max(2, rounds); ++round) {
+    double r = 0, w = 0;
+    const auto roofs = [&] {
+      r = roofline.Gbps(c.tensor_bytes, budget);
+      if (has_side) w = roofline.Gbps(c.tensor_bytes, budget, side_kind);
+    };
+    if (round % 2 == 1) roofs();
     const double s = BestSeconds(c.run, budget);
-    const double r = roofline.Gbps(c.tensor_bytes, budget);
-    seconds = std::min(seconds, s);
-    roof = std::max(roof, r);
-    ratios.push_back(moved_gb / s / r);
-    if (write_only) {
-      const double w = roofline.Gbps(c.tensor_bytes, budget, true);
-      write_roof = std::max(write_roof, w);
-      write_ratios.push_back(moved_gb / s / w);
+    if (round % 2 == 0) roofs();
+    seconds.push_back(s);
+    rmw.best_roofline = std::max(rmw.best_roofline, r);
+    rmw.ratios.push_back(moved_gb / s / r);
+    if (has_side) {
+      side.best_roofline = std::max(side.best_roofline, w);
+      side.ratios.push_back(moved_gb / s / w);
     }
   }
-  // The lower middle one of an even count.
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[(v.size() - 1) / 2];
-  };
+  const double best_s = *std::min_element(seconds.begin(), seconds.end());
   json r{{"name", c.name},
          {"isa", KernelImplName(isa)},
          {"size", c.size},
          {"shape", ShapeString(c.shape)},
          {"dtype", DTypeLabel(c.dtype)},
-         {"ms", seconds * 1e3},
+         {"ms", best_s * 1e3},
          {"bytes", c.moved_bytes},
-         {"gbps", moved_gb / seconds},
-         {"roofline_gbps", roof},
-         {"ratio", median(ratios)},
-         {"round_ratios", ratios}};
+         {"gbps", moved_gb / best_s},
+         {"gbps_median", moved_gb / Median(seconds)}};
+  PutSeries(rmw, "", r);
   if (c.impl) r["impl"] = c.impl();
   if (c.comparison) r["comparison"] = true;
-  if (write_only) {
-    r["write_roofline_gbps"] = write_roof;
-    r["write_ratio"] = median(write_ratios);
-    r["write_round_ratios"] = write_ratios;
-  }
+  if (has_side) PutSeries(side, c.read_only ? "read_" : "write_", r);
   return r;
 }
 

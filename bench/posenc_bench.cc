@@ -14,8 +14,10 @@
 // "rpc workload xconcurrency" does, e.g. --filter="EncodeStream 1 MiB x1",
 // --filter="ModelInfer rope [1,1,32,128] x8". --isa runs the
 // kernels on that ISA only. --rounds (default 3; 1 with --quick) is how many times each
-// kernel alternates with its roofline (at least twice; a row's ratio is the median of its
-// rounds' ratios, listed in "round_ratios", its times each side's best) and each
+// kernel alternates with its roofline (at least twice; a row's "ratio" is the median of its
+// rounds' ratios, listed in "round_ratios" with "ratio_best" and "ratio_spread" beside it,
+// "ms" and "gbps" the kernel's best round; the row roofline_self is the roofline's own pass
+// as a kernel, an A/A row) and each
 // end-to-end cell with the echo, each side keeping each figure at its best (throughput,
 // p50, p99).
 // --echo-vs-echo runs the end-to-end cells only, with a second posenc-bench-echo in

@@ -53,12 +53,38 @@ __attribute__((target("avx2"))) void WritePlainAvx2(float* x, size_t n, float, f
 
 void WriteScalar(float* x, size_t n, float, float b) { std::fill_n(x, n, b); }
 
+// Sums n floats into a sink the compiler cannot drop: the read-only baseline for the scans.
+float g_read_sink = 0;
+
+void ReadScalar(float* x, size_t n, float, float) {
+  float sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += x[i];
+  g_read_sink += sum;
+}
+
+__attribute__((target("avx2"))) void ReadAvx2(float* x, size_t n, float, float) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {  // four independent loads per step
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(x + i + 16));
+    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(x + i + 24));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (float lane : lanes) g_read_sink += lane;
+  ReadScalar(x + i, n - i, 0, 0);
+}
+
 // x = x*a + b over n floats split across `threads` kernel threads (ParallelFor, as the
 // kernels split theirs) in contiguous chunks of whole 64-byte blocks.
-// pass: 0 the read-modify-write, 1 write-only with streaming stores, 2 with plain stores.
+// pass: 0 the read-modify-write, 1 write-only with streaming stores, 2 with plain stores,
+// 3 read-only.
 void Rmw(float* x, size_t n, float a, float b, int threads, int pass = 0) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   auto run = pass == 0   ? (avx2 ? RmwAvx2 : RmwScalar)
+             : pass == 3 ? (avx2 ? ReadAvx2 : ReadScalar)
              : !avx2     ? WriteScalar
              : pass == 1 ? WriteAvx2
                          : WritePlainAvx2;
@@ -71,7 +97,11 @@ void Rmw(float* x, size_t n, float a, float b, int threads, int pass = 0) {
 
 }  // namespace
 
-double Roofline::Gbps(size_t bytes, double budget_s, bool write_only) {
+void Roofline::ReadWritePass(void* x, size_t bytes) {
+  Rmw(static_cast<float*>(x), bytes / sizeof(float), 0.5f, 0.5f, KernelThreads());
+}
+
+double Roofline::Gbps(size_t bytes, double budget_s, RooflineKind kind) {
   auto& buffer = buffers_[bytes];
   if (!buffer) {
     buffer = std::make_unique<Buffer>(bytes);
@@ -79,16 +109,20 @@ double Roofline::Gbps(size_t bytes, double budget_s, bool write_only) {
   }
   const size_t n = bytes / sizeof(float);
   auto* x = static_cast<float*>(buffer->data());
+  const std::vector<int> passes = kind == RooflineKind::kWriteOnly  ? std::vector<int>{1, 2}
+                                  : kind == RooflineKind::kReadOnly ? std::vector<int>{3}
+                                                                    : std::vector<int>{0};
   double best_s = 1e30;
   for (int threads : {1, KernelThreads()}) {
-    for (int pass : write_only ? std::vector<int>{1, 2} : std::vector<int>{0}) {
+    for (int pass : passes) {
       // a, b keep values bounded: x -> 0.5x + 0.5 converges to 1.
       best_s =
           std::min(best_s, BestSeconds([&] { Rmw(x, n, 0.5f, 0.5f, threads, pass); }, budget_s));
     }
     if (KernelThreads() == 1) break;
   }
-  return (write_only ? 1.0 : 2.0) * static_cast<double>(bytes) / best_s / 1e9;
+  const double sides = kind == RooflineKind::kReadWrite ? 2.0 : 1.0;
+  return sides * static_cast<double>(bytes) / best_s / 1e9;
 }
 
 }  // namespace posenc::bench

@@ -1,6 +1,7 @@
 // The memory roofline posenc-bench compares every kernel with: an in-place x = x*a + b pass
-// (read + write) over a buffer of the kernel's size, or a write-only pass for kernels that
-// only write, best of one thread and the kernel thread count. Not thread-safe.
+// (read + write) over a buffer of the kernel's size, a write-only pass for kernels that
+// only write, or a read-only sum for kernels that only read, best of one thread and the
+// kernel thread count. Not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -11,14 +12,19 @@
 
 namespace posenc::bench {
 
-// The best read+write GB/s of Rmw at a buffer size, over 1 thread and the kernel threads.
+// What a roofline pass moves: kReadWrite reads and writes every byte (GB/s count both),
+// kWriteOnly writes them (the better of streaming and plain stores), kReadOnly reads them.
+enum class RooflineKind { kReadWrite, kWriteOnly, kReadOnly };
+
+// The best GB/s of a pass of `kind` at a buffer size, over 1 thread and the kernel threads.
 // Measured anew on every call (buffers are kept): memory bandwidth on a shared machine
 // drifts, so each kernel is compared with a roofline taken right beside it.
 class Roofline {
  public:
-  // write_only: GB/s written by a write-only pass instead (bytes, not 2x bytes), the better
-  // of streaming and plain stores.
-  double Gbps(size_t bytes, double budget_s, bool write_only = false);
+  double Gbps(size_t bytes, double budget_s, RooflineKind kind = RooflineKind::kReadWrite);
+  // One read+write pass over `bytes` (a multiple of 4) at x on the kernel threads: the
+  // roofline's own pass as a kernel case, the A/A row whose ratio is the bench's noise.
+  static void ReadWritePass(void* x, size_t bytes);
 
  private:
   std::map<size_t, std::unique_ptr<Buffer>> buffers_;

@@ -161,7 +161,7 @@ TEST(AddKernel, ReportsTheFirstValueThatIsNotFiniteAsAPassWould) {
             int64_t reported = -2;
             if (multiply) {
               ASSERT_THAT(MultiplyEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale,
-                                                  run.implementation, &reported),
+                                                  run.implementation, {}, &reported),
                           IsOk());
             } else {
               ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale,
@@ -399,9 +399,10 @@ TEST(AddKernel, Bfloat16Avx2LayoutOrdersEachGroupOfSixteenEvenThenOdd) {
   }
 }
 
-// The AVX2 bfloat16 rows that read pe in their layout: every 16-bit input pattern and
-// the shapes of BitIdenticalToLoopForEveryDtype (tails, several batch rows, the threaded
-// size), unit and other scales, bit-identical to the loop on the rows in order.
+// The AVX2 bfloat16 rows that read pe in their layout, adding and multiplying: every
+// 16-bit input pattern and the shapes of BitIdenticalToLoopForEveryDtype (tails, several
+// batch rows, the threaded size), unit and other scales, bit-identical to the loop on the
+// rows in order.
 TEST(AddKernel, LaidOutRowsBitIdenticalToLoop) {
   if (!CpuSupports(KernelImpl::kAvx2)) GTEST_SKIP() << "no AVX2";
   const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16, KernelImpl::kAvx2);
@@ -426,20 +427,31 @@ TEST(AddKernel, LaidOutRowsBitIdenticalToLoop) {
     std::vector<float> laid_out(pe.size());
     layout->LayOut(pe.data(), c.seq, c.dim, laid_out.data());
     const int64_t n = c.nb * c.seq * c.dim;
-    std::vector<uint16_t> fast(n), slow(n);
-    for (int64_t i = 0; i < n; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
-    const TensorView x{DType::kBFloat16, {c.nb, c.seq, c.dim}, fast.data()};
-    ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, KernelImpl::kAvx2,
-                                   LaidOutRows{layout, laid_out.data()}),
-                IsOk());
-    ASSERT_EQ(LastAddImplementation(), KernelImpl::kAvx2);
-    ASSERT_EQ(LastAddRowLayout(), layout);
-    AddEncodingLoop(TensorView{DType::kBFloat16, {c.nb, c.seq, c.dim}, slow.data()}, pe.data(),
-                    c.input_scale, c.pe_scale);
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(fast[i], slow[i]) << "[" << c.nb << "," << c.seq << "," << c.dim
-                                  << "] a=" << c.input_scale << " b=" << c.pe_scale << " element "
-                                  << i << " input " << static_cast<uint16_t>(i * 40503u);
+    for (bool multiply : {false, true}) {  // the same rows, a sum or a product
+      std::vector<uint16_t> fast(n), slow(n);
+      for (int64_t i = 0; i < n; ++i) fast[i] = slow[i] = static_cast<uint16_t>(i * 40503u);
+      const TensorView x{DType::kBFloat16, {c.nb, c.seq, c.dim}, fast.data()};
+      const TensorView loop{DType::kBFloat16, {c.nb, c.seq, c.dim}, slow.data()};
+      const LaidOutRows rows{layout, laid_out.data()};
+      if (multiply) {
+        ASSERT_THAT(MultiplyEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale,
+                                            KernelImpl::kAvx2, rows),
+                    IsOk());
+        MultiplyEncodingLoop(loop, pe.data(), c.input_scale, c.pe_scale);
+      } else {
+        ASSERT_THAT(AddEncodingInPlace(x, pe.data(), c.input_scale, c.pe_scale, KernelImpl::kAvx2,
+                                       rows),
+                    IsOk());
+        AddEncodingLoop(loop, pe.data(), c.input_scale, c.pe_scale);
+      }
+      ASSERT_EQ(LastAddImplementation(), KernelImpl::kAvx2);
+      ASSERT_EQ(LastAddRowLayout(), layout);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(fast[i], slow[i])
+            << (multiply ? "multiply" : "add") << " [" << c.nb << "," << c.seq << "," << c.dim
+            << "] a=" << c.input_scale << " b=" << c.pe_scale << " element " << i << " input "
+            << static_cast<uint16_t>(i * 40503u);
+      }
     }
   }
 }

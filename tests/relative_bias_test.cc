@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,42 @@ TEST(DebertaBuckets, MatchTorchRunningHfCode) {
   EXPECT_EQ(configs, 10);
   EXPECT_EQ(unbucketed, 3);
   EXPECT_EQ(checked, int64_t{10} * 8193);
+}
+
+// The build against the per-element formula (DebertaLogBucket of query_pos - key_pos, the
+// scalar definition) id for id, over bucket settings with rising and falling log ranges,
+// query blocks with and without offsets, and sizes past the threading threshold (256 KiB)
+// and the streaming one (32 MiB).
+TEST(DebertaBuckets, BuildMatchesPerElementBucketsBitForBit) {
+  struct Spec {
+    int32_t buckets, max_position;
+  };
+  const Spec specs[] = {{256, 512}, {2, 8},     {3, 3},     {4, 5},       {64, 10},
+                        {256, 100}, {32, 4096}, {512, 513}, {1000, 20000}};
+  const BiasGeometry geoms[] = {{1, 1, 0},     {7, 13, 6},      {13, 7, 0},     {1, 3000, 2999},
+                                {300, 300, 0}, {257, 611, 354}, {64, 64, 5000}, {3000, 3000, 0}};
+  int compared = 0;
+  for (const Spec& sp : specs) {
+    const DebertaSpec spec{sp.buckets, sp.max_position};
+    for (const BiasGeometry& geom : geoms) {
+      const auto q = geom.query_length, k = geom.key_length;
+      if (q * k > 1000000 && sp.buckets != 256) continue;  // the largest with HF's defaults
+      std::vector<int32_t> out(static_cast<size_t>(q * k), -7);
+      ASSERT_THAT(BuildDebertaPositions(spec, geom, out.data()), IsOk());
+      for (int64_t i = 0; i < q; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          const std::optional<int32_t> want =
+              DebertaLogBucket(geom.query_offset + i - j, sp.buckets, sp.max_position);
+          ASSERT_TRUE(want.has_value());
+          ASSERT_EQ(out[static_cast<size_t>(i * k + j)], *want)
+              << "buckets " << sp.buckets << " max " << sp.max_position << " q " << q << " k " << k
+              << " offset " << geom.query_offset << " at " << i << "," << j;
+        }
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 9 * 8 - 7);  // all but seven of the largest
 }
 
 TEST(DebertaBuckets, DefaultsAreHfs) {
@@ -211,6 +249,9 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
       {1, 1, 9, 9, 3, 16, 0},    // k wider than the keys: no clipping
       {2, 2, 6, 40, 64, 8, 10},  // d a multiple of 8, wide keys
       {1, 1, 3, 5, 1, 1, 100},   // d 1, every key clipped to the left
+      // Past the threading threshold (256 KiB of work), reach 33 (not whole vectors), d odd.
+      {1, 4, 64, 300, 37, 16, 5},
+      {1, 2, 20, 100, 24, 40, 30},  // reach 81: more than one pass of 64 dot products
   };
   std::vector<KernelImpl> isas = {KernelImpl::kScalar};
   for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
@@ -267,6 +308,30 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
           }
         }
       }
+    }
+  }
+}
+
+// Through the transposed table each dot product sums over d in order with FMA, as the
+// scalar rows do: every vector ISA gives the scalar term bit for bit.
+TEST(ShawQueryTerm, VectorIsasMatchScalarBitForBit) {
+  const int64_t heads = 3, q = 70, k = 90, d = 29;
+  const int32_t k_clip = 40;
+  const std::vector<float> table = RandomFloats(static_cast<size_t>((2 * k_clip + 1) * d), 5);
+  const std::vector<float> query = RandomFloats(static_cast<size_t>(heads * q * d), 7);
+  const ConstTensorView qv(DType::kFloat32, {1, heads, q, d}, query.data());
+  auto term = [&](KernelImpl isa) {
+    std::vector<float> out(static_cast<size_t>(heads * q * k));
+    const TensorView ov{DType::kFloat32, {1, heads, q, k}, out.data()};
+    EXPECT_THAT(ShawQueryTerm({k_clip}, {q, k, 3}, table.data(), d, qv, ov, false, isa), IsOk());
+    return out;
+  };
+  const std::vector<float> scalar = term(KernelImpl::kScalar);
+  for (KernelImpl isa : CpuVectorIsas()) {
+    const std::vector<float> got = term(isa);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&got[i], &scalar[i], 4), 0)
+          << KernelImplName(isa) << " at " << i << ": " << got[i] << " vs " << scalar[i];
     }
   }
 }

@@ -197,7 +197,27 @@ __attribute__((target("avx2"))) inline __m256 Add8(__m256 x, __m256 pb, __m256 v
   return kUnit ? _mm256_add_ps(x, pb) : Combine8(x, pb, va);
 }
 
-template <bool kUnit, int kRows>
+// What a row function combines x with its (scaled) encoding by. Both share every row
+// function below: they differ in this one operation per element, not in loads, layouts,
+// conversions or blocking. kAdd: x*a + pe*b, as AddLoop. kMultiply: (x*a) * (pe*b), as
+// MultiplyEncodingLoop (two products for the scaled operands, one for the result; no FMA
+// can contract a product of products). kUnit (a == b == 1) drops the products by 1, which
+// are exact either way.
+enum class RowOp { kAdd, kMultiply };
+
+template <RowOp kOp, bool kUnit>
+__attribute__((target("avx2"))) inline __m256 Op8(__m256 x, __m256 pb, __m256 va) {
+  if constexpr (kOp == RowOp::kAdd) return Add8<kUnit>(x, pb, va);
+  return _mm256_mul_ps(kUnit ? x : _mm256_mul_ps(x, va), pb);
+}
+
+template <RowOp kOp>
+inline float OpOne(float x, float pe, float a, float b) {
+  if constexpr (kOp == RowOp::kAdd) return x * a + pe * b;
+  return (x * a) * (pe * b);
+}
+
+template <RowOp kOp, bool kUnit, int kRows>
 __attribute__((target("avx2"))) void AddRowsF32Avx2(void* const* xs, const char* const* ahead,
                                                     const float* pe, int64_t dim, float a,
                                                     float b) {
@@ -214,23 +234,23 @@ __attribute__((target("avx2"))) void AddRowsF32Avx2(void* const* xs, const char*
       }
       const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
       const __m256 x2 = _mm256_loadu_ps(x + c + 16), x3 = _mm256_loadu_ps(x + c + 24);
-      _mm256_storeu_ps(x + c, Add8<kUnit>(x0, p0, va));
-      _mm256_storeu_ps(x + c + 8, Add8<kUnit>(x1, p1, va));
-      _mm256_storeu_ps(x + c + 16, Add8<kUnit>(x2, p2, va));
-      _mm256_storeu_ps(x + c + 24, Add8<kUnit>(x3, p3, va));
+      _mm256_storeu_ps(x + c, Op8<kOp, kUnit>(x0, p0, va));
+      _mm256_storeu_ps(x + c + 8, Op8<kOp, kUnit>(x1, p1, va));
+      _mm256_storeu_ps(x + c + 16, Op8<kOp, kUnit>(x2, p2, va));
+      _mm256_storeu_ps(x + c + 24, Op8<kOp, kUnit>(x3, p3, va));
     }
   }
   for (; c + 8 <= dim; c += 8) {
     const __m256 p = Pe8<kUnit>(pe + c, vb);
     for (int g = 0; g < kRows; ++g) {
       float* x = static_cast<float*>(xs[g]);
-      _mm256_storeu_ps(x + c, Add8<kUnit>(_mm256_loadu_ps(x + c), p, va));
+      _mm256_storeu_ps(x + c, Op8<kOp, kUnit>(_mm256_loadu_ps(x + c), p, va));
     }
   }
   for (; c < dim; ++c) {
     for (int g = 0; g < kRows; ++g) {
       float* x = static_cast<float*>(xs[g]);
-      x[c] = kUnit ? x[c] + pe[c] : x[c] * a + pe[c] * b;
+      x[c] = OpOne<kOp>(x[c], pe[c], a, b);
     }
   }
 }
@@ -270,12 +290,6 @@ __attribute__((target("avx2"))) inline void StoreBf16Parity(uint16_t* p, __m256 
   }
 }
 
-template <bool kUnit>
-__attribute__((target("avx2"))) inline __m256 CombineBf16(__m256 x, __m256 pb, __m256 va) {
-  if constexpr (kUnit) return _mm256_add_ps(x, pb);
-  return Combine8(x, pb, va);
-}
-
 // Whether no lane of the pe vectors (or a) is a NaN.
 __attribute__((target("avx2"))) inline bool NoNan(__m256 p, __m256 q, bool a_nan) {
   const __m256 nan = _mm256_cmp_ps(p, q, _CMP_UNORD_Q);
@@ -283,7 +297,7 @@ __attribute__((target("avx2"))) inline bool NoNan(__m256 p, __m256 q, bool a_nan
 }
 
 // Columns c.. of bfloat16 rows (fewer than 16 of them), 8 at a time, then one by one.
-template <int kRows>
+template <RowOp kOp, int kRows>
 __attribute__((target("avx2"))) void AddTailBf16Avx2(void* const* xs, const float* pe, int64_t c,
                                                      int64_t dim, float a, float b) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
@@ -291,13 +305,13 @@ __attribute__((target("avx2"))) void AddTailBf16Avx2(void* const* xs, const floa
     const __m256 p = ScaledPe8(pe + c, vb);
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
-      simd::StoreBf16x8(x + c, Combine8(simd::LoadBf16x8(x + c), p, va));
+      simd::StoreBf16x8(x + c, Op8<kOp, false>(simd::LoadBf16x8(x + c), p, va));
     }
   }
   for (; c < dim; ++c) {
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
-      x[c] = FloatToBFloat16(BFloat16ToFloat(x[c]) * a + pe[c] * b);
+      x[c] = FloatToBFloat16(OpOne<kOp>(BFloat16ToFloat(x[c]), pe[c], a, b));
     }
   }
 }
@@ -323,7 +337,7 @@ __attribute__((target("avx2"))) inline void PeEvenOdd(const float* pe, __m256 vb
 // contract), so no NaN fix-up runs: a NaN result is then x's quieted or the default NaN,
 // both with zero low bits; without the shuffles and NaN tests the bfloat16 rows run as fast
 // as float32 (docs/performance.md, "Kernel choices").
-template <bool kUnit, bool kByParity, int kRows>
+template <RowOp kOp, bool kUnit, bool kByParity, int kRows>
 __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char* const* ahead,
                                                      const float* pe, int64_t dim, float a,
                                                      float b) {
@@ -341,10 +355,10 @@ __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char
       if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c + 16));
-      StoreBf16Parity(x + c, CombineBf16<kUnit>(simd::EvenBf16x8(w0), e0, va),
-                      CombineBf16<kUnit>(simd::OddBf16x8(w0), o0, va), exact0);
-      StoreBf16Parity(x + c + 16, CombineBf16<kUnit>(simd::EvenBf16x8(w1), e1, va),
-                      CombineBf16<kUnit>(simd::OddBf16x8(w1), o1, va), exact1);
+      StoreBf16Parity(x + c, Op8<kOp, kUnit>(simd::EvenBf16x8(w0), e0, va),
+                      Op8<kOp, kUnit>(simd::OddBf16x8(w0), o0, va), exact0);
+      StoreBf16Parity(x + c + 16, Op8<kOp, kUnit>(simd::EvenBf16x8(w1), e1, va),
+                      Op8<kOp, kUnit>(simd::OddBf16x8(w1), o1, va), exact1);
     }
   }
   for (; c + 16 <= dim; c += 16) {
@@ -354,15 +368,15 @@ __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
-      StoreBf16Parity(x + c, CombineBf16<kUnit>(simd::EvenBf16x8(w), e, va),
-                      CombineBf16<kUnit>(simd::OddBf16x8(w), o, va), exact);
+      StoreBf16Parity(x + c, Op8<kOp, kUnit>(simd::EvenBf16x8(w), e, va),
+                      Op8<kOp, kUnit>(simd::OddBf16x8(w), o, va), exact);
     }
   }
-  AddTailBf16Avx2<kRows>(xs, pe, c, dim, a, b);  // past the last 16 columns: in order
+  AddTailBf16Avx2<kOp, kRows>(xs, pe, c, dim, a, b);  // past the last 16 columns: in order
 }
 
 // float16 rows with F16C, 32 lanes per step as above.
-template <int kRows>
+template <RowOp kOp, int kRows>
 __attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs, const char* const* ahead,
                                                          const float* pe, int64_t dim, float a,
                                                          float b) {
@@ -376,23 +390,23 @@ __attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs, const 
       if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
       const __m256 x0 = simd::LoadF16x8(x + c), x1 = simd::LoadF16x8(x + c + 8);
       const __m256 x2 = simd::LoadF16x8(x + c + 16), x3 = simd::LoadF16x8(x + c + 24);
-      simd::StoreF16x8(x + c, Combine8(x0, p0, va));
-      simd::StoreF16x8(x + c + 8, Combine8(x1, p1, va));
-      simd::StoreF16x8(x + c + 16, Combine8(x2, p2, va));
-      simd::StoreF16x8(x + c + 24, Combine8(x3, p3, va));
+      simd::StoreF16x8(x + c, Op8<kOp, false>(x0, p0, va));
+      simd::StoreF16x8(x + c + 8, Op8<kOp, false>(x1, p1, va));
+      simd::StoreF16x8(x + c + 16, Op8<kOp, false>(x2, p2, va));
+      simd::StoreF16x8(x + c + 24, Op8<kOp, false>(x3, p3, va));
     }
   }
   for (; c + 8 <= dim; c += 8) {
     const __m256 p = ScaledPe8(pe + c, vb);
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
-      simd::StoreF16x8(x + c, Combine8(simd::LoadF16x8(x + c), p, va));
+      simd::StoreF16x8(x + c, Op8<kOp, false>(simd::LoadF16x8(x + c), p, va));
     }
   }
   for (; c < dim; ++c) {
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
-      x[c] = FloatToHalf(HalfToFloat(x[c]) * a + pe[c] * b);
+      x[c] = FloatToHalf(OpOne<kOp>(HalfToFloat(x[c]), pe[c], a, b));
     }
   }
 }
@@ -413,11 +427,12 @@ bool HasAvx512Rows(DType dtype) {
 
 // x*a + pb (pb being pe*b), or x + pe when both scales are 1 (the same float32 result: a
 // product by 1 is exact, and a NaN is canonicalised on narrowing either way).
-template <bool kBf16, bool kUnitScales>
+template <RowOp kOp, bool kBf16, bool kUnitScales>
 POSENC_AVX512_ROWS inline __m512 Combine16(__m256i h, __m512 pb, __m512 va) {
   const __m512 x = kBf16 ? simd::WidenBf16x16(h) : simd::WidenF16x16(h);
-  if constexpr (kUnitScales) return _mm512_add_ps(x, pb);
-  return _mm512_add_ps(_mm512_mul_ps(x, va), pb);
+  const __m512 xa = kUnitScales ? x : _mm512_mul_ps(x, va);
+  if constexpr (kOp == RowOp::kMultiply) return _mm512_mul_ps(xa, pb);
+  return _mm512_add_ps(xa, pb);
 }
 
 template <bool kUnitScales>
@@ -447,7 +462,7 @@ POSENC_AVX512_ROWS inline __m256i Narrow16(__m512 f) {
   }
 }
 
-template <bool kBf16, bool kUnitScales, int kRows>
+template <RowOp kOp, bool kBf16, bool kUnitScales, int kRows>
 POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahead, const float* pe,
                                         int64_t dim, float a, float b) {
   const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
@@ -460,8 +475,8 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
       if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
       const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
       const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c + 16));
-      Store32<kBf16>(x + c, Combine16<kBf16, kUnitScales>(h0, p0, va),
-                     Combine16<kBf16, kUnitScales>(h1, p1, va));
+      Store32<kBf16>(x + c, Combine16<kOp, kBf16, kUnitScales>(h0, p0, va),
+                     Combine16<kOp, kBf16, kUnitScales>(h1, p1, va));
     }
   }
   for (; c < dim; c += 16) {  // up to two more vectors, the last under a mask
@@ -472,7 +487,7 @@ POSENC_AVX512_ROWS void AddRows16Avx512(void* const* xs, const char* const* ahea
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
       const __m256i h = _mm256_maskz_loadu_epi16(m, x + c);
-      const __m512 r = Combine16<kBf16, kUnitScales>(h, p, va);
+      const __m512 r = Combine16<kOp, kBf16, kUnitScales>(h, p, va);
       _mm256_mask_storeu_epi16(x + c, m, Narrow16<kBf16>(r));
     }
   }
@@ -526,15 +541,17 @@ struct RowFns {
   AddRowsFn one;
 };
 
-template <bool kUnit>
+template <RowOp kOp, bool kUnit>
 RowFns Bf16Avx2RowFns(bool by_parity) {
-  if (by_parity) return {AddRowsBf16Avx2<kUnit, true, 2>, AddRowsBf16Avx2<kUnit, true, 1>};
-  return {AddRowsBf16Avx2<kUnit, false, 2>, AddRowsBf16Avx2<kUnit, false, 1>};
+  if (by_parity) {
+    return {AddRowsBf16Avx2<kOp, kUnit, true, 2>, AddRowsBf16Avx2<kOp, kUnit, true, 1>};
+  }
+  return {AddRowsBf16Avx2<kOp, kUnit, false, 2>, AddRowsBf16Avx2<kOp, kUnit, false, 1>};
 }
 
-template <bool kBf16, bool kUnitScales>
+template <RowOp kOp, bool kBf16, bool kUnitScales>
 RowFns Avx512RowFns() {
-  return {AddRows16Avx512<kBf16, kUnitScales, 2>, AddRows16Avx512<kBf16, kUnitScales, 1>};
+  return {AddRows16Avx512<kOp, kBf16, kUnitScales, 2>, AddRows16Avx512<kOp, kBf16, kUnitScales, 1>};
 }
 
 // x [nb, seq, dim] in blocks of positions: for each block, the batch rows' slices of it
@@ -599,77 +616,44 @@ void RunRowsBlocked(TensorView x, const float* pe, float a, float b, RowFns fns,
   *first_non_finite = found == std::numeric_limits<int64_t>::max() ? -1 : found;
 }
 
-// The add's rows for x's dtype, then RunRowsBlocked.
-// wide: the AVX-512 rows (REQUIRES: HasAvx512Rows(x.dtype)), else AVX2. Sets last_impl and
-// last_layout. laid_out: pe's rows in kByParity16 are read by the AVX2 bfloat16 rows.
-void AddRowsBlocked(TensorView x, const float* pe, LaidOutRows laid_out, float a, float b,
-                    bool wide, int64_t* first_non_finite) {
+// The row functions of kOp for x's dtype: AVX-512 where `wide_rows` (REQUIRES:
+// HasAvx512Rows(x.dtype)), else AVX2, reading pe split by parity where `by_parity`.
+template <RowOp kOp>
+RowFns RowFnsFor(DType dtype, bool unit, bool wide_rows, bool by_parity) {
+  if (wide_rows) {
+    if (dtype == DType::kBFloat16) {
+      return unit ? Avx512RowFns<kOp, true, true>() : Avx512RowFns<kOp, true, false>();
+    }
+    return unit ? Avx512RowFns<kOp, false, true>() : Avx512RowFns<kOp, false, false>();
+  }
+  if (dtype == DType::kFloat32) {
+    return unit ? RowFns{AddRowsF32Avx2<kOp, true, 2>, AddRowsF32Avx2<kOp, true, 1>}
+                : RowFns{AddRowsF32Avx2<kOp, false, 2>, AddRowsF32Avx2<kOp, false, 1>};
+  }
+  if (dtype == DType::kBFloat16) {
+    return unit ? Bf16Avx2RowFns<kOp, true>(by_parity) : Bf16Avx2RowFns<kOp, false>(by_parity);
+  }
+  return RowFns{AddRowsF16Avx2<kOp, 2>, AddRowsF16Avx2<kOp, 1>};
+}
+
+// The rows of kOp (the add's or the multiply's: the same row functions) for x's dtype, then
+// RunRowsBlocked. wide: the AVX-512 rows where the dtype has them, else AVX2. Sets
+// last_impl and last_layout. laid_out: pe's rows in kByParity16 are read by the AVX2
+// bfloat16 rows.
+template <RowOp kOp>
+void RowsBlocked(TensorView x, const float* pe, LaidOutRows laid_out, float a, float b, bool wide,
+                 int64_t* first_non_finite) {
   // The parity rows skip the NaN fix-up, so they take only scales that are not NaN.
   const bool wide_rows = wide && HasAvx512Rows(x.dtype);
   const bool by_parity = x.dtype == DType::kBFloat16 && laid_out.layout == &kByParity16 &&
                          laid_out.rows != nullptr && !wide_rows && !std::isnan(a) && !std::isnan(b);
-  const bool unit = a == 1.0f && b == 1.0f;
-  RowFns fns = x.dtype == DType::kFloat32
-                   ? (unit ? RowFns{AddRowsF32Avx2<true, 2>, AddRowsF32Avx2<true, 1>}
-                           : RowFns{AddRowsF32Avx2<false, 2>, AddRowsF32Avx2<false, 1>})
-               : x.dtype == DType::kBFloat16
-                   ? (unit ? Bf16Avx2RowFns<true>(by_parity) : Bf16Avx2RowFns<false>(by_parity))
-                   : RowFns{AddRowsF16Avx2<2>, AddRowsF16Avx2<1>};
-  last_impl = KernelImpl::kAvx2;
+  const RowFns fns = RowFnsFor<kOp>(x.dtype, a == 1.0f && b == 1.0f, wide_rows, by_parity);
+  last_impl = wide_rows ? KernelImpl::kAvx512 : KernelImpl::kAvx2;
   last_layout = by_parity ? &kByParity16 : nullptr;
-  if (by_parity) pe = laid_out.rows;
-  if (wide_rows) {
-    if (x.dtype == DType::kBFloat16) {
-      fns = unit ? Avx512RowFns<true, true>() : Avx512RowFns<true, false>();
-    } else {
-      fns = unit ? Avx512RowFns<false, true>() : Avx512RowFns<false, false>();
-    }
-    last_impl = KernelImpl::kAvx512;
-  }
-  RunRowsBlocked(x, pe, a, b, fns, first_non_finite);
+  RunRowsBlocked(x, by_parity ? laid_out.rows : pe, a, b, fns, first_non_finite);
 }
 
-// ---- MULTIPLY: x = (x * a) * (pe * b) -------------------------------------------------
-// The same float32 operations as MultiplyLoop (two products for the scaled operands, one
-// for the result; no FMA can contract a product of products), so bit-identical to it. The
-// rows read x in order (no parity split): a multiply is one operation per element either
-// way, and the rows stay as simple as the formula.
-
-// (x*a) * pb, pb being pe*b.
-__attribute__((target("avx2"))) inline __m256 Multiply8(__m256 x, __m256 pb, __m256 va) {
-  return _mm256_mul_ps(_mm256_mul_ps(x, va), pb);
-}
-
-// float32 (kDtype 0), float16 (1) or bfloat16 (2) rows with AVX2 (and F16C), 16 lanes per
-// step with x prefetched as the add rows do.
-template <int kDtype>
-__attribute__((target("avx2,f16c"))) inline __m256 LoadRow8(const void* x, int64_t c) {
-  if constexpr (kDtype == 0) return _mm256_loadu_ps(static_cast<const float*>(x) + c);
-  if constexpr (kDtype == 1) return simd::LoadF16x8(static_cast<const uint16_t*>(x) + c);
-  return simd::LoadBf16x8(static_cast<const uint16_t*>(x) + c);
-}
-
-template <int kDtype>
-__attribute__((target("avx2,f16c"))) inline void StoreRow16(void* x, int64_t c, __m256 lo,
-                                                            __m256 hi) {
-  if constexpr (kDtype == 0) {
-    _mm256_storeu_ps(static_cast<float*>(x) + c, lo);
-    _mm256_storeu_ps(static_cast<float*>(x) + c + 8, hi);
-  } else if constexpr (kDtype == 1) {
-    simd::StoreF16x8(static_cast<uint16_t*>(x) + c, lo);
-    simd::StoreF16x8(static_cast<uint16_t*>(x) + c + 8, hi);
-  } else {
-    simd::StoreBf16x16(static_cast<uint16_t*>(x) + c, lo, hi);
-  }
-}
-
-template <int kDtype>
-__attribute__((target("avx2,f16c"))) inline void StoreRow8(void* x, int64_t c, __m256 v) {
-  if constexpr (kDtype == 0) _mm256_storeu_ps(static_cast<float*>(x) + c, v);
-  if constexpr (kDtype == 1) simd::StoreF16x8(static_cast<uint16_t*>(x) + c, v);
-  if constexpr (kDtype == 2) simd::StoreBf16x8(static_cast<uint16_t*>(x) + c, v);
-}
-
+// The multiply's scalar form, for MultiplyEncodingLoop.
 template <int kDtype>
 inline float LoadOne(const void* x, int64_t c) {
   if constexpr (kDtype == 0) return static_cast<const float*>(x)[c];
@@ -682,90 +666,6 @@ inline void StoreOne(void* x, int64_t c, float v) {
   if constexpr (kDtype == 0) static_cast<float*>(x)[c] = v;
   if constexpr (kDtype == 1) static_cast<uint16_t*>(x)[c] = FloatToHalf(v);
   if constexpr (kDtype == 2) static_cast<uint16_t*>(x)[c] = FloatToBFloat16(v);
-}
-
-template <int kDtype, int kRows>
-__attribute__((target("avx2,f16c"))) void MultiplyRowsAvx2(void* const* xs,
-                                                           const char* const* ahead,
-                                                           const float* pe, int64_t dim, float a,
-                                                           float b) {
-  constexpr int64_t kElem = kDtype == 0 ? 4 : 2;
-  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
-  int64_t c = 0;
-  for (; c + 16 <= dim; c += 16) {
-    const __m256 p0 = ScaledPe8(pe + c, vb), p1 = ScaledPe8(pe + c + 8, vb);
-    for (int g = 0; g < kRows; ++g) {
-      if (ahead[g] != nullptr && (c * kElem) % 64 == 0) PrefetchLine(ahead[g] + c * kElem);
-      const __m256 x0 = LoadRow8<kDtype>(xs[g], c), x1 = LoadRow8<kDtype>(xs[g], c + 8);
-      StoreRow16<kDtype>(xs[g], c, Multiply8(x0, p0, va), Multiply8(x1, p1, va));
-    }
-  }
-  for (; c + 8 <= dim; c += 8) {
-    const __m256 p = ScaledPe8(pe + c, vb);
-    for (int g = 0; g < kRows; ++g) {
-      StoreRow8<kDtype>(xs[g], c, Multiply8(LoadRow8<kDtype>(xs[g], c), p, va));
-    }
-  }
-  for (; c < dim; ++c) {
-    const float pb = pe[c] * b;
-    for (int g = 0; g < kRows; ++g)
-      StoreOne<kDtype>(xs[g], c, (LoadOne<kDtype>(xs[g], c) * a) * pb);
-  }
-}
-
-template <bool kBf16>
-POSENC_AVX512_ROWS inline __m512 Widen16(__m256i h) {
-  return kBf16 ? simd::WidenBf16x16(h) : simd::WidenF16x16(h);
-}
-
-// 16-bit rows with AVX-512 (HasAvx512Rows), 32 lanes per step, the tail under a mask.
-template <bool kBf16, int kRows>
-POSENC_AVX512_ROWS void MultiplyRows16Avx512(void* const* xs, const char* const* ahead,
-                                             const float* pe, int64_t dim, float a, float b) {
-  const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
-  int64_t c = 0;
-  for (; c + 32 <= dim; c += 32) {
-    const __m512 p0 = _mm512_mul_ps(_mm512_loadu_ps(pe + c), vb);
-    const __m512 p1 = _mm512_mul_ps(_mm512_loadu_ps(pe + c + 16), vb);
-    for (int g = 0; g < kRows; ++g) {
-      auto* x = static_cast<uint16_t*>(xs[g]);
-      if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
-      const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c));
-      const __m256i h1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c + 16));
-      Store32<kBf16>(x + c, _mm512_mul_ps(_mm512_mul_ps(Widen16<kBf16>(h0), va), p0),
-                     _mm512_mul_ps(_mm512_mul_ps(Widen16<kBf16>(h1), va), p1));
-    }
-  }
-  for (; c < dim; c += 16) {
-    const int64_t left = dim - c;
-    const __mmask16 m =
-        left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pe + c), vb);
-    for (int g = 0; g < kRows; ++g) {
-      auto* x = static_cast<uint16_t*>(xs[g]);
-      const __m256i h = _mm256_maskz_loadu_epi16(m, x + c);
-      const __m512 r = _mm512_mul_ps(_mm512_mul_ps(Widen16<kBf16>(h), va), p);
-      _mm256_mask_storeu_epi16(x + c, m, Narrow16<kBf16>(r));
-    }
-  }
-}
-
-// float32 rows AVX2 only (memory-bound already, as for the add); 16-bit rows AVX-512 where
-// `wide` and the CPU has them. Sets last_impl and last_layout.
-void MultiplyRowsBlocked(TensorView x, const float* pe, float a, float b, bool wide,
-                         int64_t* first_non_finite) {
-  RowFns fns{MultiplyRowsAvx2<0, 2>, MultiplyRowsAvx2<0, 1>};
-  if (x.dtype == DType::kFloat16) fns = {MultiplyRowsAvx2<1, 2>, MultiplyRowsAvx2<1, 1>};
-  if (x.dtype == DType::kBFloat16) fns = {MultiplyRowsAvx2<2, 2>, MultiplyRowsAvx2<2, 1>};
-  last_impl = KernelImpl::kAvx2;
-  last_layout = nullptr;
-  if (wide && HasAvx512Rows(x.dtype)) {
-    fns = x.dtype == DType::kBFloat16
-              ? RowFns{MultiplyRows16Avx512<true, 2>, MultiplyRows16Avx512<true, 1>}
-              : RowFns{MultiplyRows16Avx512<false, 2>, MultiplyRows16Avx512<false, 1>};
-    last_impl = KernelImpl::kAvx512;
-  }
-  RunRowsBlocked(x, pe, a, b, fns, first_non_finite);
 }
 
 // What a kernel that did not check its rows as it wrote them reports: a pass over x.
@@ -825,8 +725,8 @@ absl::Status AddEncodingInPlace(TensorView x, const float* pe, float input_scale
     impl = ChosenRows(x.dtype, CpuBestIsa(), /*multiply=*/false);
   }
   if (impl == KernelImpl::kAvx2 || impl == KernelImpl::kAvx512) {
-    AddRowsBlocked(x, pe, laid_out, input_scale, pe_scale, impl == KernelImpl::kAvx512,
-                   first_non_finite);
+    RowsBlocked<RowOp::kAdd>(x, pe, laid_out, input_scale, pe_scale, impl == KernelImpl::kAvx512,
+                             first_non_finite);
     return absl::OkStatus();
   }
   last_impl = KernelImpl::kScalar;
@@ -860,15 +760,15 @@ void MultiplyEncodingLoop(TensorView x, const float* pe, float input_scale, floa
 
 absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
                                      float pe_scale, KernelImpl implementation,
-                                     int64_t* first_non_finite) {
+                                     LaidOutRows laid_out, int64_t* first_non_finite) {
   const int64_t nb = x.shape[0], seq = x.shape[1], dim = x.shape[2];
   if (first_non_finite != nullptr) *first_non_finite = -1;
   if (nb == 0 || seq == 0 || dim == 0) return absl::OkStatus();
   // oneDNN is not used: its binary_mul broadcast re-reads pe per batch row, as for the add.
   const KernelImpl impl = ChosenRows(x.dtype, implementation, /*multiply=*/true);
   if (impl == KernelImpl::kAvx2 || impl == KernelImpl::kAvx512) {
-    MultiplyRowsBlocked(x, pe, input_scale, pe_scale, impl == KernelImpl::kAvx512,
-                        first_non_finite);
+    RowsBlocked<RowOp::kMultiply>(x, pe, laid_out, input_scale, pe_scale,
+                                  impl == KernelImpl::kAvx512, first_non_finite);
     return absl::OkStatus();
   }
   last_impl = KernelImpl::kScalar;

@@ -74,12 +74,14 @@ const AddRowLayout* AddRowLayoutFor(DType dtype, KernelImpl implementation = Ker
 void AddEncodingLoop(TensorView x, const float* pe, float input_scale, float pe_scale);
 
 // MULTIPLY fusion: x = (x * input_scale) * (pe * pe_scale), elementwise, pe broadcast over
-// the batch, in place. REQUIRES as AddEncodingInPlace. The same choice of rows as the add
-// (AVX-512 rows for 16-bit dtypes where present, else AVX2; scalar: the loop; no oneDNN
-// code, so kOneDnn runs kAuto's rows), bit-identical to MultiplyEncodingLoop for every
-// dtype. first_non_finite as for the add. Always OK (the status mirrors the add's).
+// the batch, in place. REQUIRES as AddEncodingInPlace. The add's rows with a product in
+// place of the sum (AVX-512 rows for 16-bit dtypes where present, else AVX2; scalar: the
+// loop; no oneDNN code, so kOneDnn runs kAuto's rows), bit-identical to
+// MultiplyEncodingLoop for every dtype. laid_out and first_non_finite as for the add (the
+// layout is AddRowLayoutFor's). Always OK (the status mirrors the add's).
 absl::Status MultiplyEncodingInPlace(TensorView x, const float* pe, float input_scale,
                                      float pe_scale, KernelImpl implementation = KernelImpl::kAuto,
+                                     LaidOutRows laid_out = {},
                                      int64_t* first_non_finite = nullptr);
 
 // The multiply as a plain loop in float32 arithmetic, rounded once to x's dtype: the

@@ -39,8 +39,10 @@ int64_t RelativeOffsetAt(const BiasGeometry& g, int64_t t) {
 // Outputs of at least this many bytes are written with non-temporal (streaming) stores: a
 // write-only output far larger than the caches gains nothing from being cached, and plain
 // stores would first read every destination line (read-for-ownership), doubling the DRAM
-// traffic. Smaller outputs stay cached for the caller to read back.
-constexpr size_t kStreamingStoreBytes = size_t{8} << 20;
+// traffic. Smaller outputs stay cached for the caller to read back: 32 MiB is the last-level
+// cache one core of a current server part sees (an EPYC CCD; a Xeon socket has more), and a
+// 16 MiB build streamed to DRAM ran at 0.37 of plain stores that stayed in it.
+constexpr size_t kStreamingStoreBytes = size_t{32} << 20;
 
 // Copies n 4-byte elements from src (any alignment) to dst with streaming stores: the
 // unaligned head (up to the first 16-byte boundary of dst) and the tail with plain stores,
@@ -78,20 +80,37 @@ void StreamCopy32(const void* src, void* dst, int64_t n) {
   std::memcpy(d + i, s + i, bytes - i);
 }
 
-// out[i, :] = rel[q-1-i : q-1-i+k] for every query i. out: [q, k]; T is 4 bytes wide.
-// stream: write with streaming stores, then fence.
+// out[i, :] = rel[q-1-i : q-1-i+k] for the queries i in [first, last). out: [q, k]; T is 4
+// bytes wide. stream: write with streaming stores, then fence (this thread's stores).
 template <typename T>
-void CopyRelativeRows(const T* rel, const BiasGeometry& g, T* out, bool stream) {
+void CopyRelativeRowRange(const T* rel, const BiasGeometry& g, T* out, int64_t first, int64_t last,
+                          bool stream) {
   static_assert(sizeof(T) == 4);
   const int64_t q = g.query_length, k = g.key_length;
-  if (stream) {
-    for (int64_t i = 0; i < q; ++i) StreamCopy32(rel + (q - 1 - i), out + i * k, k);  // query
-    _mm_sfence();
-    return;
+  for (int64_t i = first; i < last; ++i) {  // query
+    if (stream) {
+      StreamCopy32(rel + (q - 1 - i), out + i * k, k);
+    } else {
+      std::memcpy(out + i * k, rel + (q - 1 - i), static_cast<size_t>(k) * sizeof(T));
+    }
   }
-  for (int64_t i = 0; i < q; ++i) {  // query
-    std::memcpy(out + i * k, rel + (q - 1 - i), static_cast<size_t>(k) * sizeof(T));
-  }
+  if (stream) _mm_sfence();
+}
+
+// Every query row of out [q, k] as above, streamed from kStreamingStoreBytes up, split
+// across `threads` threads (one core writes at a fraction of the memory bandwidth; the
+// caller's KernelThreadLease for the output's size says how many).
+template <typename T>
+void CopyRelativeRows(const T* rel, const BiasGeometry& g, T* out, int threads) {
+  const size_t out_bytes = static_cast<size_t>(g.query_length * g.key_length) * sizeof(T);
+  ParallelFor(threads, g.query_length, [&](int64_t first, int64_t last) {
+    CopyRelativeRowRange(rel, g, out, first, last, out_bytes >= kStreamingStoreBytes);
+  });
+}
+
+// The output bytes of a [q, k] build of 4-byte ids.
+size_t IdBytes(const BiasGeometry& g) {
+  return static_cast<size_t>(g.query_length * g.key_length) * 4;
 }
 
 // row[0..n) += bias[0..n) in the row's dtype: float32 adds, one rounding, bit-identical
@@ -420,18 +439,37 @@ absl::Status ValidateShawTableShape(const ShawSpec& spec, absl::Span<const int64
 
 namespace {
 
+// torch.log(torch.tensor((max_position - 1) / mid)): Python's float64 quotient stored as
+// float32, its log correctly rounded to float32. The same for every position of a spec.
+float DebertaLogRange(int64_t mid, int32_t max_position) {
+  const float range =
+      static_cast<float>(static_cast<double>(max_position - 1) / static_cast<double>(mid));
+  return static_cast<float>(std::log(static_cast<double>(range)));
+}
+
 // HF's log_pos before the sign, in torch's float32 steps (see DebertaLogBucket).
-// REQUIRES: abs_pos > mid >= 1.
-float DebertaLogPosition(int64_t abs_pos, int64_t mid, int32_t max_position) {
+// REQUIRES: abs_pos > mid >= 1; log_range = DebertaLogRange(mid, max_position).
+float DebertaLogPosition(int64_t abs_pos, int64_t mid, float log_range) {
   // abs_pos / mid: torch true-divides an int64 tensor by a Python int in float32.
   const float ratio = static_cast<float>(abs_pos) / static_cast<float>(mid);
   const float log_ratio = static_cast<float>(std::log(static_cast<double>(ratio)));
-  // torch.tensor((max_position - 1) / mid): Python's float64 quotient stored as float32.
-  const float range =
-      static_cast<float>(static_cast<double>(max_position - 1) / static_cast<double>(mid));
-  const float log_range = static_cast<float>(std::log(static_cast<double>(range)));
   const float scaled = log_ratio / log_range * static_cast<float>(mid - 1);
   return std::ceil(scaled) + static_cast<float>(mid);
+}
+
+// DebertaLogBucket with mid = bucket_size / 2 and its log range given.
+std::optional<int32_t> DebertaBucketOf(int64_t rel, int64_t mid, float log_range) {
+  const int64_t abs_pos = (rel < mid && rel > -mid) ? mid - 1 : (rel < 0 ? -rel : rel);
+  // where(abs_pos <= mid, rel.type_as(log_pos), ...): rel goes through float32 there, which
+  // rounds it once |rel| > 2^24 (buckets over 2^25); |rel| <= mid < 2^30 fits int32 after.
+  if (abs_pos <= mid) return static_cast<int32_t>(static_cast<float>(rel));
+  const float sign = rel > 0 ? 1.0f : -1.0f;
+  const float bucket = DebertaLogPosition(abs_pos, mid, log_range) * sign;
+  // A zero or negative log range (max_position <= mid + 1) can give inf, NaN or huge values
+  // that torch's .long() would not turn into a meaningful id.
+  if (!(std::fabs(bucket) < 2147483648.0f)) return std::nullopt;
+  // .to(torch.long) truncates toward zero; the value is integral already.
+  return static_cast<int32_t>(bucket);
 }
 
 }  // namespace
@@ -461,18 +499,7 @@ absl::Status ValidateDebertaSpec(const DebertaSpec& spec, const BiasGeometry& ge
 std::optional<int32_t> DebertaLogBucket(int64_t relative_position, int32_t bucket_size,
                                         int32_t max_position) {
   const int64_t mid = bucket_size / 2;
-  const int64_t rel = relative_position;
-  const int64_t abs_pos = (rel < mid && rel > -mid) ? mid - 1 : (rel < 0 ? -rel : rel);
-  // where(abs_pos <= mid, rel.type_as(log_pos), ...): rel goes through float32 there, which
-  // rounds it once |rel| > 2^24 (buckets over 2^25); |rel| <= mid < 2^30 fits int32 after.
-  if (abs_pos <= mid) return static_cast<int32_t>(static_cast<float>(rel));
-  const float sign = rel > 0 ? 1.0f : -1.0f;
-  const float bucket = DebertaLogPosition(abs_pos, mid, max_position) * sign;
-  // A zero or negative log range (max_position <= mid + 1) can give inf, NaN or huge values
-  // that torch's .long() would not turn into a meaningful id.
-  if (!(std::fabs(bucket) < 2147483648.0f)) return std::nullopt;
-  // .to(torch.long) truncates toward zero; the value is integral already.
-  return static_cast<int32_t>(bucket);
+  return DebertaBucketOf(relative_position, mid, DebertaLogRange(mid, max_position));
 }
 
 double AlibiSlope(int32_t h, int32_t num_heads, double max_bias) {
@@ -535,7 +562,7 @@ void BuildBiasHeads(const BiasGeometry& geom, int32_t heads, float* out, const F
     std::vector<float> rel(static_cast<size_t>(RelativeRowLength(geom)));
     for (auto h = static_cast<int32_t>(first); h < last; ++h) {  // head
       fill_row(h, rel.data());
-      CopyRelativeRows(rel.data(), geom, out + h * head_size, stream);
+      CopyRelativeRowRange(rel.data(), geom, out + h * head_size, 0, geom.query_length, stream);
     }
   });
 }
@@ -603,8 +630,8 @@ absl::Status BuildT5Buckets(const T5Spec& spec, const BiasGeometry& geom, int32_
   RETURN_IF_ERROR(ValidateBiasGeometry(geom));
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
   const std::vector<int32_t> rel = T5RowBuckets(spec, geom);
-  const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
-  CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
+  const KernelThreadLease lease(IdBytes(geom));
+  CopyRelativeRows(rel.data(), geom, out, lease.threads());
   return absl::OkStatus();
 }
 
@@ -703,6 +730,89 @@ __attribute__((target("avx2,fma"))) void ShawDotsAvx2(const float* q, const floa
   }
 }
 
+// Table rows [lo, lo + n) as columns: at[d * stride + (r - lo)] = table[r * dim + d], the
+// columns from n to stride (a multiple of 8, at least 8 past n) zero. A query row's dot
+// products with consecutive table rows are then consecutive lanes: one broadcast of q[d]
+// and one FMA per eight of them, no horizontal sums, each lane summing over d in order
+// with FMA exactly as ShawDotsScalar does (so bit-identical to it).
+struct ShawColumns {
+  int64_t lo = 0, n = 0, stride = 0;
+  std::vector<float> at;
+};
+
+// The columns of the table rows [lo, hi] a request reaches, or none (n == 0) where they
+// would take more than kMaxShawColumnFloats: a long reach of a wide table, which the row
+// dots serve without the copy.
+constexpr int64_t kMaxShawColumnFloats = int64_t{1} << 20;
+
+ShawColumns MakeShawColumns(const float* table, int64_t dim, int64_t lo, int64_t hi) {
+  ShawColumns c;
+  const int64_t n = hi - lo + 1;
+  const int64_t stride = (n + 7) / 8 * 8 + 8;
+  if (stride * dim > kMaxShawColumnFloats) return c;
+  c.lo = lo;
+  c.n = n;
+  c.stride = stride;
+  c.at.assign(static_cast<size_t>(stride * dim), 0.0f);
+  for (int64_t r = 0; r < n; ++r) {  // table row lo + r
+    for (int64_t d = 0; d < dim; ++d)
+      c.at[static_cast<size_t>(d * stride + r)] = table[(lo + r) * dim + d];
+  }
+  return c;
+}
+
+// out[0 .. 8 * kV) = dots of q with the columns from col on: kV vectors of 8 lanes. Asks
+// for one line of `ahead` in L2 per feature while the FMAs run (ahead_lines of them).
+template <int kV>
+__attribute__((target("avx2,fma"))) inline void ShawColumnPass(const float* q, const float* col,
+                                                               int64_t dim, int64_t stride,
+                                                               float* out, const char* ahead,
+                                                               int64_t ahead_lines) {
+  __m256 acc[kV];
+  for (int v = 0; v < kV; ++v) acc[v] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < dim; ++d) {  // feature
+    if (d < ahead_lines) _mm_prefetch(ahead + d * 64, _MM_HINT_T1);
+    const __m256 x = _mm256_broadcast_ss(q + d);
+    const float* t = col + d * stride;
+    for (int v = 0; v < kV; ++v) acc[v] = _mm256_fmadd_ps(x, _mm256_loadu_ps(t + 8 * v), acc[v]);
+  }
+  for (int v = 0; v < kV; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
+}
+
+// out[r - first] = dot(q, table[r]) for r in [first, last] from the columns, 64 at a
+// time. out has room for 64 floats past last - first (whole vectors are stored).
+// ahead[0, ahead_bytes): memory the caller reads next (the next score row), asked for in L2
+// a line per feature as the passes run and the rest after them. A row's dot products issue
+// no memory traffic; without this the hardware prefetcher saw the score rows in bursts and
+// each row's add met DRAM latency cold (and a loop of prefetches before the dots waited
+// on full miss queues).
+__attribute__((target("avx2,fma"))) void ShawDotsColumnsAvx2(const float* q, const ShawColumns& c,
+                                                             int64_t dim, int64_t first,
+                                                             int64_t last, float* out,
+                                                             const char* ahead,
+                                                             int64_t ahead_bytes) {
+  const int64_t count = last - first + 1;
+  int64_t line = 0;
+  const int64_t lines = (ahead_bytes + 63) / 64;
+  for (int64_t r0 = 0; r0 < count; r0 += 64) {  // relative index, eight vectors per pass
+    const float* col = c.at.data() + (first - c.lo) + r0;
+    const char* pf = ahead + line * 64;
+    const int64_t n = std::max<int64_t>(0, lines - line);
+    switch (std::min<int64_t>(8, (count - r0 + 7) / 8)) {
+      case 1: ShawColumnPass<1>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 2: ShawColumnPass<2>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 3: ShawColumnPass<3>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 4: ShawColumnPass<4>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 5: ShawColumnPass<5>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 6: ShawColumnPass<6>(q, col, dim, c.stride, out + r0, pf, n); break;
+      case 7: ShawColumnPass<7>(q, col, dim, c.stride, out + r0, pf, n); break;
+      default: ShawColumnPass<8>(q, col, dim, c.stride, out + r0, pf, n); break;
+    }
+    line += dim;
+  }
+  for (; line < lines; ++line) _mm_prefetch(ahead + line * 64, _MM_HINT_T1);
+}
+
 ShawDotsFn ShawDotsFor(KernelImpl implementation) {
   return IsaBoundFor(implementation) == KernelImpl::kScalar ? ShawDotsScalar : ShawDotsAvx2;
 }
@@ -742,8 +852,8 @@ absl::Status BuildShawIndex(const ShawSpec& spec, const BiasGeometry& geom, int3
     rel[t] =
         ShawIndexOf(RelativeOffsetAt(geom, static_cast<int64_t>(t)), spec.max_relative_position);
   }
-  const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
-  CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
+  const KernelThreadLease lease(IdBytes(geom));
+  CopyRelativeRows(rel.data(), geom, out, lease.threads());
   return absl::OkStatus();
 }
 
@@ -769,6 +879,25 @@ absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
   return absl::OkStatus();
 }
 
+namespace {
+
+// term[j] for the keys j of one query row at query_pos, from its dot products with table
+// rows [lo, hi] (dots_row[r - lo]): along the keys the index is 0 (clipped left), then
+// rises by one per key, then stays 2k (clipped right): two fills around one copy.
+void GatherShawTerm(const float* dots_row, int64_t lo, int64_t hi, int64_t query_pos, int32_t kmax,
+                    int64_t k, float* term) {
+  const int64_t left = std::clamp<int64_t>(query_pos - kmax, 0, k);
+  const int64_t right = std::clamp<int64_t>(query_pos + kmax + 1, left, k);
+  std::fill(term, term + left, dots_row[0]);
+  if (right > left) {
+    std::memcpy(term + left, dots_row + (ShawIndexOf(left - query_pos, kmax) - lo),
+                static_cast<size_t>(right - left) * sizeof(float));
+  }
+  std::fill(term + right, term + k, dots_row[hi - lo]);
+}
+
+}  // namespace
+
 absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
                            int64_t dim, const ConstTensorView& query, const TensorView& out,
                            bool add_to_out, KernelImpl implementation) {
@@ -779,12 +908,18 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
   const size_t q_elem = DTypeSize(query.dtype), out_elem = DTypeSize(out.dtype);
   const ShawDotsFn dots = ShawDotsFor(implementation);
   const AddBiasRowFn add_row = BiasRowFor(out.dtype, implementation);
+  // The vector ISAs read the table rows the request reaches as columns (ShawColumns).
+  const ShawColumns columns =
+      IsaBoundFor(implementation) == KernelImpl::kScalar
+          ? ShawColumns{}
+          : MakeShawColumns(table, dim, ShawIndexOf(-(geom.query_offset + q - 1), kmax),
+                            ShawIndexOf(k - 1 - geom.query_offset, kmax));
   // The work is the dot products (d multiply-adds per reached distance) and the row pass.
   const int64_t reach = std::min<int64_t>(2 * int64_t{kmax} + 1, k);
   const KernelThreadLease lease(WorkBytes(rows * (reach * dim / 8 + k)));
   ParallelFor(lease.threads(), rows, [&](int64_t first, int64_t last) {
     std::vector<float> q_row(static_cast<size_t>(dim));
-    std::vector<float> dots_row(static_cast<size_t>(reach));
+    std::vector<float> dots_row(static_cast<size_t>(reach + 64));  // whole vectors stored
     std::vector<float> term(static_cast<size_t>(k));
     for (int64_t row = first; row < last; ++row) {  // (batch, head, query)
       const int64_t query_pos = geom.query_offset + row % q;
@@ -793,19 +928,15 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
       // The table rows this query's keys reach: key 0 and key k - 1 bound them.
       const int64_t lo = ShawIndexOf(-query_pos, kmax);
       const int64_t hi = ShawIndexOf(k - 1 - query_pos, kmax);
-      dots(q_row.data(), table, dim, lo, hi, dots_row.data());
-      // Along the keys the index is 0 (clipped left), then rises by one per key, then stays
-      // 2k (clipped right): two fills around one copy.
-      const int64_t left = std::clamp<int64_t>(query_pos - kmax, 0, k);
-      const int64_t right = std::clamp<int64_t>(query_pos + kmax + 1, left, k);
-      std::fill(term.begin(), term.begin() + left, dots_row[0]);
-      if (right > left) {
-        std::memcpy(term.data() + left,
-                    dots_row.data() + (ShawIndexOf(left - query_pos, kmax) - lo),
-                    static_cast<size_t>(right - left) * sizeof(float));
-      }
-      std::fill(term.begin() + right, term.end(), dots_row[hi - lo]);
       void* out_row = static_cast<char*>(out.data) + row * k * out_elem;
+      if (columns.n > 0) {
+        const int64_t next_bytes = row + 1 < last ? k * static_cast<int64_t>(out_elem) : 0;
+        ShawDotsColumnsAvx2(q_row.data(), columns, dim, lo, hi, dots_row.data(),
+                            static_cast<const char*>(out_row) + k * out_elem, next_bytes);
+      } else {
+        dots(q_row.data(), table, dim, lo, hi, dots_row.data());
+      }
+      GatherShawTerm(dots_row.data(), lo, hi, query_pos, kmax, k, term.data());
       if (add_to_out) {
         add_row(out_row, term.data(), k);
       } else {
@@ -816,33 +947,101 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
   return absl::OkStatus();
 }
 
+namespace {
+
+// out[i] = f(i) for i in [first, last), for an f that is monotone over that range (so its
+// equal values form contiguous runs), evaluating f at a few points per run: a probe where
+// the run would end were it as long as the previous one, then steps doubling past it, then
+// a binary search between the last equal and the first unequal value.
+template <typename F>
+void FillMonotoneRuns(int64_t first, int64_t last, int64_t* out, const F& f) {
+  int64_t i = first, guess = 1;
+  int64_t v = first < last ? f(first) : 0;
+  while (i < last) {
+    int64_t same = i, differs = last, next = 0;  // f(same) == v; f(differs) == next != v
+    for (int64_t step = std::max<int64_t>(1, guess - 1); same + 1 < last;) {
+      const int64_t probe = std::min(same + step, last - 1);
+      const int64_t fp = f(probe);
+      if (fp != v) {
+        differs = probe;
+        next = fp;
+        break;
+      }
+      step = probe == i + guess - 1 ? 1 : 2 * step;
+      same = probe;
+    }
+    while (differs < last && differs - same > 1) {
+      const int64_t m = same + (differs - same) / 2;
+      const int64_t fm = f(m);
+      (fm == v ? same : differs) = m;
+      if (fm != v) next = fm;
+    }
+    std::fill(out + i, out + same + 1, v);
+    guess = same + 1 - i;
+    i = same + 1;
+    v = next;
+  }
+}
+
+// DeBERTa's id of every relative position the request reaches: rel[t] for query_pos -
+// key_pos = -RelativeOffsetAt(t), the position itself unbucketed. A log bucket depends on
+// |query_pos - key_pos| alone (the sign multiplies it exactly, truncation is symmetric), and
+// past mid it is monotone in that distance (each of HF's float32 steps is: the conversion,
+// the divide, the log, the scaling by a constant, ceil), a few hundred runs of equal ids:
+// FillMonotoneRuns finds each run's ends, the distances split across `threads` threads.
+// Distances up to mid are their own bucket. Returns the first position
+// in rel's order that has no finite INT32 bucket, if any (rel is then incomplete).
+std::optional<int64_t> FillDebertaRow(const DebertaSpec& spec, const BiasGeometry& geom,
+                                      int threads, int32_t* rel) {
+  const int64_t n = RelativeRowLength(geom);
+  if (!spec.Bucketed()) {
+    for (int64_t t = 0; t < n; ++t) rel[t] = static_cast<int32_t>(-RelativeOffsetAt(geom, t));
+    return std::nullopt;
+  }
+  const int64_t mid = spec.position_buckets / 2;
+  const float log_range = DebertaLogRange(mid, spec.max_relative_positions);
+  const int64_t farthest = std::max(geom.query_offset + geom.query_length - 1, geom.key_length - 1);
+  // magnitude[a - mid - 1]: the bucket of distance +a for a in (mid, farthest], or none.
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+  std::vector<int64_t> magnitude(static_cast<size_t>(std::max<int64_t>(0, farthest - mid)));
+  ParallelFor(threads, static_cast<int64_t>(magnitude.size()), [&](int64_t first, int64_t last) {
+    FillMonotoneRuns(first, last, magnitude.data(), [&](int64_t i) {  // distance mid + 1 + i
+      const std::optional<int32_t> b = DebertaBucketOf(mid + 1 + i, mid, log_range);
+      return b ? int64_t{*b} : kNone;
+    });
+  });
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t e = -RelativeOffsetAt(geom, t);  // query_pos - key_pos
+    const int64_t a = e < 0 ? -e : e;
+    if (a <= mid) {
+      rel[t] = static_cast<int32_t>(static_cast<float>(e));
+      continue;
+    }
+    const int64_t m = magnitude[static_cast<size_t>(a - mid - 1)];
+    if (m == kNone) return e;
+    rel[t] = static_cast<int32_t>(e > 0 ? m : -m);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& geom,
                                    int32_t* out) {
   RETURN_IF_ERROR(ValidateBiasGeometry(geom));
   RETURN_IF_ERROR(ValidateDebertaSpec(spec, geom));
   if (out == nullptr) return absl::InvalidArgumentError("output buffer is null");
   std::vector<int32_t> rel(static_cast<size_t>(RelativeRowLength(geom)));
-  for (size_t t = 0; t < rel.size(); ++t) {
-    // query_pos - key_pos: the negated key - query offset.
-    const int64_t e = -RelativeOffsetAt(geom, static_cast<int64_t>(t));
-    if (!spec.Bucketed()) {
-      rel[t] = static_cast<int32_t>(e);
-      continue;
-    }
-    const std::optional<int32_t> bucket =
-        DebertaLogBucket(e, spec.position_buckets, spec.max_relative_positions);
-    if (!bucket) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("deberta.max_relative_positions is ", spec.max_relative_positions,
-                       "; with position_buckets ", spec.position_buckets, " relative position ", e,
-                       " has no finite INT32 bucket (HF's log((max_relative_positions - 1) / ",
-                       "(position_buckets / 2)) must be > 0: max_relative_positions > ",
-                       spec.position_buckets / 2 + 1, ")"));
-    }
-    rel[t] = *bucket;
+  const KernelThreadLease lease(IdBytes(geom));
+  if (const std::optional<int64_t> bad = FillDebertaRow(spec, geom, lease.threads(), rel.data())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deberta.max_relative_positions is ", spec.max_relative_positions,
+                     "; with position_buckets ", spec.position_buckets, " relative position ", *bad,
+                     " has no finite INT32 bucket (HF's log((max_relative_positions - 1) / ",
+                     "(position_buckets / 2)) must be > 0: max_relative_positions > ",
+                     spec.position_buckets / 2 + 1, ")"));
   }
-  const size_t out_bytes = static_cast<size_t>(geom.query_length * geom.key_length) * 4;
-  CopyRelativeRows(rel.data(), geom, out, out_bytes >= kStreamingStoreBytes);
+  CopyRelativeRows(rel.data(), geom, out, lease.threads());
   return absl::OkStatus();
 }
 

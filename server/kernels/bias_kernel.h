@@ -125,7 +125,8 @@ std::optional<int32_t> DebertaLogBucket(int64_t relative_position, int32_t bucke
 // The adds take an `implementation` (kernel_impl.h; no oneDNN code, so kOneDnn is kAuto's
 // choice): AVX-512 rows for 16-bit scores, AVX2 rows for float32 (memory-bound) and for the
 // Shaw dot products, scalar at a scalar ISA. Every ISA's adds round score + bias once, as
-// the scalar rows do; the Shaw dot products sum in an order of their ISA.
+// the scalar rows do; the Shaw dot products sum in an order of their ISA only where the
+// table is too large to transpose (see ShawQueryTerm).
 
 // out: [num_heads, query_length, key_length] float32; each value is the float64 bias
 // rounded once.
@@ -156,7 +157,10 @@ absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
 // once each, in float32 with FMA, then gathers them along the keys. `out` is [batch, heads,
 // q, k] in any float dtype: add_to_out false writes the term rounded once to out's dtype;
 // true adds it to out's values (scores) in float32 and rounds once. Beyond the output it
-// allocates O(min(2k + 1, k) + k + dim) per thread.
+// allocates O(min(2k + 1, k) + k + dim) per thread and, at a vector ISA, a transposed copy
+// of the table rows the request reaches (at most 4 MiB; past that the rows are read as
+// they lie). Through that copy each dot product sums over d in order with FMA, as the
+// scalar rows do, so the vector ISAs give the scalar result bit for bit.
 absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
                            int64_t dim, const ConstTensorView& query, const TensorView& out,
                            bool add_to_out, KernelImpl implementation = KernelImpl::kAuto);

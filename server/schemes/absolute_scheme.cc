@@ -138,11 +138,12 @@ absl::StatusOr<AbsoluteResult> Combine(const Embeddings& e, const TensorView& in
                       {slab, e.seq, e.dim},
                       static_cast<char*>(input.data) + g * e.seq * e.dim * elem};
       int64_t bad = -1;
+      const LaidOutRows laid_out{rows.layout, rows.laid_out.empty() ? nullptr : rows.laid_out[g]};
       if (combine.fusion == Fusion::kMultiply) {
         RETURN_IF_ERROR(MultiplyEncodingInPlace(part, rows.groups[g], combine.input_scale,
-                                                combine.pe_scale, KernelImpl::kAuto, &bad));
+                                                combine.pe_scale, KernelImpl::kAuto, laid_out,
+                                                &bad));
       } else {
-        const LaidOutRows laid_out{rows.layout, rows.laid_out.empty() ? nullptr : rows.laid_out[g]};
         RETURN_IF_ERROR(AddEncodingInPlace(part, rows.groups[g], combine.input_scale,
                                            combine.pe_scale, KernelImpl::kAuto, laid_out, &bad));
       }
@@ -261,7 +262,7 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
                        RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal"));
                        return t;
                      }));
-    if (combine.fusion == Fusion::kAdd && grid.contiguous) {
+    if (combine.fusion != Fusion::kConcat && grid.contiguous) {
       RETURN_IF_ERROR(AddLaidOutRows(*table, key, e.x3.dtype, grid, cache, rows));
     }
     RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));

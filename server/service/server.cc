@@ -133,10 +133,9 @@ absl::Status CheckOptions(const ServerOptions& options) {
 // The owner names (SharedMemoryOwner) of the connections with these peers: each peer
 // itself, for owners the socket tables could not name, and its "tcp:<inode>".
 std::set<std::string> LiveShmOwners(const std::set<std::string>& peers) {
-  const std::vector<TcpSocketRow> rows = ReadTcpTables();
   std::set<std::string> owners = peers;
   for (const std::string& peer : peers) {
-    if (std::optional<std::string> owner = ConnectionOwner(peer, rows)) owners.insert(*owner);
+    if (std::optional<std::string> owner = ConnectionOwner(peer)) owners.insert(*owner);
   }
   return owners;
 }

@@ -1,14 +1,20 @@
 #include "server/shm/peer_identity.h"
 
 #include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace posenc {
@@ -16,53 +22,89 @@ namespace {
 
 constexpr int kEstablished = 1;
 
-// 32 hex digits per 32-bit word of the address as the kernel stores it, printed in host
-// byte order (x86 and ARM: little endian), then ':' and the port in hex.
-std::optional<TcpEndpoint> ParseTableEndpoint(absl::string_view text) {
-  const size_t colon = text.find(':');
-  if (colon == absl::string_view::npos) return std::nullopt;
-  const absl::string_view hex = text.substr(0, colon);
-  if (hex.size() != 8 && hex.size() != 32) return std::nullopt;
-  uint32_t port = 0;
-  if (!absl::SimpleHexAtoi(text.substr(colon + 1), &port) || port > 0xffff) return std::nullopt;
+// The 16-byte form of an address the kernel reports in `family`.
+TcpEndpoint EndpointOf(int family, const uint32_t* words, uint16_t port_be) {
   TcpEndpoint out;
-  out.port = static_cast<uint16_t>(port);
-  const size_t words = hex.size() / 8;
-  const size_t first = words == 1 ? 12 : 0;  // IPv4 goes into ::ffff:a.b.c.d
-  if (words == 1) out.address[10] = out.address[11] = 0xff;
-  for (size_t w = 0; w < words; ++w) {
-    uint32_t word = 0;
-    if (!absl::SimpleHexAtoi(hex.substr(w * 8, 8), &word)) return std::nullopt;
-    for (size_t b = 0; b < 4; ++b) {
-      out.address[first + w * 4 + b] = static_cast<uint8_t>(word >> (8 * b));
-    }
+  out.port = ntohs(port_be);
+  if (family == AF_INET) {
+    out.address[10] = out.address[11] = 0xff;
+    std::memcpy(out.address.data() + 12, words, 4);
+  } else {
+    std::memcpy(out.address.data(), words, 16);
   }
   return out;
 }
 
-std::optional<TcpSocketRow> ParseRow(absl::string_view line) {
-  std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
-  // sl local remote st queues timer retrnsmt uid timeout inode ...
-  if (f.size() < 10) return std::nullopt;
-  std::optional<TcpEndpoint> local = ParseTableEndpoint(f[1]);
-  std::optional<TcpEndpoint> remote = ParseTableEndpoint(f[2]);
-  uint32_t state = 0;
-  TcpSocketRow row;
-  if (!local || !remote || !absl::SimpleHexAtoi(f[3], &state) ||
-      !absl::SimpleAtoi(f[7], &row.uid) || !absl::SimpleAtoi(f[9], &row.inode)) {
-    return std::nullopt;
-  }
-  row.local = *local;
-  row.remote = *remote;
-  row.state = static_cast<int>(state);
-  return row;
+bool IsV4Mapped(const TcpEndpoint& end) {
+  static constexpr std::array<uint8_t, 12> kPrefix = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::equal(kPrefix.begin(), kPrefix.end(), end.address.begin());
 }
 
-std::string ReadFile(const char* path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// A sock_diag dump request for the established TCP sockets of `family` with one end at
+// `end`, as a bytecode filter (one host condition: a match jumps to the end, accept; no
+// match jumps past it, reject), so the kernel walks its tables once and sends back only
+// the matches.
+std::vector<char> DiagRequest(int family, const TcpEndpoint& end, SocketEnd which) {
+  const bool v4 = IsV4Mapped(end);
+  const size_t address_bytes = v4 ? 4 : 16;
+  const size_t filter_bytes = sizeof(inet_diag_bc_op) + sizeof(inet_diag_hostcond) + address_bytes;
+  const size_t request_at = NLMSG_HDRLEN;
+  const size_t attribute_at = request_at + NLMSG_ALIGN(sizeof(inet_diag_req_v2));
+  const size_t op_at = attribute_at + NLA_HDRLEN;
+  std::vector<char> bytes(NLMSG_ALIGN(op_at + filter_bytes), 0);
+
+  nlmsghdr header{};
+  header.nlmsg_len = static_cast<uint32_t>(bytes.size());
+  header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  inet_diag_req_v2 request{};
+  request.sdiag_family = static_cast<uint8_t>(family);
+  request.sdiag_protocol = IPPROTO_TCP;
+  request.idiag_states = 1u << kEstablished;
+  nlattr attribute{};
+  attribute.nla_len = static_cast<uint16_t>(NLA_HDRLEN + filter_bytes);
+  attribute.nla_type = INET_DIAG_REQ_BYTECODE;
+  inet_diag_bc_op op{};
+  op.code = which == SocketEnd::kLocal ? INET_DIAG_BC_S_COND : INET_DIAG_BC_D_COND;
+  op.yes = static_cast<uint8_t>(filter_bytes);
+  op.no = static_cast<uint16_t>(filter_bytes + 4);
+  inet_diag_hostcond cond{};
+  cond.family = static_cast<uint8_t>(v4 ? AF_INET : AF_INET6);
+  cond.prefix_len = static_cast<uint8_t>(address_bytes * 8);
+  cond.port = end.port;
+
+  std::memcpy(bytes.data(), &header, sizeof(header));
+  std::memcpy(bytes.data() + request_at, &request, sizeof(request));
+  std::memcpy(bytes.data() + attribute_at, &attribute, sizeof(attribute));
+  std::memcpy(bytes.data() + op_at, &op, sizeof(op));
+  std::memcpy(bytes.data() + op_at + sizeof(op), &cond, sizeof(cond));
+  std::memcpy(bytes.data() + op_at + sizeof(op) + sizeof(cond), end.address.data() + (v4 ? 12 : 0),
+              address_bytes);
+  return bytes;
+}
+
+// Appends the sockets of one dump's reply; false when the kernel refused the request.
+bool ReadDiagReply(int fd, std::vector<TcpSocketRow>& rows) {
+  alignas(nlmsghdr) char buffer[16384];
+  for (;;) {
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    int left = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buffer); NLMSG_OK(h, left);
+         h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_type == NLMSG_DONE) return true;
+      if (h->nlmsg_type == NLMSG_ERROR) return false;
+      const auto* msg = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      TcpSocketRow row;
+      row.local = EndpointOf(msg->idiag_family, msg->id.idiag_src, msg->id.idiag_sport);
+      row.remote = EndpointOf(msg->idiag_family, msg->id.idiag_dst, msg->id.idiag_dport);
+      row.state = msg->idiag_state;
+      row.uid = msg->idiag_uid;
+      row.inode = msg->idiag_inode;
+      rows.push_back(row);
+    }
+  }
 }
 
 }  // namespace
@@ -103,20 +145,15 @@ std::optional<TcpEndpoint> ParsePeerAddress(absl::string_view peer) {
   return out;
 }
 
-std::vector<TcpSocketRow> ParseTcpTable(absl::string_view text) {
+std::vector<TcpSocketRow> QueryTcpSockets(const TcpEndpoint& end, SocketEnd which) {
   std::vector<TcpSocketRow> rows;
-  bool header = true;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (std::exchange(header, false) || line.empty()) continue;
-    if (std::optional<TcpSocketRow> row = ParseRow(line)) rows.push_back(*row);
+  const int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return rows;
+  for (int family : {AF_INET, AF_INET6}) {
+    const std::vector<char> request = DiagRequest(family, end, which);
+    if (send(fd, request.data(), request.size(), 0) < 0 || !ReadDiagReply(fd, rows)) break;
   }
-  return rows;
-}
-
-std::vector<TcpSocketRow> ReadTcpTables() {
-  std::vector<TcpSocketRow> rows = ParseTcpTable(ReadFile("/proc/net/tcp"));
-  std::vector<TcpSocketRow> v6 = ParseTcpTable(ReadFile("/proc/net/tcp6"));
-  rows.insert(rows.end(), v6.begin(), v6.end());
+  close(fd);
   return rows;
 }
 
@@ -133,8 +170,9 @@ std::optional<std::string> ConnectionOwner(absl::string_view peer,
 }
 
 std::optional<std::string> ConnectionOwner(absl::string_view peer) {
-  if (!ParsePeerAddress(peer)) return std::nullopt;
-  return ConnectionOwner(peer, ReadTcpTables());
+  const std::optional<TcpEndpoint> end = ParsePeerAddress(peer);
+  if (!end) return std::nullopt;
+  return ConnectionOwner(peer, QueryTcpSockets(*end, SocketEnd::kRemote));
 }
 
 std::optional<uint32_t> LocalPeerUid(const TcpEndpoint& peer,
@@ -160,7 +198,7 @@ ShmOwner ShmOwner::OfHttpPeer(std::string endpoint) {
     const std::optional<TcpEndpoint> end =
         ParsePeerAddress(absl::StrCat(v6 ? "ipv6:" : "ipv4:", endpoint));
     std::optional<uint32_t> uid;
-    if (end) uid = LocalPeerUid(*end, ReadTcpTables());
+    if (end) uid = LocalPeerUid(*end, QueryTcpSockets(*end, SocketEnd::kLocal));
     return uid ? absl::StrCat("http:uid:", *uid) : std::string(kHttpRemoteOwner);
   };
   return owner;

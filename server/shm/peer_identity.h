@@ -1,6 +1,7 @@
-// Who a TCP client of this process is, from the kernel's socket tables (/proc/net/tcp and
-// /proc/net/tcp6 of the server's network namespace): the identity that shared-memory
-// regions belong to.
+// Who a TCP client of this process is, from the kernel's socket tables of the server's
+// network namespace (asked by sock_diag netlink, which filters in the kernel and never
+// skips a socket; /proc/net/tcp, read page by page, misses rows while other sockets come
+// and go): the identity that shared-memory regions belong to.
 //
 // A peer address ("ipv4:127.0.0.1:41234", as gRPC names it) can be taken over: once the
 // client's connection is gone, any local process may bind the same source port and
@@ -9,7 +10,7 @@
 // to "tcp:<inode of the server's socket>", and a client whose connection closes and comes
 // back (same port or not) is a new owner.
 //
-// Thread-safe (reads the tables afresh on every call).
+// Thread-safe (asks the kernel afresh on every call).
 #pragma once
 
 #include <array>
@@ -38,7 +39,7 @@ struct TcpEndpoint {
 // anything else (unix sockets among them).
 std::optional<TcpEndpoint> ParsePeerAddress(absl::string_view peer);
 
-// One row of /proc/net/tcp or /proc/net/tcp6.
+// One established TCP socket of this network namespace.
 struct TcpSocketRow {
   TcpEndpoint local;
   TcpEndpoint remote;
@@ -47,11 +48,12 @@ struct TcpSocketRow {
   uint64_t inode = 0;
 };
 
-// Parses the text of /proc/net/tcp or /proc/net/tcp6 (rows it cannot read are skipped).
-std::vector<TcpSocketRow> ParseTcpTable(absl::string_view text);
+// Which end of a socket a query names.
+enum class SocketEnd { kLocal, kRemote };
 
-// Both tables of this network namespace.
-std::vector<TcpSocketRow> ReadTcpTables();
+// The established TCP sockets (IPv4 and IPv6, IPv4-mapped ones included) whose `which` end
+// is `end`; empty when the kernel cannot be asked.
+std::vector<TcpSocketRow> QueryTcpSockets(const TcpEndpoint& end, SocketEnd which);
 
 // The owner name of the connection whose client end is `peer` in `rows`: "tcp:<inode>" of
 // the established socket whose remote end is `peer` (the server's side of it). nullopt when
@@ -59,7 +61,7 @@ std::vector<TcpSocketRow> ReadTcpTables();
 std::optional<std::string> ConnectionOwner(absl::string_view peer,
                                            const std::vector<TcpSocketRow>& rows);
 
-// The same, reading the tables now.
+// The same, asking the kernel now.
 std::optional<std::string> ConnectionOwner(absl::string_view peer);
 
 // The uid of the process side of `peer` when that client runs in this network namespace
@@ -67,8 +69,8 @@ std::optional<std::string> ConnectionOwner(absl::string_view peer);
 std::optional<uint32_t> LocalPeerUid(const TcpEndpoint& peer,
                                      const std::vector<TcpSocketRow>& rows);
 
-// Whose shared-memory regions a call may see and use, named when first asked: reading the
-// socket tables costs tens of microseconds, so a call that uses no shared memory never
+// Whose shared-memory regions a call may see and use, named when first asked: asking the
+// kernel costs a few microseconds, so a call that uses no shared memory never
 // pays it. Copies share the name (a stream's messages ask once). Thread-safe.
 class ShmOwner {
  public:

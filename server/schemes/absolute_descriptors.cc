@@ -241,6 +241,9 @@ SchemeDescriptor FourierScheme() {
   s.family = SchemeFamily::kAdditive;
   s.encode_case = v1::EncodeRequest::kFourier;
   s.takes_position_values = true;
+  s.position_value_axes = [](const v1::EncodeRequest& r) -> int64_t {
+    return r.fourier().has_num_axes() ? r.fourier().num_axes() : 1;
+  };
   s.in_place = [](const v1::EncodeRequest& r) { return r.fourier().fusion() != v1::CONCAT; };
   s.add = AddFourier;
   // CONCAT appends 2F: from inline frequencies F = size / num_axes; a named table's F is

@@ -40,6 +40,10 @@ SchemeDescriptor RopeScheme() {
   s.table_case = v1::TableRequest::kRope;
   s.takes_key = true;
   s.takes_axis_positions = true;
+  s.position_axes = [](const v1::EncodeRequest& r) -> int64_t {
+    const v1::Rope& rope = r.rope();
+    return rope.mrope_section_size() > 0 ? rope.mrope_section_size() : rope.axial_axes();
+  };
   s.rotate = [](const SchemeEnv& env, const v1::EncodeRequest& r, TensorView query, TensorView* key,
                 const PositionsSpec& positions) -> absl::Status {
     ASSIGN_OR_RETURN(const RopeSpec rope, RopeFromProto(r.rope()));

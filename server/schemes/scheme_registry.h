@@ -110,6 +110,13 @@ struct SchemeDescriptor {
   bool takes_key = false;
   bool takes_position_values = false;
   bool takes_axis_positions = false;
+  // Optional, with takes_position_values: how many values each token's position has in
+  // `positions.values` for this request (Fourier's num_axes); null: one, and the OIP input
+  // position_values is then shaped as position_ids.
+  int64_t (*position_value_axes)(const v1::EncodeRequest& request) = nullptr;
+  // Optional, with takes_axis_positions: how many axes the request's per-axis positions
+  // have (M-RoPE's sections, axial RoPE's axes; 0 for none); null: none.
+  int64_t (*position_axes)(const v1::EncodeRequest& request) = nullptr;
   // Whether the result overwrites the input (nullptr: always). False: `add` returns a new
   // buffer (CONCAT).
   bool (*in_place)(const v1::EncodeRequest& request) = nullptr;

@@ -451,28 +451,30 @@ absl::Status CheckPerToken(const std::vector<Input>& inputs, absl::string_view n
                                                  ") it must be ", absl::StrJoin(allowed, " or ")));
 }
 
-// position_ids is [seq] or [batch, seq]; position_values the same for `continuous`, and
-// [seq, m] or [batch, seq, m] (m = num_axes) for `fourier` ([seq] or [batch, seq] too when
-// m is 1). A count that merely fits is refused: it would be read in another order.
-absl::Status CheckPositionShapes(const v1::EncodeRequest& r, const std::vector<Input>& inputs) {
+// position_ids is [seq] or [batch, seq]; position_values the same, or [seq, m] or
+// [batch, seq, m] when the scheme reads m values per token (its position_value_axes; both
+// when m is 1). A count that merely fits is refused: it would be read in another order.
+absl::Status CheckPositionShapes(const v1::EncodeRequest& r, const SchemeDescriptor& scheme,
+                                 const std::vector<Input>& inputs) {
   using Tails = std::vector<std::vector<int64_t>>;
   const std::vector<int64_t> none;
   RETURN_IF_ERROR(CheckPerToken(inputs, "position_ids", Tails{none}, r));
-  if (!r.has_fourier()) return CheckPerToken(inputs, "position_values", Tails{none}, r);
-  const int64_t m = r.fourier().has_num_axes() ? r.fourier().num_axes() : 1;
+  if (scheme.position_value_axes == nullptr) {
+    return CheckPerToken(inputs, "position_values", Tails{none}, r);
+  }
+  const int64_t m = scheme.position_value_axes(r);
   const std::vector<int64_t> axes = {m};
   return CheckPerToken(inputs, "position_values", m == 1 ? Tails{axes, none} : Tails{axes}, r);
 }
 
-// The input 'axis_ids' is [num_axes, seq] or [num_axes, batch (or 1), seq] of the rope's
-// axes and the input's tokens; Positions.axis_ids, flat, can only be checked by its size.
-// Left to the scheme's own checks when the rope has no axes or the input's rank is off.
-absl::Status CheckAxisIdsShape(const v1::EncodeRequest& r, const std::vector<Input>& inputs) {
+// The input 'axis_ids' is [num_axes, seq] or [num_axes, batch (or 1), seq] of the scheme's
+// position axes and the input's tokens; Positions.axis_ids, flat, can only be checked by
+// its size. Left to the scheme's own checks when it has no axes or the input's rank is off.
+absl::Status CheckAxisIdsShape(const v1::EncodeRequest& r, const SchemeDescriptor& scheme,
+                               const std::vector<Input>& inputs) {
   const Input* axis_ids = Named(inputs, "axis_ids");
   const Input* input = Named(inputs, "input");
-  const v1::Rope& rope = r.rope();
-  const int64_t axes =
-      rope.mrope_section_size() > 0 ? rope.mrope_section_size() : rope.axial_axes();
+  const int64_t axes = scheme.position_axes ? scheme.position_axes(r) : 0;
   if (axis_ids == nullptr || input == nullptr || axes <= 0) return absl::OkStatus();
   const std::optional<TokenGrid> grid = TokenGridOf(r, *input);
   if (!grid) return absl::OkStatus();
@@ -483,7 +485,7 @@ absl::Status CheckAxisIdsShape(const v1::EncodeRequest& r, const std::vector<Inp
   if (fits) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("input 'axis_ids' has shape ", ShapeText(shape), "; with ", axes,
-                   " rope axes and input ", ShapeText(input->tensor->shape()), " it must be [",
+                   " position axes and input ", ShapeText(input->tensor->shape()), " it must be [",
                    axes, ", ", grid->seq, "] or [", axes, ", ", grid->batch, ", ", grid->seq, "]"));
 }
 
@@ -491,8 +493,11 @@ absl::Status ToEncode(const Parameters& params, std::vector<Input>& inputs, Nati
   v1::EncodeRequest& r = n.encode;
   r.set_request_id(n.id);
   RETURN_IF_ERROR(SchemeMessageOf(*n.model, params, r));
-  RETURN_IF_ERROR(CheckPositionShapes(r, inputs));
-  if (r.has_rope()) RETURN_IF_ERROR(CheckAxisIdsShape(r, inputs));
+  const SchemeDescriptor* scheme = SchemeOf(r);
+  if (scheme != nullptr) {
+    RETURN_IF_ERROR(CheckPositionShapes(r, *scheme, inputs));
+    RETURN_IF_ERROR(CheckAxisIdsShape(r, *scheme, inputs));
+  }
   RETURN_IF_ERROR(PositionsOf(params, inputs, *r.mutable_positions()));
   for (Input& in : inputs) {
     if (in.tensor->name() == "input") RETURN_IF_ERROR(ToNativeTensor(in, r.mutable_input()));

@@ -1000,13 +1000,21 @@ std::optional<int64_t> FillDebertaRow(const DebertaSpec& spec, const BiasGeometr
   }
   const int64_t mid = spec.position_buckets / 2;
   const float log_range = DebertaLogRange(mid, spec.max_relative_positions);
-  const int64_t farthest = std::max(geom.query_offset + geom.query_length - 1, geom.key_length - 1);
-  // magnitude[a - mid - 1]: the bucket of distance +a for a in (mid, farthest], or none.
+  // query_pos - key_pos runs over [lowest, highest] (n values; query_offset >= 0); the
+  // distances past mid it reaches are [first_far, farthest], at most n of them, so the
+  // table below is sized by the request's row, never by how far its offset reaches.
+  const int64_t lowest = geom.query_offset - (geom.key_length - 1);
+  const int64_t highest = geom.query_offset + geom.query_length - 1;
+  const int64_t nearest = lowest <= 0 ? 0 : lowest;
+  const int64_t farthest = std::max(highest, -lowest);
+  const int64_t first_far = std::max(nearest, mid + 1);
+  // magnitude[a - first_far]: the bucket of distance +a for a in [first_far, farthest], or none.
   constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
-  std::vector<int64_t> magnitude(static_cast<size_t>(std::max<int64_t>(0, farthest - mid)));
+  std::vector<int64_t> magnitude(
+      static_cast<size_t>(std::max<int64_t>(0, farthest - first_far + 1)));
   ParallelFor(threads, static_cast<int64_t>(magnitude.size()), [&](int64_t first, int64_t last) {
-    FillMonotoneRuns(first, last, magnitude.data(), [&](int64_t i) {  // distance mid + 1 + i
-      const std::optional<int32_t> b = DebertaBucketOf(mid + 1 + i, mid, log_range);
+    FillMonotoneRuns(first, last, magnitude.data(), [&](int64_t i) {  // distance first_far + i
+      const std::optional<int32_t> b = DebertaBucketOf(first_far + i, mid, log_range);
       return b ? int64_t{*b} : kNone;
     });
   });
@@ -1017,7 +1025,7 @@ std::optional<int64_t> FillDebertaRow(const DebertaSpec& spec, const BiasGeometr
       rel[t] = static_cast<int32_t>(static_cast<float>(e));
       continue;
     }
-    const int64_t m = magnitude[static_cast<size_t>(a - mid - 1)];
+    const int64_t m = magnitude[static_cast<size_t>(a - first_far)];
     if (m == kNone) return e;
     rel[t] = static_cast<int32_t>(e > 0 ? m : -m);
   }

@@ -92,18 +92,25 @@ TEST(DebertaBuckets, MatchTorchRunningHfCode) {
 
 // The build against the per-element formula (DebertaLogBucket of query_pos - key_pos, the
 // scalar definition) id for id, over bucket settings with rising and falling log ranges,
-// query blocks with and without offsets (some far past the row), and sizes past the threading threshold (256 KiB)
-// and the streaming one (32 MiB).
+// query blocks with and without offsets (some far past the row), and sizes past the
+// threading threshold (256 KiB) and the streaming one (32 MiB).
 TEST(DebertaBuckets, BuildMatchesPerElementBucketsBitForBit) {
   struct Spec {
     int32_t buckets, max_position;
   };
   const Spec specs[] = {{256, 512}, {2, 8},     {3, 3},     {4, 5},       {64, 10},
                         {256, 100}, {32, 4096}, {512, 513}, {1000, 20000}};
-  const BiasGeometry geoms[] = {{1, 1, 0},     {7, 13, 6},      {13, 7, 0},     {1, 3000, 2999},
-                                {300, 300, 0}, {257, 611, 354}, {64, 64, 5000}, {3000, 3000, 0},
-                                // Offsets far past the row: the work is the row's, not the offset's.
-                                {444, 5, int64_t{1} << 31}, {5, 444, (int64_t{1} << 40) - 5}};
+  // The last two: offsets far past the row, whose work is the row's, not the offset's.
+  const BiasGeometry geoms[] = {{1, 1, 0},
+                                {7, 13, 6},
+                                {13, 7, 0},
+                                {1, 3000, 2999},
+                                {300, 300, 0},
+                                {257, 611, 354},
+                                {64, 64, 5000},
+                                {3000, 3000, 0},
+                                {444, 5, int64_t{1} << 31},
+                                {5, 444, (int64_t{1} << 40) - 5}};
   int compared = 0;
   for (const Spec& sp : specs) {
     const DebertaSpec spec{sp.buckets, sp.max_position};

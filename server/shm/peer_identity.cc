@@ -22,6 +22,9 @@ namespace {
 
 constexpr int kEstablished = 1;
 
+// How many times a lookup of a connection that must exist asks the kernel.
+constexpr int kQueryAttempts = 3;
+
 // The 16-byte form of an address the kernel reports in `family`.
 TcpEndpoint EndpointOf(int family, const uint32_t* words, uint16_t port_be) {
   TcpEndpoint out;
@@ -172,7 +175,16 @@ std::optional<std::string> ConnectionOwner(absl::string_view peer,
 std::optional<std::string> ConnectionOwner(absl::string_view peer) {
   const std::optional<TcpEndpoint> end = ParsePeerAddress(peer);
   if (!end) return std::nullopt;
-  return ConnectionOwner(peer, QueryTcpSockets(*end, SocketEnd::kRemote));
+  // A call's connection is open while the call runs, so a miss is the query failing (the
+  // kernel out of buffers for the dump, a signal): asked again before the caller falls back
+  // to the peer string, an owner that the connection's other calls would not share.
+  for (int attempt = 0; attempt < kQueryAttempts; ++attempt) {
+    if (std::optional<std::string> owner =
+            ConnectionOwner(peer, QueryTcpSockets(*end, SocketEnd::kRemote))) {
+      return owner;
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<uint32_t> LocalPeerUid(const TcpEndpoint& peer,
@@ -198,7 +210,9 @@ ShmOwner ShmOwner::OfHttpPeer(std::string endpoint) {
     const std::optional<TcpEndpoint> end =
         ParsePeerAddress(absl::StrCat(v6 ? "ipv6:" : "ipv4:", endpoint));
     std::optional<uint32_t> uid;
-    if (end) uid = LocalPeerUid(*end, QueryTcpSockets(*end, SocketEnd::kLocal));
+    for (int attempt = 0; end && !uid && attempt < kQueryAttempts; ++attempt) {
+      uid = LocalPeerUid(*end, QueryTcpSockets(*end, SocketEnd::kLocal));
+    }
     return uid ? absl::StrCat("http:uid:", *uid) : std::string(kHttpRemoteOwner);
   };
   return owner;

@@ -10,7 +10,8 @@ good client answered (200 / OK):
 - a refusal (413 for a declared 1 GiB) answered and the connection closed at once;
 - 40 clients pipelining 50 requests each without reading;
 - a parameter nested 1000 levels deep in each position, and one 10^6 deep (400);
-- a JSON body whose parsed document can never fit --max_inflight_bytes (413);
+- a 64 MiB JSON body answered within the budget (peak RSS), and one whose parse (2x its
+  JSON) and body cannot fit --max_inflight_bytes together (413);
 - /metrics with 100 idle and trickling sockets open: a scrape under 1 s.
 
 Usage: http_hostile_test.py BUILD_DIR SOURCE_DIR
@@ -43,8 +44,17 @@ def check(ok, what):
         print("FAIL:", what, flush=True)
 
 
+STUBS = []
+
+
 def load_stubs():
-    return inference_stubs(SRC, WORK)
+    STUBS[:] = inference_stubs(SRC, WORK)
+    return tuple(STUBS)
+
+
+def pb_grpc_stub(server):
+    import grpc
+    return STUBS[1].GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % server.grpc))
 
 
 def Server(*flags):  # noqa: N802
@@ -69,14 +79,15 @@ def read_response(s):
         if not chunk:
             return data, b""
         data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
+    head, _, first = data.partition(b"\r\n\r\n")
+    rest = bytearray(first)  # appended in place: a 64 MiB answer in linear time
     m = re.search(rb"Content-Length: (\d+)", head, re.I)
     while m and len(rest) < int(m.group(1)):
-        chunk = s.recv(65536)
+        chunk = s.recv(1 << 20)
         if not chunk:
             break
         rest += chunk
-    return head, rest
+    return head, bytes(rest)
 
 
 def well_behaved(server, stub, pb, what):
@@ -217,17 +228,45 @@ def post(port, body, timeout=30):
         s.close()
 
 
-def test_json_document_charged(server, stub, pb):
-    """A JSON body whose parsed document (16 bytes per byte) can never fit the budget: 413
-    without being parsed, and the server's memory stays inside it."""
-    n = (20 << 20) // 2  # 20 MiB of "0,"
-    body = (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, %d, 2], "data": ['
-            % (n // 2) + b"0," * (n - 1) + b"0]}]}")
-    head, text = post(server.http, body)
-    check(head.startswith(b"HTTP/1.1 413") and b"JSON" in text,
-          "a 20 MiB JSON body (320 MiB parsed) on a 256 MiB budget: %r %r"
-          % (head[:40], text[:160]))
-    well_behaved(server, stub, pb, "a JSON body whose document cannot fit")
+def vm_mib(server, field):
+    with open("/proc/%d/status" % server.proc.pid) as f:
+        return int(re.search(field + r":\s+(\d+)", f.read()).group(1)) / 1024
+
+
+def json_body(mib, element):
+    """An FP32 input of `mib` MiB of JSON whose "data" elements are `element`, with its
+    output in binary (no JSON text of it)."""
+    n = (mib << 20) // (len(element) + 1)
+    return (b'{"parameters": {"binary_data_output": true}, "inputs": [{"name": "input", '
+            b'"datatype": "FP32", "shape": [1, %d, 1], "data": [' % n +
+            (element + b",") * (n - 1) + element + b"]}]}")
+
+
+def test_json_charged(pb):
+    """The JSON parse is charged twice the JSON's bytes beside its body: a 64 MiB JSON body
+    is answered on a 256 MiB budget with the server's peak RSS (VmHWM) inside the budget
+    + 20 %; a 100 MiB one, whose 2x and body together cannot fit, is 413 unparsed."""
+    server = Server("--max_message_bytes=%d" % (128 << 20))
+    try:
+        stub = pb_grpc_stub(server)
+        body = json_body(64, b"0.5")
+        head, text = post(server.http, body, timeout=120)
+        hwm = vm_mib(server, "VmHWM")
+        check(head.startswith(b"HTTP/1.1 200"),
+              "a 64 MiB JSON body on a 256 MiB budget: %r %r" % (head[:40], text[:160]))
+        check(hwm < BUDGET_MIB * 1.2,
+              "a 64 MiB JSON body: peak RSS %.0f MiB over the budget + 20 %%" % hwm)
+        print("64 MiB JSON body: peak RSS (VmHWM) %.0f MiB" % hwm, flush=True)
+        body = json_body(100, b"0")
+        head, text = post(server.http, body, timeout=120)
+        check(head.startswith(b"HTTP/1.1 413") and b"JSON" in text,
+              "a 100 MiB JSON body (200 MiB parsed beside it) on a 256 MiB budget: %r %r"
+              % (head[:40], text[:160]))
+        well_behaved(server, stub, pb, "a JSON body whose parse cannot fit")
+        hwm = vm_mib(server, "VmHWM")
+        check(hwm < BUDGET_MIB * 1.2, "after a refused 100 MiB JSON body: peak RSS %.0f MiB" % hwm)
+    finally:
+        check(server.stop() == 0, "the JSON-charge server exits 0 on SIGTERM")
 
 
 def test_metrics_slowloris(server):
@@ -267,7 +306,7 @@ def main():
         test_refusal_closes(server)
         test_pipelining(server, stub, pb)
         test_nested_parameters(server, stub, pb)
-        test_json_document_charged(server, stub, pb)
+        test_json_charged(pb)
         test_metrics_slowloris(server)
         well_behaved(server, stub, pb, "at the end")
     finally:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
@@ -20,9 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 // Bodies up to this are parsed on the work pool's cheap lane, larger ones on the bulk lane.
 constexpr size_t kCheapBodyBytes = size_t{1} << 20;
-// The most bytes nlohmann::json's document takes per byte of JSON text: a 16-byte value for
-// every element of "[0,0,...]" (two bytes each), in a vector up to twice its size.
-constexpr uint64_t kJsonDocumentBytesPerByte = 16;
 // Marks an upload refused because the others in progress hold the budget now.
 constexpr absl::string_view kUploadBusyPayload = "posenc.dev/http-upload-busy";
 
@@ -46,6 +44,78 @@ HttpResponse FailureResponse(const grpc::Status& status, bool retryable) {
 
 grpc::Status Invalid(std::string message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+}
+
+// The parse's charges to --max_inflight_bytes: what was charged up front, and what the
+// parse asked for as it grew (ParseBudget::grow), held until the parse is done.
+struct ParseCharges {
+  Admission& admission;
+  uint64_t charged = 0;
+  std::vector<Admission::Ticket> tickets;
+
+  absl::Status Grow(uint64_t more) {
+    absl::StatusOr<Admission::Ticket> t = admission.AdmitBytes(more);
+    if (t.ok()) {
+      charged += more;
+      tickets.push_back(std::move(*t));
+      return absl::OkStatus();
+    }
+    // More than the whole budget, in all, can never fit: not retryable.
+    const uint64_t limit = admission.limits().max_inflight_bytes;
+    if (charged + more > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat("this call needs ", charged + more,
+                                                       " bytes of working memory, more than "
+                                                       "--max_inflight_bytes (",
+                                                       limit, "); send it in smaller parts"));
+    }
+    return t.status();
+  }
+};
+
+struct ChargedParse {
+  absl::Status parsed;     // the parser's: OK, or INVALID_ARGUMENT naming the field
+  grpc::Status refused;    // the budget's refusal of the parse (OK when there was none)
+  bool retryable = false;  // the refusal may succeed later (429, not 413)
+};
+
+// Parses `body` into `out` with what the parse holds beside the body (the request it
+// builds, the lexer's buffer) charged to `admission`: kJsonParseBytesPerByte per byte of
+// JSON up front, which covers 4-byte tensors from the densest JSON, and what the parse
+// outgrows that by as it goes (8-byte tensors, long parameter text). The body is held (as an
+// upload) while it is parsed: if both together exceed the whole budget, the call can never
+// run, and the refusal is not retryable. (A header length past the body is the parser's
+// 400, not a charge.) The charges go back when the parse is done: what it held is the
+// request's then, charged again when the call runs.
+ChargedParse ParseCharged(Admission& admission, absl::string_view body,
+                          std::optional<size_t> header_length, const Route& route,
+                          InferRequestBody& out) {
+  const uint64_t json_bytes = std::min<uint64_t>(header_length.value_or(body.size()), body.size());
+  const uint64_t limit = admission.limits().max_inflight_bytes;
+  ParseCharges charges{admission, json_bytes * kJsonParseBytesPerByte, {}};
+  absl::StatusOr<Admission::Ticket> first =
+      charges.charged + body.size() > limit
+          ? absl::ResourceExhaustedError(absl::StrCat("with its ", body.size(),
+                                                      "-byte body that is more than "
+                                                      "--max_inflight_bytes (",
+                                                      limit, ")"))
+          : admission.AdmitBytes(charges.charged);
+  ChargedParse result;
+  absl::Status refused = first.status();
+  if (first.ok()) {
+    charges.tickets.push_back(std::move(*first));
+    const ParseBudget budget{charges.charged,
+                             [&charges](uint64_t more) { return charges.Grow(more); }};
+    result.parsed =
+        ParseInferRequest(body, header_length, route.model, route.version, out, &budget);
+    if (!absl::IsInvalidArgument(result.parsed)) refused = result.parsed;
+  }
+  if (!refused.ok()) {
+    result.refused = ToGrpcStatus(absl::Status(
+        refused.code(), absl::StrCat("parsing a ", json_bytes, "-byte JSON request needs ",
+                                     charges.charged, " bytes or more: ", refused.message())));
+    result.retryable = IsRetryableRefusal(refused);
+  }
+  return result;
 }
 
 }  // namespace
@@ -365,27 +435,13 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
   if (const std::string* h = job->request.Header("inference-header-content-length")) {
     header_length = ParseHeaderLength(*h).value_or(0);  // Screen checked it
   }
-  // The parsed document lives beside the body until the request is built: charged to
-  // --max_inflight_bytes at its worst case, so JSON bodies stay inside the memory budget.
-  // (A header length past the body is the parser's 400, not a charge.)
-  const uint64_t json_bytes = std::min<uint64_t>(header_length.value_or(job->request.body.size()),
-                                                 job->request.body.size());
-  absl::Status parsed;
-  {
-    const absl::StatusOr<Admission::Ticket> document =
-        inference_.runtime().admission->AdmitBytes(json_bytes * kJsonDocumentBytesPerByte);
-    if (!document.ok()) {
-      const grpc::Status status = ToGrpcStatus(
-          absl::Status(document.status().code(),
-                       absl::StrCat("parsing a ", json_bytes, "-byte JSON request needs ",
-                                    kJsonDocumentBytesPerByte,
-                                    " bytes per byte: ", document.status().message())));
-      InferJob::Reply(job, status, FailureResponse(status, IsRetryableRefusal(document.status())));
-      return JobDone();
-    }
-    parsed = ParseInferRequest(job->request.body, header_length, route.model, route.version,
-                               job->parsed);
-  }  // the document is gone: its bytes go back
+  const ChargedParse charged = ParseCharged(*inference_.runtime().admission, job->request.body,
+                                            header_length, route, job->parsed);
+  if (!charged.refused.ok()) {
+    InferJob::Reply(job, charged.refused, FailureResponse(charged.refused, charged.retryable));
+    return JobDone();
+  }
+  const absl::Status& parsed = charged.parsed;
   const std::string& id = job->parsed.request.id();
   job->call->set_request_id(id);
   if (!parsed.ok()) {

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,6 +41,23 @@ struct InferRequestBody {
   OutputEncoding outputs;
 };
 
+// What a parse may hold besides the body. The caller charged `charged` bytes to its memory
+// budget; past that the parser asks `grow` for more (in steps of at least 1 MiB), and a
+// non-OK answer ends the parse with that status. Without a ParseBudget nothing is asked.
+struct ParseBudget {
+  uint64_t charged = 0;
+  std::function<absl::Status(uint64_t more)> grow;
+};
+
+// What to charge per byte of JSON before parsing it: the parse holds no document, only what
+// the request keeps (tensors, shapes, strings, parameters) and the lexer's token buffer. Its
+// worst case per byte of JSON: 2 bytes for 4-byte tensors from "0," elements (FP32, INT32;
+// 2-byte and 1-byte types less), and 2 for strings (a kept copy and the lexer's buffer, whose
+// capacity is at most twice the longest string); elements of 8-byte types ("0," as 8 bytes,
+// 4 per byte) and parameter text (a float such as 1e15 dumps as 18 characters) can take more,
+// which the parser then asks for through ParseBudget::grow.
+inline constexpr uint64_t kJsonParseBytesPerByte = 2;
+
 // Parses an infer body for model `model_name` (version `model_version`, may be empty).
 // `header_length` is the Inference-Header-Content-Length header: the JSON is that many
 // leading bytes and each input with parameters.binary_data_size takes its bytes from what
@@ -46,10 +65,12 @@ struct InferRequestBody {
 // raw_input_contents (JSON "data" converted to little-endian bytes of its datatype),
 // except inputs in shared memory. INVALID_ARGUMENT naming the field for malformed JSON, a
 // header length past the body, binary sizes that do not add up to the body, or data that
-// does not match its shape or datatype.
+// does not match its shape or datatype; `budget`'s refusal when the parse outgrows it. One
+// pass over the JSON (nlohmann's SAX parser), nothing recursing per level of nesting; the
+// body's arrays and objects nest at most 64 deep, "data" arrays at most 32.
 absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> header_length,
                                const std::string& model_name, const std::string& model_version,
-                               InferRequestBody& out);
+                               InferRequestBody& out, const ParseBudget* budget = nullptr);
 
 // Parses an Inference-Header-Content-Length value: a decimal count of bytes.
 absl::StatusOr<size_t> ParseHeaderLength(absl::string_view value);

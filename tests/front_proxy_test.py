@@ -35,7 +35,10 @@ MIB = 1 << 20
 BUDGET = 256 * MIB
 RESETS = 50000
 LIMIT_MIB = BUDGET / MIB * 1.2
-RECOVERY = 60  # seconds
+# Seconds the server may take to work through a flood's backlog straight at it: a few
+# thousand queued calls a second on 2 cores, so 4 connections' ~190,000 take 15-40 s on an
+# otherwise idle machine and over 60 s while another test shares its cores.
+RECOVERY = 120
 failures = []
 
 

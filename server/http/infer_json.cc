@@ -114,6 +114,26 @@ Scalar Container(JKind kind) {
   v.kind = kind;
   return v;
 }
+Scalar BoolScalar(bool b) {
+  Scalar v = Container(JKind::kBool);
+  v.b = b;
+  return v;
+}
+Scalar IntScalar(int64_t i) {
+  Scalar v = Container(JKind::kInt);
+  v.i = i;
+  return v;
+}
+Scalar UintScalar(uint64_t u) {
+  Scalar v = Container(JKind::kUint);
+  v.u = u;
+  return v;
+}
+Scalar FloatScalar(double d) {
+  Scalar v = Container(JKind::kFloat);
+  v.d = d;
+  return v;
+}
 
 // The bytes a parse holds besides the body, as the handler counts them: tensors at their
 // reserve, shapes, kept strings, parameter text and its bookkeeping, and the lexer's token
@@ -586,30 +606,10 @@ class DataPass {
  public:
   explicit DataPass(DataWriter& writer) : w_(writer) {}
   bool null() { return Value(Scalar{}); }
-  bool boolean(bool b) {
-    Scalar v;
-    v.kind = JKind::kBool;
-    v.b = b;
-    return Value(v);
-  }
-  bool number_integer(json::number_integer_t i) {
-    Scalar v;
-    v.kind = JKind::kInt;
-    v.i = i;
-    return Value(v);
-  }
-  bool number_unsigned(json::number_unsigned_t u) {
-    Scalar v;
-    v.kind = JKind::kUint;
-    v.u = u;
-    return Value(v);
-  }
-  bool number_float(json::number_float_t d, const json::string_t&) {
-    Scalar v;
-    v.kind = JKind::kFloat;
-    v.d = d;
-    return Value(v);
-  }
+  bool boolean(bool b) { return Value(BoolScalar(b)); }
+  bool number_integer(json::number_integer_t i) { return Value(IntScalar(i)); }
+  bool number_unsigned(json::number_unsigned_t u) { return Value(UintScalar(u)); }
+  bool number_float(json::number_float_t d, const json::string_t&) { return Value(FloatScalar(d)); }
   bool string(json::string_t&) { return Value(Container(JKind::kString)); }
   bool binary(json::binary_t&) { return false; }
   bool start_object(std::size_t) { return w_.Start(JKind::kObject), true; }
@@ -640,30 +640,10 @@ class RequestSax {
   Cursor end() { return Cursor(json_.data() + json_.size(), &last_); }
 
   bool null() { return Value(Scalar{}); }
-  bool boolean(bool b) {
-    Scalar v;
-    v.kind = JKind::kBool;
-    v.b = b;
-    return Value(v);
-  }
-  bool number_integer(json::number_integer_t i) {
-    Scalar v;
-    v.kind = JKind::kInt;
-    v.i = i;
-    return Value(v);
-  }
-  bool number_unsigned(json::number_unsigned_t u) {
-    Scalar v;
-    v.kind = JKind::kUint;
-    v.u = u;
-    return Value(v);
-  }
-  bool number_float(json::number_float_t d, const json::string_t&) {
-    Scalar v;
-    v.kind = JKind::kFloat;
-    v.d = d;
-    return Value(v);
-  }
+  bool boolean(bool b) { return Value(BoolScalar(b)); }
+  bool number_integer(json::number_integer_t i) { return Value(IntScalar(i)); }
+  bool number_unsigned(json::number_unsigned_t u) { return Value(UintScalar(u)); }
+  bool number_float(json::number_float_t d, const json::string_t&) { return Value(FloatScalar(d)); }
   bool string(json::string_t& s) {
     meter_.Token(s.size());
     Scalar v = Container(JKind::kString);

@@ -143,6 +143,7 @@ struct ServiceMetrics::Impl {
   prometheus::Counter* transport_failed = nullptr;
   std::atomic<int64_t> transport_failed_seen{0};
   prometheus::Counter* transport_started = nullptr;
+  prometheus::Counter* flooded_connections = nullptr;
   std::atomic<int64_t> transport_started_seen{0};
   prometheus::Gauge* shm_regions = nullptr;
   prometheus::Gauge* shm_mapped_bytes = nullptr;
@@ -239,6 +240,10 @@ std::unique_ptr<ServiceMetrics> ServiceMetrics::Create(const std::string& versio
       "Calls gRPC's transport started: streams whose headers the server has read, uploads "
       "still arriving included. From channelz, every 100 ms. A call the server had not yet "
       "seen when it began to drain is refused UNAVAILABLE, to be retried elsewhere.");
+  impl->flooded_connections = AddCounter(
+      reg, "posenc_transport_flood_connections_ended_total",
+      "Client connections the server ended because their HTTP/2 streams ended without a "
+      "message faster than the stream-flood limits allow (rapid reset, CVE-2023-44487).");
   impl->shm_regions =
       AddGauge(reg, "posenc_shm_regions", "Shared-memory regions registered (--shm).");
   impl->shm_mapped_bytes = AddGauge(reg, "posenc_shm_mapped_bytes",
@@ -304,6 +309,8 @@ void ServiceMetrics::SetTransportFailedCalls(int64_t total) {
 void ServiceMetrics::SetTransportStartedCalls(int64_t total) {
   RaiseTo(impl_->transport_started, impl_->transport_started_seen, total);
 }
+
+void ServiceMetrics::CountFloodedConnection() { impl_->flooded_connections->Increment(); }
 
 void ServiceMetrics::SetSharedMemory(int64_t regions, uint64_t mapped_bytes) {
   impl_->shm_regions->Set(static_cast<double>(regions));

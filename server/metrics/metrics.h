@@ -74,6 +74,8 @@ class ServiceMetrics : public TableCacheObserver {
   void SetTransportFailedCalls(int64_t total);
   // Calls gRPC's transport started (headers read), counted so far; only rises, likewise.
   void SetTransportStartedCalls(int64_t total);
+  // One client connection ended for flooding streams without messages (rapid reset).
+  void CountFloodedConnection();
   void InflightAdd(int delta);
 
   // TableCacheObserver

@@ -24,7 +24,7 @@ int64_t Counter(const nlohmann::json& data, const char* name) {
   return it->is_number() ? it->get<int64_t>() : 0;
 }
 
-void AddServerSockets(intptr_t server_id, std::map<std::string, int64_t>& open) {
+void AddServerSockets(intptr_t server_id, std::vector<ConnectionCounters>& out) {
   for (intptr_t start = 0;;) {
     nlohmann::json page = Channelz(grpc_channelz_get_server_sockets(server_id, start, 100));
     if (!page.is_object()) return;
@@ -35,12 +35,17 @@ void AddServerSockets(intptr_t server_id, std::map<std::string, int64_t>& open) 
       if (!socket.is_object() || !socket.contains("socket")) continue;
       const nlohmann::json& s = socket["socket"];
       const nlohmann::json data = s.value("data", nlohmann::json::object());
-      const int64_t streams = Counter(data, "streamsStarted") - Counter(data, "streamsSucceeded") -
-                              Counter(data, "streamsFailed");
+      ConnectionCounters counters;
+      counters.socket_id = id;
       // The socket's name is "chttp2 " and then the peer.
-      std::string peer = s.value("ref", nlohmann::json::object()).value("name", "");
-      if (const size_t space = peer.find(' '); space != std::string::npos) peer.erase(0, space + 1);
-      open[peer] += std::max<int64_t>(streams, 0);
+      counters.peer = s.value("ref", nlohmann::json::object()).value("name", "");
+      if (const size_t space = counters.peer.find(' '); space != std::string::npos) {
+        counters.peer.erase(0, space + 1);
+      }
+      counters.streams_started = Counter(data, "streamsStarted");
+      counters.streams_ended = Counter(data, "streamsSucceeded") + Counter(data, "streamsFailed");
+      counters.messages_received = Counter(data, "messagesReceived");
+      out.push_back(std::move(counters));
     }
     if (page.value("end", true)) return;
   }
@@ -60,36 +65,41 @@ void ForEachServer(Visit visit) {
 
 }  // namespace
 
-ServerCalls CountServerCalls() {
+std::vector<ConnectionCounters> ServerConnections() {
+  std::vector<ConnectionCounters> connections;
+  ForEachServer([&](const nlohmann::json& server) {
+    const auto& ref = server.value("ref", nlohmann::json::object());
+    AddServerSockets(std::stoll(ref.value("serverId", "0")), connections);
+  });
+  return connections;
+}
+
+ServerCalls CountServerCalls(const std::vector<ConnectionCounters>& connections) {
   int64_t started = 0;
   ForEachServer([&](const nlohmann::json& server) {
     started += Counter(server.value("data", nlohmann::json::object()), "callsStarted");
   });
   int64_t open = 0;
-  for (const auto& [peer, streams] : OpenStreamsByPeer()) open += streams;
+  for (const ConnectionCounters& c : connections) {
+    open += std::max<int64_t>(c.streams_started - c.streams_ended, 0);
+  }
   return {started, open};
 }
 
 std::map<std::string, int64_t> OpenStreamsByPeer() {
   std::map<std::string, int64_t> open;
-  ForEachServer([&](const nlohmann::json& server) {
-    const auto& ref = server.value("ref", nlohmann::json::object());
-    AddServerSockets(std::stoll(ref.value("serverId", "0")), open);
-  });
+  for (const ConnectionCounters& c : ServerConnections()) {
+    open[c.peer] += std::max<int64_t>(c.streams_started - c.streams_ended, 0);
+  }
   return open;
 }
 
 std::optional<std::set<std::string>> ConnectedPeers() {
   bool found_server = false;
-  std::map<std::string, int64_t> sockets;
-  ForEachServer([&](const nlohmann::json& server) {
-    found_server = true;
-    const auto& ref = server.value("ref", nlohmann::json::object());
-    AddServerSockets(std::stoll(ref.value("serverId", "0")), sockets);
-  });
+  ForEachServer([&](const nlohmann::json&) { found_server = true; });
   if (!found_server) return std::nullopt;
   std::set<std::string> peers;
-  for (const auto& [peer, streams] : sockets) peers.insert(peer);
+  for (const ConnectionCounters& c : ServerConnections()) peers.insert(c.peer);
   return peers;
 }
 

@@ -7,8 +7,20 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace posenc {
+
+// One client connection of this process's gRPC servers, as channelz counts it.
+struct ConnectionCounters {
+  int64_t socket_id = 0;  // channelz's id: unique while the process runs
+  std::string peer;       // as grpc::ServerContext::peer() spells it
+  int64_t streams_started = 0;
+  int64_t streams_ended = 0;  // succeeded or failed (a reset stream fails)
+  int64_t messages_received = 0;
+};
+// Every client connection of every gRPC server of the process; empty when channelz cannot say.
+std::vector<ConnectionCounters> ServerConnections();
 
 // How many HTTP/2 streams each client connection has open right now, by peer address as
 // grpc::ServerContext::peer() spells it ("ipv4:127.0.0.1:41234"). The drain needs it: gRPC
@@ -21,7 +33,8 @@ std::map<std::string, int64_t> OpenStreamsByPeer();
 // OpenStreamsByPeer spells them; nullopt when channelz cannot say (no server found).
 std::optional<std::set<std::string>> ConnectedPeers();
 
-// Calls gRPC's servers in this process have started, and streams open now. With the calls
+// Calls gRPC's servers in this process have started, and streams open now on
+// `connections` (ServerConnections()). With the calls
 // the tracker saw arrive, they tell how many the transport ended before any handler saw them
 // (a message over the size limit is refused as it arrives, and channelz counts it as
 // started, never as failed).
@@ -29,6 +42,6 @@ struct ServerCalls {
   int64_t started = 0;
   int64_t open_streams = 0;
 };
-ServerCalls CountServerCalls();
+ServerCalls CountServerCalls(const std::vector<ConnectionCounters>& connections);
 
 }  // namespace posenc

@@ -28,6 +28,7 @@
 #include "server/common/port_in_use.h"
 #include "server/common/status_macros.h"
 #include "server/service/channelz.h"
+#include "server/service/stream_flood_guard.h"
 #include "server/shm/peer_identity.h"
 #include "server/tables/table_file.h"
 
@@ -396,7 +397,38 @@ PosencServer::~PosencServer() {
   Wait();
 }
 
+void PosencServer::WatchConnections(StreamFloodGuard& guard, int64_t ticks) {
+  const std::vector<ConnectionCounters> connections = ServerConnections();
+  for (const ConnectionCounters& flooding :
+       guard.Observe(connections, std::chrono::steady_clock::now())) {
+    const bool ended = EndTcpConnection(flooding.peer, port_);
+    Log(LogLevel::kWarning, "connection_ended_stream_flood",
+        {{"peer", flooding.peer},
+         {"streams_started", flooding.streams_started},
+         {"messages_received", flooding.messages_received},
+         {"ended", ended ? "yes" : "no (not a TCP connection of this server)"}});
+    if (metrics_ && ended) metrics_->CountFloodedConnection();
+  }
+  // Regions of clients whose connection is gone are released (once a second).
+  if (shm_->enabled() && ticks % 10 == 0 && shm_->regions() > 0) {
+    const auto seen_at = std::chrono::steady_clock::now();
+    if (std::optional<std::set<std::string>> peers = ConnectedPeers()) {
+      shm_->ReleaseOwnersExcept(LiveShmOwners(*peers), seen_at);
+    }
+  }
+  if (metrics_) {
+    metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
+    // Calls gRPC started that no CallRecord saw, less those still uploading: the
+    // transport ended them before any handler.
+    const ServerCalls calls = CountServerCalls(connections);
+    const int64_t uploading = std::max<int64_t>(0, calls.open_streams - tracker_->running());
+    metrics_->SetTransportFailedCalls(calls.started - tracker_->arrivals() - uploading);
+    metrics_->SetTransportStartedCalls(calls.started);
+  }
+}
+
 void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
+  StreamFloodGuard guard;
   int64_t ticks = 0;
   int64_t idle_ticks = 0;
   int64_t last_arrivals = tracker_->arrivals();
@@ -406,23 +438,8 @@ void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
     const bool progressing = pool_->OldestWait(Lane::kCheap) < stall_threshold;
     health_->Set("", progressing);
     health_->Set(v1::PositionalEncoding::service_full_name(), progressing);
-    // Regions of clients whose connection is gone are released (once a second).
     ++ticks;
-    if (shm_->enabled() && ticks % 10 == 0 && shm_->regions() > 0) {
-      const auto seen_at = std::chrono::steady_clock::now();
-      if (std::optional<std::set<std::string>> peers = ConnectedPeers()) {
-        shm_->ReleaseOwnersExcept(LiveShmOwners(*peers), seen_at);
-      }
-    }
-    if (metrics_) {
-      metrics_->SetSharedMemory(shm_->regions(), shm_->mapped_bytes());
-      // Calls gRPC started that no CallRecord saw, less those still uploading: the
-      // transport ended them before any handler.
-      const ServerCalls calls = CountServerCalls();
-      const int64_t uploading = std::max<int64_t>(0, calls.open_streams - tracker_->running());
-      metrics_->SetTransportFailedCalls(calls.started - tracker_->arrivals() - uploading);
-      metrics_->SetTransportStartedCalls(calls.started);
-    }
+    WatchConnections(guard, ticks);
     health_->Set(inference::GRPCInferenceService::service_full_name(), progressing);
     // glibc keeps freed memory in its arenas for the next call (TuneProcessForServing);
     // hand it back once the server has been idle for a second (no call in progress and none

@@ -24,6 +24,7 @@
 #include "server/service/health_service.h"
 #include "server/service/inference_service.h"
 #include "server/service/reflection_v1.h"
+#include "server/service/stream_flood_guard.h"
 #include "server/service/work_pool.h"
 #include "server/shm/shared_memory_registry.h"
 #include "server/tables/named_tables.h"
@@ -129,6 +130,10 @@ class PosencServer {
   // Every 100 ms: readiness follows whether cheap calls make progress; memory freed by large
   // calls goes back to the system once nothing runs.
   void Monitor(std::chrono::milliseconds stall_threshold);
+  // The monitor's look at the client connections at tick `ticks`: ends those that flood
+  // streams without messages (StreamFloodGuard), releases shared memory of those gone, and
+  // sets the transport metrics.
+  void WatchConnections(StreamFloodGuard& guard, int64_t ticks);
   // Create's and Serve's steps: the services and what they share, then the bound gRPC server.
   void CreateServices(const ServerOptions& options);
   absl::Status Listen(const ServerOptions& options,

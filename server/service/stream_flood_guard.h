@@ -1,0 +1,68 @@
+// Rapid reset (CVE-2023-44487) straight at the gRPC port: a client that opens HTTP/2 streams
+// and resets them before sending a message. gRPC 1.51 has no counter for such streams: it
+// builds a call for each one (about 27 KiB) and frees it only after its surface has seen
+// it, which on 2 cores keeps pace with a few thousand a second; one client sending tens of
+// thousands a second grows the server by gigabytes and starves every other client.
+//
+// The guard watches each connection's channelz counters and ends the connection of a
+// client whose streams end without a message faster than a token bucket allows (the rule
+// nghttp2 1.57 applies to RST_STREAM frames): a burst, then a sustained rate per second.
+// A well-behaved client's unary calls each deliver their message before they end, and its
+// streams deliver messages, so they never draw on the bucket.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "server/service/channelz.h"
+
+namespace posenc {
+
+struct StreamFloodLimits {
+  // Streams a connection may end without a message at once, and then per second.
+  double burst = 500;
+  double per_second = 100;
+};
+
+class StreamFloodGuard {
+ public:
+  explicit StreamFloodGuard(StreamFloodLimits limits = {}) : limits_(limits) {}
+
+  // One sample of every connection, taken at `now`. Returns the connections that went over
+  // the limits since the previous sample, each once. Connections gone from `connections`
+  // are forgotten. Not thread-safe: one caller samples.
+  std::vector<ConnectionCounters> Observe(const std::vector<ConnectionCounters>& connections,
+                                          std::chrono::steady_clock::time_point now);
+
+ private:
+  // Messages a connection may bank ahead of the streams they belong to, and streams open
+  // without a message yet that are not charged: one per HTTP/2 stream slot, so that a long
+  // stream's many messages cannot pay for resets.
+  static constexpr int64_t kMessageCreditCap = 128;
+
+  struct Track {
+    ConnectionCounters last;
+    std::chrono::steady_clock::time_point at;
+    double tokens = 0;
+    int64_t message_credit = 0;
+    bool flagged = false;
+  };
+  // Streams that ended, or are taken to have ended, without a message between `track.last`
+  // and `now`.
+  static int64_t StreamsWithoutMessage(Track& track, const ConnectionCounters& now);
+
+  StreamFloodLimits limits_;
+  std::map<int64_t, Track> tracks_;  // by channelz socket id
+};
+
+// Ends the server's side of the TCP connection whose client is `peer` ("ipv4:10.0.0.7:41234",
+// as gRPC names it) on local port `local_port`: shutdown(2) of this process's socket of it,
+// so that gRPC sees the connection end and cancels its streams. False when `peer` is not a
+// TCP address or this process holds no such socket (already gone).
+bool EndTcpConnection(absl::string_view peer, int local_port);
+
+}  // namespace posenc

@@ -1,0 +1,216 @@
+// The rapid-reset guard's rule on channelz samples (well-behaved unary and streaming
+// traffic never trips it; streams ended or reset without a message beyond the burst and
+// rate do, once), and the end of a real TCP connection of this process by its peer.
+#include "server/service/stream_flood_guard.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace posenc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kTick{100};
+
+struct Connection {
+  ConnectionCounters counters;
+  explicit Connection(int64_t id) {
+    counters.socket_id = id;
+    counters.peer = "ipv4:10.0.0." + std::to_string(id) + ":4000";
+  }
+  void Start(int64_t n) { counters.streams_started += n; }
+  void Message(int64_t n) { counters.messages_received += n; }
+  void End(int64_t n) { counters.streams_ended += n; }
+};
+
+// Samples `connections` every tick for `ticks` ticks, `step` changing them before each;
+// returns the socket ids flagged, in order.
+template <typename Step>
+std::vector<int64_t> Sample(StreamFloodGuard& guard, std::vector<Connection>& connections,
+                            int ticks, Step step, Clock::time_point& now) {
+  std::vector<int64_t> flagged;
+  for (int t = 0; t < ticks; ++t) {
+    step(t);
+    std::vector<ConnectionCounters> sample;
+    for (const Connection& c : connections) sample.push_back(c.counters);
+    now += kTick;
+    for (const ConnectionCounters& over : guard.Observe(sample, now)) {
+      flagged.push_back(over.socket_id);
+    }
+  }
+  return flagged;
+}
+
+TEST(StreamFloodGuard, UnaryCallsWhoseEndsLagTheirMessagesNeverTrip) {
+  StreamFloodGuard guard;
+  std::vector<Connection> c = {Connection(1)};
+  Clock::time_point now{};
+  // 2,000 calls a tick: their messages are counted a tick before their streams end, and the
+  // streams of the next tick are already open without a message when sampled.
+  const auto flagged = Sample(
+      guard, c, 100,
+      [&](int t) {
+        c[0].Start(2000);
+        c[0].Message(2000);
+        if (t > 0) c[0].End(2000);
+      },
+      now);
+  EXPECT_TRUE(flagged.empty());
+}
+
+TEST(StreamFloodGuard, UploadsInProgressAreNotCharged) {
+  StreamFloodGuard guard;
+  std::vector<Connection> c = {Connection(1)};
+  Clock::time_point now{};
+  // 128 streams open and uploading for 10 s, then all deliver and end.
+  auto flagged = Sample(
+      guard, c, 100,
+      [&](int t) {
+        if (t == 0) c[0].Start(128);
+      },
+      now);
+  flagged = Sample(
+      guard, c, 1,
+      [&](int) {
+        c[0].Message(128);
+        c[0].End(128);
+      },
+      now);
+  EXPECT_TRUE(flagged.empty());
+}
+
+TEST(StreamFloodGuard, RapidResetIsFlaggedOnceEvenWhileEndsLag) {
+  StreamFloodGuard guard;
+  std::vector<Connection> c = {Connection(1), Connection(2)};
+  Clock::time_point now{};
+  // Connection 1 resets 2,000 streams a tick that gRPC has not yet recorded as ended;
+  // connection 2 makes ordinary calls beside it.
+  const auto flagged = Sample(
+      guard, c, 20,
+      [&](int) {
+        c[0].Start(2000);
+        c[1].Start(50);
+        c[1].Message(50);
+        c[1].End(50);
+      },
+      now);
+  EXPECT_EQ(flagged, std::vector<int64_t>{1});
+}
+
+TEST(StreamFloodGuard, BurstThenRate) {
+  const StreamFloodLimits limits{/*burst=*/500, /*per_second=*/100};
+  {
+    StreamFloodGuard guard(limits);
+    std::vector<Connection> c = {Connection(1)};
+    Clock::time_point now{};
+    // 500 at once, then 90 a second (9 a tick, ended): within the bucket for a minute.
+    auto flagged = Sample(
+        guard, c, 1, [&](int) { c[0].Start(500), c[0].End(500); }, now);
+    flagged = Sample(
+        guard, c, 600, [&](int) { c[0].Start(9), c[0].End(9); }, now);
+    EXPECT_TRUE(flagged.empty());
+  }
+  {
+    StreamFloodGuard guard(limits);
+    std::vector<Connection> c = {Connection(1)};
+    Clock::time_point now{};
+    // 120 a second: the burst is gone after ~25 s.
+    const auto flagged = Sample(
+        guard, c, 600, [&](int) { c[0].Start(12), c[0].End(12); }, now);
+    EXPECT_EQ(flagged, std::vector<int64_t>{1});
+  }
+}
+
+TEST(StreamFloodGuard, MessagesBankedAheadAreCapped) {
+  StreamFloodGuard guard;
+  std::vector<Connection> c = {Connection(1)};
+  Clock::time_point now{};
+  // A long stream delivers 100,000 messages; then the connection resets 300 streams a tick.
+  // The banked messages pay for 128 of them, not for 100,000.
+  auto flagged = Sample(
+      guard, c, 1,
+      [&](int) {
+        c[0].Start(1);
+        c[0].Message(100000);
+      },
+      now);
+  EXPECT_TRUE(flagged.empty());
+  flagged = Sample(
+      guard, c, 3, [&](int) { c[0].Start(300), c[0].End(300); }, now);
+  EXPECT_EQ(flagged, std::vector<int64_t>{1}) << "128 + 500 of the 900 resets are allowed";
+}
+
+TEST(StreamFloodGuard, ConnectionsGoneAreForgotten) {
+  StreamFloodGuard guard;
+  Clock::time_point now{};
+  std::vector<Connection> c = {Connection(1)};
+  EXPECT_EQ(Sample(
+                guard, c, 1, [&](int) { c[0].Start(600), c[0].End(600); }, now),
+            std::vector<int64_t>{1});
+  std::vector<Connection> none;
+  EXPECT_TRUE(Sample(
+                  guard, none, 1, [](int) {}, now)
+                  .empty());
+  // A new connection (a new socket id) starts with a full bucket.
+  std::vector<Connection> fresh = {Connection(2)};
+  EXPECT_TRUE(Sample(
+                  guard, fresh, 1, [&](int) { fresh[0].Start(400), fresh[0].End(400); }, now)
+                  .empty());
+}
+
+int Listener(uint16_t* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+TEST(EndTcpConnection, ShutsDownTheServersSocketOfThatPeerOnly) {
+  uint16_t server_port = 0;
+  const int listener = Listener(&server_port);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(server_port);
+  int clients[2];
+  int accepted[2];
+  uint16_t client_ports[2];
+  for (int i = 0; i < 2; ++i) {
+    clients[i] = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(clients[i], reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    accepted[i] = accept(listener, nullptr, nullptr);
+    sockaddr_in self{};
+    socklen_t len = sizeof(self);
+    getsockname(clients[i], reinterpret_cast<sockaddr*>(&self), &len);
+    client_ports[i] = ntohs(self.sin_port);
+  }
+  const std::string peer = "ipv4:127.0.0.1:" + std::to_string(client_ports[0]);
+  EXPECT_FALSE(EndTcpConnection(peer, server_port + 1)) << "another local port";
+  EXPECT_TRUE(EndTcpConnection(peer, server_port));
+  char byte = 0;
+  EXPECT_EQ(recv(clients[0], &byte, 1, 0), 0) << "the client sees the connection end";
+  // The other connection still carries data both ways.
+  ASSERT_EQ(send(clients[1], "x", 1, 0), 1);
+  ASSERT_EQ(recv(accepted[1], &byte, 1, 0), 1);
+  ASSERT_EQ(send(accepted[1], "y", 1, 0), 1);
+  ASSERT_EQ(recv(clients[1], &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 'y');
+  EXPECT_FALSE(EndTcpConnection("unix:/tmp/posenc.sock", server_port));
+  EXPECT_FALSE(EndTcpConnection("ipv4:127.0.0.1:1", server_port)) << "no such connection";
+  for (int fd : {clients[0], clients[1], accepted[0], accepted[1], listener}) close(fd);
+}
+
+}  // namespace
+}  // namespace posenc

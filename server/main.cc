@@ -67,6 +67,10 @@ constexpr FlagSpec kFlagSpecs[] = {
      "accept gzip/deflate-compressed requests (default off: gRPC would inflate them whole "
      "before checking their size)",
      true},
+    {"stream_flood_guard", "true|false",
+     "end client connections that reset streams without messages (rapid reset) or hold many "
+     "stalled uploads (default true; false when every connection comes from a trusted proxy "
+     "that carries many clients)"},
     {"threads", "N",
      "kernel threads, and workers per lane of the work pool (default: the number of cores)"},
     {"kernel", "auto|scalar|avx2|avx512|onednn",
@@ -188,6 +192,7 @@ void ParseLimitFlags(const posenc::CommandFlags& f, posenc::ServerOptions& s) {
   s.cache_bytes = OrExit(f.Count("cache_bytes", s.cache_bytes));
   s.max_message_bytes = OrExit(f.Count("max_message_bytes", s.max_message_bytes));
   s.accept_compressed = OrExit(f.Bool("accept_compressed"));
+  s.stream_flood_guard = !f.Has("stream_flood_guard") || OrExit(f.Bool("stream_flood_guard"));
   s.admission.max_inflight_bytes =
       OrExit(f.Count("max_inflight_bytes", posenc::DefaultMaxInflightBytes()));
   s.admission.max_concurrent_calls = std::min<int64_t>(

@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -40,8 +42,8 @@ std::vector<int64_t> Sample(StreamFloodGuard& guard, std::vector<Connection>& co
     std::vector<ConnectionCounters> sample;
     for (const Connection& c : connections) sample.push_back(c.counters);
     now += kTick;
-    for (const ConnectionCounters& over : guard.Observe(sample, now)) {
-      flagged.push_back(over.socket_id);
+    for (const FloodingConnection& over : guard.Observe(sample, {}, now)) {
+      flagged.push_back(over.counters.socket_id);
     }
   }
   return flagged;
@@ -162,6 +164,63 @@ TEST(StreamFloodGuard, ConnectionsGoneAreForgotten) {
   EXPECT_TRUE(Sample(
                   guard, fresh, 1, [&](int) { fresh[0].Start(400), fresh[0].End(400); }, now)
                   .empty());
+}
+
+// Uploads in progress: connections 1 and 2 hold 40 and 30 and stop finishing messages at
+// tick 5, 3 keeps finishing them with 20 open, 4 stalls with 1 (a single slow upload).
+TEST(StreamFloodGuard, StalledUploadsEndedMostFirstUntilWithinTheLimit) {
+  StreamFloodLimits limits;
+  limits.max_uploads = 64;
+  limits.stalled_uploads = 16;
+  limits.stall = std::chrono::milliseconds(500);
+  StreamFloodGuard guard(limits);
+  std::vector<Connection> c = {Connection(1), Connection(2), Connection(3), Connection(4)};
+  const std::map<std::string, int64_t> uploads = {{c[0].counters.peer, 40},
+                                                  {c[1].counters.peer, 30},
+                                                  {c[2].counters.peer, 20},
+                                                  {c[3].counters.peer, 1}};
+  c[0].Start(40), c[1].Start(30), c[2].Start(20), c[3].Start(1);
+  Clock::time_point now{};
+  std::vector<std::pair<int64_t, std::string>> ended;
+  for (int t = 0; t < 20; ++t) {
+    c[2].Start(5), c[2].Message(5), c[2].End(5);
+    if (t < 5)
+      c[0].Start(1), c[0].Message(1), c[0].End(1), c[1].Start(1), c[1].Message(1), c[1].End(1);
+    std::vector<ConnectionCounters> sample;
+    for (const Connection& x : c) sample.push_back(x.counters);
+    now += kTick;
+    for (const FloodingConnection& f : guard.Observe(sample, uploads, now)) {
+      ended.emplace_back(f.counters.socket_id, f.reason);
+      EXPECT_EQ(f.uploads, 40);
+    }
+    if (t < 9) EXPECT_TRUE(ended.empty()) << "progressing, or within the stall, at tick " << t;
+  }
+  // 91 uploads: ending connection 1 leaves 51, within the limit.
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0], (std::pair<int64_t, std::string>{1, "stalled_uploads"}));
+}
+
+TEST(StreamFloodGuard, OverTwiceTheLimitManyUploadsAreEndedAtOnce) {
+  StreamFloodLimits limits;
+  limits.max_uploads = 64;
+  limits.stall = std::chrono::milliseconds(500);
+  StreamFloodGuard guard(limits);
+  std::vector<Connection> c = {Connection(1), Connection(2)};
+  Clock::time_point now{};
+  // 100 uploads on new connections: over the limit, not over twice it, so they wait out
+  // the stall; 129 are ended at once, the larger first, until within the limit.
+  c[0].Start(60), c[1].Start(40);
+  EXPECT_TRUE(guard
+                  .Observe({c[0].counters, c[1].counters},
+                           {{c[0].counters.peer, 60}, {c[1].counters.peer, 40}}, now + kTick)
+                  .empty());
+  c[1].Start(29);
+  const auto ended =
+      guard.Observe({c[0].counters, c[1].counters},
+                    {{c[0].counters.peer, 60}, {c[1].counters.peer, 69}}, now + 2 * kTick);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].counters.socket_id, 2);
+  EXPECT_EQ(ended[0].uploads, 69);
 }
 
 int Listener(uint16_t* port) {

@@ -252,9 +252,7 @@ void CallTracker::EndOther(const grpc::ServerContextBase* context) {
   others_.erase(context);
 }
 
-int64_t CallTracker::StartDrain() {
-  std::map<std::string, int64_t> open = OpenStreamsByPeer();
-  std::lock_guard<std::mutex> lock(mu_);
+void CallTracker::SubtractTrackedLocked(std::map<std::string, int64_t>& open) const {
   // Streams the service already sees, and other services' (a health Watch), are not uploads.
   // A call whose status is already on its way may have closed its stream in the transport
   // before its record ends; counting it here would take one real upload's place, and that
@@ -267,6 +265,19 @@ int64_t CallTracker::StartDrain() {
     if (!call->closing.load()) not_an_upload(call->peer);
   }
   for (const auto& [context, peer] : others_) not_an_upload(peer);
+}
+
+std::map<std::string, int64_t> CallTracker::UploadsByPeer(
+    std::map<std::string, int64_t> open) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SubtractTrackedLocked(open);
+  return open;
+}
+
+int64_t CallTracker::StartDrain() {
+  std::map<std::string, int64_t> open = OpenStreamsByPeer();
+  std::lock_guard<std::mutex> lock(mu_);
+  SubtractTrackedLocked(open);
   int64_t uploads = 0;
   for (const auto& [peer, streams] : open) uploads += streams;
   uploading_at_drain_ = std::move(open);

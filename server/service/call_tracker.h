@@ -102,6 +102,9 @@ class CallTracker {
   // it had streams open (uploading) at this moment beyond the calls already tracked.
   // Returns how many uploads that accepts in all.
   int64_t StartDrain();
+  // Of `open` (streams open per peer, OpenStreamsByPeer), those beyond the calls tracked for
+  // the peer: uploads still arriving, which the service cannot see yet.
+  std::map<std::string, int64_t> UploadsByPeer(std::map<std::string, int64_t> open) const;
   bool draining() const { return draining_.load(); }
 
   // Blocks until no tracked call is in progress and every upload StartDrain accepted has
@@ -124,6 +127,7 @@ class CallTracker {
 
  private:
   bool UploadsPendingLocked();
+  void SubtractTrackedLocked(std::map<std::string, int64_t>& open) const;
   void ForgetAbandonedUploadsLocked(const std::map<std::string, int64_t>& open);
 
   ServiceMetrics* const metrics_;

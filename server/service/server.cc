@@ -152,6 +152,21 @@ constexpr int kMaxMetadataBytes = 16 << 10;
 // twice their bytes in resident memory (read buffers, then the assembled message).
 constexpr uint64_t kTransportQuotaDivisor = 4;
 
+// The stream-flood guard's limits: uploads in progress server-wide up to one per 4 MiB of
+// the transport quota, at least 16. Each buffers about a MiB (its flow-control window) and
+// costs about twice that resident (read buffers, then the assembled message); the rest of
+// the quota is headroom, since the quota's reclaimer, once under pressure, closes idle
+// connections of well-behaved clients too.
+StreamFloodLimits FloodLimits(const ServerOptions& options) {
+  StreamFloodLimits limits;
+  limits.max_uploads = std::max<int64_t>(
+      16,
+      static_cast<int64_t>(options.admission.max_inflight_bytes / kTransportQuotaDivisor >> 22));
+  limits.stalled_uploads = 8;
+  limits.stall = std::chrono::milliseconds(200);
+  return limits;
+}
+
 // Transport limits, from the options: what gRPC's core may hold before any handler runs.
 void ConfigureTransport(const ServerOptions& options, grpc::ServerBuilder& builder) {
   const int max_message = static_cast<int>(options.max_message_bytes);
@@ -399,13 +414,22 @@ PosencServer::~PosencServer() {
 
 void PosencServer::WatchConnections(StreamFloodGuard& guard, int64_t ticks) {
   const std::vector<ConnectionCounters> connections = ServerConnections();
-  for (const ConnectionCounters& flooding :
-       guard.Observe(connections, std::chrono::steady_clock::now())) {
-    const bool ended = EndTcpConnection(flooding.peer, port_);
+  std::map<std::string, int64_t> open;
+  for (const ConnectionCounters& c : connections) {
+    open[c.peer] += std::max<int64_t>(c.streams_started - c.streams_ended, 0);
+  }
+  const std::map<std::string, int64_t> uploads = tracker_->UploadsByPeer(std::move(open));
+  const auto now = std::chrono::steady_clock::now();
+  for (const FloodingConnection& flooding :
+       options_.stream_flood_guard ? guard.Observe(connections, uploads, now)
+                                   : std::vector<FloodingConnection>{}) {
+    const bool ended = EndTcpConnection(flooding.counters.peer, port_);
     Log(LogLevel::kWarning, "connection_ended_stream_flood",
-        {{"peer", flooding.peer},
-         {"streams_started", flooding.streams_started},
-         {"messages_received", flooding.messages_received},
+        {{"peer", flooding.counters.peer},
+         {"reason", flooding.reason},
+         {"streams_started", flooding.counters.streams_started},
+         {"messages_received", flooding.counters.messages_received},
+         {"uploads_in_progress", flooding.uploads},
          {"ended", ended ? "yes" : "no (not a TCP connection of this server)"}});
     if (metrics_ && ended) metrics_->CountFloodedConnection();
   }
@@ -428,7 +452,7 @@ void PosencServer::WatchConnections(StreamFloodGuard& guard, int64_t ticks) {
 }
 
 void PosencServer::Monitor(std::chrono::milliseconds stall_threshold) {
-  StreamFloodGuard guard;
+  StreamFloodGuard guard(FloodLimits(options_));
   int64_t ticks = 0;
   int64_t idle_ticks = 0;
   int64_t last_arrivals = tracker_->arrivals();

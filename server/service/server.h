@@ -75,6 +75,9 @@ struct ServerOptions {
   // compressed message whole before it checks the size, so a small request could cost
   // gigabytes before admission sees it.
   bool accept_compressed = false;
+  // --stream_flood_guard: end connections that flood streams (StreamFloodGuard). Off only
+  // where every connection is a trusted proxy's, which carries many clients' streams.
+  bool stream_flood_guard = true;
   std::string tls_cert, tls_key, tls_client_ca;  // --tls_cert, --tls_key, --tls_client_ca
   int threads = 1;                               // --threads: workers per lane of the work pool
   // --max_inflight_bytes, --max_concurrent_calls: what admission lets run at once. The byte

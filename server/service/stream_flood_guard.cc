@@ -61,18 +61,20 @@ int64_t StreamFloodGuard::StreamsWithoutMessage(Track& track, const ConnectionCo
   return charged;
 }
 
-std::vector<ConnectionCounters> StreamFloodGuard::Observe(
-    const std::vector<ConnectionCounters>& connections, std::chrono::steady_clock::time_point now) {
-  std::vector<ConnectionCounters> over;
+std::vector<FloodingConnection> StreamFloodGuard::Observe(
+    const std::vector<ConnectionCounters>& connections,
+    const std::map<std::string, int64_t>& uploads, std::chrono::steady_clock::time_point now) {
+  std::vector<FloodingConnection> out;
   std::map<int64_t, Track> seen;
   for (const ConnectionCounters& c : connections) {
     auto it = tracks_.find(c.socket_id);
     Track track;
     if (it == tracks_.end()) {
-      // First seen: what it did before this sample is judged against a full bucket.
+      // First seen: what it did before this sample is judged against a full bucket, and its
+      // stall is counted from now.
       track.last = c;
       track.last.streams_started = track.last.streams_ended = track.last.messages_received = 0;
-      track.at = now;
+      track.at = track.message_at = now;
       track.tokens = limits_.burst;
     } else {
       track = it->second;
@@ -80,16 +82,49 @@ std::vector<ConnectionCounters> StreamFloodGuard::Observe(
     const double seconds = std::chrono::duration<double>(now - track.at).count();
     track.tokens = std::min(limits_.burst, track.tokens + seconds * limits_.per_second);
     track.tokens -= static_cast<double>(StreamsWithoutMessage(track, c));
+    if (c.messages_received != track.last.messages_received) track.message_at = now;
     track.last = c;
     track.at = now;
     if (track.tokens < 0 && !track.flagged) {
       track.flagged = true;
-      over.push_back(c);
+      const auto u = uploads.find(c.peer);
+      out.push_back({c, u == uploads.end() ? 0 : u->second, "streams_reset_without_message"});
     }
     seen.emplace(c.socket_id, track);
   }
   tracks_ = std::move(seen);
-  return over;
+  EndStalledUploads(uploads, now, out);
+  return out;
+}
+
+void StreamFloodGuard::EndStalledUploads(const std::map<std::string, int64_t>& uploads,
+                                         std::chrono::steady_clock::time_point now,
+                                         std::vector<FloodingConnection>& out) {
+  // A connection already ended may show for a sample or two more: its uploads are gone.
+  int64_t total = 0;
+  for (const auto& [peer, n] : uploads) total += std::max<int64_t>(n, 0);
+  for (const auto& [id, track] : tracks_) {
+    const auto u = uploads.find(track.last.peer);
+    if (track.flagged && u != uploads.end()) total -= std::max<int64_t>(u->second, 0);
+  }
+  if (total <= limits_.max_uploads) return;
+  std::vector<std::pair<int64_t, Track*>> stalled;  // (uploads, its track)
+  for (auto& [id, track] : tracks_) {
+    const auto u = uploads.find(track.last.peer);
+    if (track.flagged || u == uploads.end() || u->second < limits_.stalled_uploads) continue;
+    // Over twice the limit (a flood of uploads, not a busy moment) the connections holding
+    // many are ended at once, before they fill the quota; otherwise only stalled ones.
+    if (total <= 2 * limits_.max_uploads && now - track.message_at < limits_.stall) continue;
+    stalled.emplace_back(u->second, &track);
+  }
+  std::stable_sort(stalled.begin(), stalled.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (auto& [n, track] : stalled) {
+    if (total <= limits_.max_uploads) break;
+    track->flagged = true;
+    out.push_back({track->last, n, "stalled_uploads"});
+    total -= n;
+  }
 }
 
 bool EndTcpConnection(absl::string_view peer, int local_port) {

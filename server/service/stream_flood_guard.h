@@ -9,6 +9,14 @@
 // nghttp2 1.57 applies to RST_STREAM frames): a burst, then a sustained rate per second.
 // A well-behaved client's unary calls each deliver their message before they end, and its
 // streams deliver messages, so they never draw on the bucket.
+//
+// Uploads that never finish: gRPC 1.51 lets each stream buffer about a MiB of a message it
+// has not finished (its flow-control window), and once the transport's memory quota is
+// under pressure its reclaimer closes idle connections and cancels streams, well-behaved
+// clients' among them. So while more uploads are in progress server-wide than the limit,
+// the guard ends the connections that hold many of them and have not finished one for a
+// while (stalled), those with the most first, until the rest are within the limit; past
+// twice the limit, those holding many at once, stalled or not.
 #pragma once
 
 #include <chrono>
@@ -26,16 +34,30 @@ struct StreamFloodLimits {
   // Streams a connection may end without a message at once, and then per second.
   double burst = 500;
   double per_second = 100;
+  // Uploads in progress server-wide above which stalled connections are ended; a
+  // connection is stalled when it holds at least `stalled_uploads` uploads and no message
+  // of it has arrived for `stall`.
+  int64_t max_uploads = 64;
+  int64_t stalled_uploads = 16;
+  std::chrono::milliseconds stall{500};
+};
+
+// A connection the guard ends, and why.
+struct FloodingConnection {
+  ConnectionCounters counters;
+  int64_t uploads = 0;      // uploads it had in progress
+  const char* reason = "";  // "streams_reset_without_message" or "stalled_uploads"
 };
 
 class StreamFloodGuard {
  public:
   explicit StreamFloodGuard(StreamFloodLimits limits = {}) : limits_(limits) {}
 
-  // One sample of every connection, taken at `now`. Returns the connections that went over
-  // the limits since the previous sample, each once. Connections gone from `connections`
-  // are forgotten. Not thread-safe: one caller samples.
-  std::vector<ConnectionCounters> Observe(const std::vector<ConnectionCounters>& connections,
+  // One sample of every connection, taken at `now`, with the uploads in progress of each
+  // peer (CallTracker::UploadsByPeer). Returns the connections to end, each once.
+  // Connections gone from `connections` are forgotten. Not thread-safe: one caller samples.
+  std::vector<FloodingConnection> Observe(const std::vector<ConnectionCounters>& connections,
+                                          const std::map<std::string, int64_t>& uploads,
                                           std::chrono::steady_clock::time_point now);
 
  private:
@@ -49,8 +71,13 @@ class StreamFloodGuard {
     std::chrono::steady_clock::time_point at;
     double tokens = 0;
     int64_t message_credit = 0;
+    std::chrono::steady_clock::time_point message_at;  // when a message last arrived
     bool flagged = false;
   };
+  // The stalled connections to end so that the uploads left are within the limit.
+  void EndStalledUploads(const std::map<std::string, int64_t>& uploads,
+                         std::chrono::steady_clock::time_point now,
+                         std::vector<FloodingConnection>& out);
   // Streams that ended, or are taken to have ended, without a message between `track.last`
   // and `now`.
   static int64_t StreamsWithoutMessage(Track& track, const ConnectionCounters& now);

@@ -420,9 +420,9 @@ void PosencServer::WatchConnections(StreamFloodGuard& guard, int64_t ticks) {
   }
   const std::map<std::string, int64_t> uploads = tracker_->UploadsByPeer(std::move(open));
   const auto now = std::chrono::steady_clock::now();
-  for (const FloodingConnection& flooding :
-       options_.stream_flood_guard ? guard.Observe(connections, uploads, now)
-                                   : std::vector<FloodingConnection>{}) {
+  for (const FloodingConnection& flooding : options_.stream_flood_guard
+                                                ? guard.Observe(connections, uploads, now)
+                                                : std::vector<FloodingConnection>{}) {
     const bool ended = EndTcpConnection(flooding.counters.peer, port_);
     Log(LogLevel::kWarning, "connection_ended_stream_flood",
         {{"peer", flooding.counters.peer},

@@ -167,8 +167,8 @@ TEST(StreamFloodGuard, ConnectionsGoneAreForgotten) {
 }
 
 // Uploads in progress: connections 1 and 2 hold 40 and 30 and stop finishing messages at
-// tick 5, 3 keeps finishing them with 20 open, 4 stalls with 1 (a single slow upload).
-TEST(StreamFloodGuard, StalledUploadsEndedMostFirstUntilWithinTheLimit) {
+// tick 5, 3 keeps finishing them with 20 open, 4 stalls with 10 (a few slow uploads).
+TEST(StreamFloodGuard, StalledConnectionsHoldingManyAreEndedWhileOverTheLimit) {
   StreamFloodLimits limits;
   limits.max_uploads = 64;
   limits.stalled_uploads = 16;
@@ -178,8 +178,8 @@ TEST(StreamFloodGuard, StalledUploadsEndedMostFirstUntilWithinTheLimit) {
   const std::map<std::string, int64_t> uploads = {{c[0].counters.peer, 40},
                                                   {c[1].counters.peer, 30},
                                                   {c[2].counters.peer, 20},
-                                                  {c[3].counters.peer, 1}};
-  c[0].Start(40), c[1].Start(30), c[2].Start(20), c[3].Start(1);
+                                                  {c[3].counters.peer, 10}};
+  c[0].Start(40), c[1].Start(30), c[2].Start(20), c[3].Start(10);
   Clock::time_point now{};
   std::vector<std::pair<int64_t, std::string>> ended;
   for (int t = 0; t < 20; ++t) {
@@ -191,36 +191,58 @@ TEST(StreamFloodGuard, StalledUploadsEndedMostFirstUntilWithinTheLimit) {
     now += kTick;
     for (const FloodingConnection& f : guard.Observe(sample, uploads, now)) {
       ended.emplace_back(f.counters.socket_id, f.reason);
-      EXPECT_EQ(f.uploads, 40);
     }
     if (t < 9) EXPECT_TRUE(ended.empty()) << "progressing, or within the stall, at tick " << t;
   }
-  // 91 uploads: ending connection 1 leaves 51, within the limit.
-  ASSERT_EQ(ended.size(), 1u);
-  EXPECT_EQ(ended[0], (std::pair<int64_t, std::string>{1, "stalled_uploads"}));
+  // 100 uploads: both stalled connections holding 16 or more, the larger first; not the one
+  // finishing messages, not the one holding few.
+  const std::vector<std::pair<int64_t, std::string>> want = {{1, "stalled_uploads"},
+                                                             {2, "stalled_uploads"}};
+  EXPECT_EQ(ended, want);
 }
 
-TEST(StreamFloodGuard, OverTwiceTheLimitManyUploadsAreEndedAtOnce) {
+TEST(StreamFloodGuard, StalledUploadsWithinTheLimitAreLeftAlone) {
   StreamFloodLimits limits;
-  limits.max_uploads = 64;
-  limits.stall = std::chrono::milliseconds(500);
+  limits.max_uploads = 128;
+  limits.stalled_uploads = 16;
   StreamFloodGuard guard(limits);
   std::vector<Connection> c = {Connection(1), Connection(2)};
+  c[0].Start(100), c[1].Start(28);
+  const std::map<std::string, int64_t> uploads = {{c[0].counters.peer, 100},
+                                                  {c[1].counters.peer, 28}};
   Clock::time_point now{};
-  // 100 uploads on new connections: over the limit, not over twice it, so they wait out
-  // the stall; 129 are ended at once, the larger first, until within the limit.
-  c[0].Start(60), c[1].Start(40);
-  EXPECT_TRUE(guard
-                  .Observe({c[0].counters, c[1].counters},
-                           {{c[0].counters.peer, 60}, {c[1].counters.peer, 40}}, now + kTick)
-                  .empty());
-  c[1].Start(29);
-  const auto ended =
-      guard.Observe({c[0].counters, c[1].counters},
-                    {{c[0].counters.peer, 60}, {c[1].counters.peer, 69}}, now + 2 * kTick);
+  for (int t = 0; t < 100; ++t) {
+    std::vector<ConnectionCounters> sample;
+    for (const Connection& x : c) sample.push_back(x.counters);
+    now += kTick;
+    EXPECT_TRUE(guard.Observe(sample, uploads, now).empty());
+  }
+}
+
+TEST(StreamFloodGuard, ABurstOfUploadsOnANewConnectionWaitsOutTheStall) {
+  StreamFloodLimits limits;
+  limits.max_uploads = 64;
+  limits.stalled_uploads = 64;
+  limits.stall = std::chrono::milliseconds(200);
+  StreamFloodGuard guard(limits);
+  Connection c(1);
+  c.Start(128);
+  const std::map<std::string, int64_t> uploads = {{c.counters.peer, 128}};
+  Clock::time_point now{};
+  // Seen first at tick 1; stalled from tick 3 (200 ms later) unless a message arrives.
+  EXPECT_TRUE(guard.Observe({c.counters}, uploads, now + kTick).empty());
+  EXPECT_TRUE(guard.Observe({c.counters}, uploads, now + 2 * kTick).empty());
+  const auto ended = guard.Observe({c.counters}, uploads, now + 3 * kTick);
   ASSERT_EQ(ended.size(), 1u);
-  EXPECT_EQ(ended[0].counters.socket_id, 2);
-  EXPECT_EQ(ended[0].uploads, 69);
+  EXPECT_STREQ(ended[0].reason, "stalled_uploads");
+  // The same burst finishing a message within the stall is left alone.
+  StreamFloodGuard other(limits);
+  Connection d(2);
+  d.Start(128);
+  EXPECT_TRUE(other.Observe({d.counters}, {{d.counters.peer, 128}}, now + kTick).empty());
+  d.Message(1);
+  EXPECT_TRUE(other.Observe({d.counters}, {{d.counters.peer, 127}}, now + 2 * kTick).empty());
+  EXPECT_TRUE(other.Observe({d.counters}, {{d.counters.peer, 127}}, now + 3 * kTick).empty());
 }
 
 int Listener(uint16_t* port) {

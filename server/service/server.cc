@@ -152,18 +152,12 @@ constexpr int kMaxMetadataBytes = 16 << 10;
 // twice their bytes in resident memory (read buffers, then the assembled message).
 constexpr uint64_t kTransportQuotaDivisor = 4;
 
-// The stream-flood guard's limits: uploads in progress server-wide up to one per 4 MiB of
-// the transport quota, at least 16. Each buffers about a MiB (its flow-control window) and
-// costs about twice that resident (read buffers, then the assembled message); the rest of
-// the quota is headroom, since the quota's reclaimer, once under pressure, closes idle
-// connections of well-behaved clients too.
+// The stream-flood guard's limits: stalled uploads are ended while more uploads are in
+// progress than four times the call slots (--max_concurrent_calls), which admission could
+// never run at once.
 StreamFloodLimits FloodLimits(const ServerOptions& options) {
   StreamFloodLimits limits;
-  limits.max_uploads = std::max<int64_t>(
-      16,
-      static_cast<int64_t>(options.admission.max_inflight_bytes / kTransportQuotaDivisor >> 22));
-  limits.stalled_uploads = 8;
-  limits.stall = std::chrono::milliseconds(200);
+  limits.max_uploads = 4 * options.admission.max_concurrent_calls;
   return limits;
 }
 

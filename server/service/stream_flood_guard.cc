@@ -112,18 +112,16 @@ void StreamFloodGuard::EndStalledUploads(const std::map<std::string, int64_t>& u
   for (auto& [id, track] : tracks_) {
     const auto u = uploads.find(track.last.peer);
     if (track.flagged || u == uploads.end() || u->second < limits_.stalled_uploads) continue;
-    // Over twice the limit (a flood of uploads, not a busy moment) the connections holding
-    // many are ended at once, before they fill the quota; otherwise only stalled ones.
-    if (total <= 2 * limits_.max_uploads && now - track.message_at < limits_.stall) continue;
+    // Only stalled ones: a burst of uploads from a new connection, or from a client whose
+    // calls take turns finishing, looks the same as a flood until its messages arrive.
+    if (now - track.message_at < limits_.stall) continue;
     stalled.emplace_back(u->second, &track);
   }
   std::stable_sort(stalled.begin(), stalled.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   for (auto& [n, track] : stalled) {
-    if (total <= limits_.max_uploads) break;
     track->flagged = true;
     out.push_back({track->last, n, "stalled_uploads"});
-    total -= n;
   }
 }
 

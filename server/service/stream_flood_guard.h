@@ -13,10 +13,11 @@
 // Uploads that never finish: gRPC 1.51 lets each stream buffer about a MiB of a message it
 // has not finished (its flow-control window), and once the transport's memory quota is
 // under pressure its reclaimer closes idle connections and cancels streams, well-behaved
-// clients' among them. So while more uploads are in progress server-wide than the limit,
-// the guard ends the connections that hold many of them and have not finished one for a
-// while (stalled), those with the most first, until the rest are within the limit; past
-// twice the limit, those holding many at once, stalled or not.
+// clients' among them. So while more uploads are in progress server-wide than the server
+// could ever run at once (a multiple of its call slots), the guard ends every connection
+// that holds many of them (half a connection's stream limit) and has finished none for a
+// while (stalled), those with the most first. A client whose uploads finish, or that holds
+// few, is never ended.
 #pragma once
 
 #include <chrono>
@@ -37,9 +38,9 @@ struct StreamFloodLimits {
   // Uploads in progress server-wide above which stalled connections are ended; a
   // connection is stalled when it holds at least `stalled_uploads` uploads and no message
   // of it has arrived for `stall`.
-  int64_t max_uploads = 64;
-  int64_t stalled_uploads = 16;
-  std::chrono::milliseconds stall{500};
+  int64_t max_uploads = 128;
+  int64_t stalled_uploads = 64;
+  std::chrono::milliseconds stall{200};
 };
 
 // A connection the guard ends, and why.
@@ -74,7 +75,7 @@ class StreamFloodGuard {
     std::chrono::steady_clock::time_point message_at;  // when a message last arrived
     bool flagged = false;
   };
-  // The stalled connections to end so that the uploads left are within the limit.
+  // The stalled connections to end while the uploads are over the limit.
   void EndStalledUploads(const std::map<std::string, int64_t>& uploads,
                          std::chrono::steady_clock::time_point now,
                          std::vector<FloodingConnection>& out);

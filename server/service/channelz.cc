@@ -80,26 +80,32 @@ ServerCalls CountServerCalls(const std::vector<ConnectionCounters>& connections)
     started += Counter(server.value("data", nlohmann::json::object()), "callsStarted");
   });
   int64_t open = 0;
-  for (const ConnectionCounters& c : connections) {
-    open += std::max<int64_t>(c.streams_started - c.streams_ended, 0);
-  }
+  for (const ConnectionCounters& c : connections) open += c.open_streams();
   return {started, open};
 }
 
-std::map<std::string, int64_t> OpenStreamsByPeer() {
+std::map<std::string, int64_t> OpenStreamsByPeer(
+    const std::vector<ConnectionCounters>& connections) {
   std::map<std::string, int64_t> open;
-  for (const ConnectionCounters& c : ServerConnections()) {
-    open[c.peer] += std::max<int64_t>(c.streams_started - c.streams_ended, 0);
-  }
+  for (const ConnectionCounters& c : connections) open[c.peer] += c.open_streams();
   return open;
+}
+
+std::map<std::string, int64_t> OpenStreamsByPeer() {
+  return OpenStreamsByPeer(ServerConnections());
 }
 
 std::optional<std::set<std::string>> ConnectedPeers() {
   bool found_server = false;
-  ForEachServer([&](const nlohmann::json&) { found_server = true; });
+  std::vector<ConnectionCounters> connections;
+  ForEachServer([&](const nlohmann::json& server) {
+    found_server = true;
+    const auto& ref = server.value("ref", nlohmann::json::object());
+    AddServerSockets(std::stoll(ref.value("serverId", "0")), connections);
+  });
   if (!found_server) return std::nullopt;
   std::set<std::string> peers;
-  for (const ConnectionCounters& c : ServerConnections()) peers.insert(c.peer);
+  for (const ConnectionCounters& c : connections) peers.insert(c.peer);
   return peers;
 }
 

@@ -18,6 +18,10 @@ struct ConnectionCounters {
   int64_t streams_started = 0;
   int64_t streams_ended = 0;  // succeeded or failed (a reset stream fails)
   int64_t messages_received = 0;
+  // Streams open now (channelz records an end a little after it happens: never negative).
+  int64_t open_streams() const {
+    return streams_started > streams_ended ? streams_started - streams_ended : 0;
+  }
 };
 // Every client connection of every gRPC server of the process; empty when channelz cannot say.
 std::vector<ConnectionCounters> ServerConnections();
@@ -28,6 +32,9 @@ std::vector<ConnectionCounters> ServerConnections();
 // still uploading at SIGTERM is invisible except as an open stream.
 // Every connection appears, with 0 when it has no stream open.
 std::map<std::string, int64_t> OpenStreamsByPeer();
+// The same of `connections` (ServerConnections()).
+std::map<std::string, int64_t> OpenStreamsByPeer(
+    const std::vector<ConnectionCounters>& connections);
 
 // The peers of every client connection of this process's gRPC servers, spelled as
 // OpenStreamsByPeer spells them; nullopt when channelz cannot say (no server found).

@@ -408,11 +408,8 @@ PosencServer::~PosencServer() {
 
 void PosencServer::WatchConnections(StreamFloodGuard& guard, int64_t ticks) {
   const std::vector<ConnectionCounters> connections = ServerConnections();
-  std::map<std::string, int64_t> open;
-  for (const ConnectionCounters& c : connections) {
-    open[c.peer] += std::max<int64_t>(c.streams_started - c.streams_ended, 0);
-  }
-  const std::map<std::string, int64_t> uploads = tracker_->UploadsByPeer(std::move(open));
+  const std::map<std::string, int64_t> uploads =
+      tracker_->UploadsByPeer(OpenStreamsByPeer(connections));
   const auto now = std::chrono::steady_clock::now();
   for (const FloodingConnection& flooding : options_.stream_flood_guard
                                                 ? guard.Observe(connections, uploads, now)

@@ -46,7 +46,7 @@ int64_t StreamFloodGuard::StreamsWithoutMessage(Track& track, const ConnectionCo
   // stream's end only once it has worked through its call, seconds later. A stream still
   // open may yet send its message (an upload in progress), up to one per stream slot.
   const auto pending = [](const ConnectionCounters& c) {
-    return std::clamp<int64_t>(c.streams_started - c.streams_ended, 0, kMessageCreditCap);
+    return std::min<int64_t>(c.open_streams(), kMessageCreditCap);
   };
   const int64_t started = std::max<int64_t>(0, now.streams_started - track.last.streams_started);
   const int64_t messages =

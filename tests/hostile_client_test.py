@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """posenc-server against clients that mean harm, on loopback, every loop bounded in time and
 count. Transport memory: a gzip bomb is refused before it is inflated; streams that declare
-large messages and never finish them, with a good client calling meanwhile: 8 connections x
-128 streams are ended by the server's stream-flood guard (stalled uploads; docs/operations.md,
-"Transport memory"): every attacking connection is ended by it and the peak resident memory
-(VmHWM) stays within --max_inflight_bytes + 20 %; 4 x 25 are below the guard's limits and left
+large messages and never finish them, with a good client calling meanwhile: of 8 connections
+x 128 streams the server's stream-flood guard (stalled uploads; docs/operations.md,
+"Transport memory") ends all but what 4x the call slots allows, and the peak resident
+memory (VmHWM) stays within --max_inflight_bytes + 20 %; 4 x 25 are below the guard's limits and left
 to gRPC's quota reclaimer (peak within 6x the budget). Either way the memory is handed back
 once the streams are gone. Metrics: idle sockets that never send a request (slowloris)
 do not block a scrape. Usage: hostile_client_test.py BUILD_DIR SOURCE_DIR"""
@@ -155,7 +155,8 @@ def incomplete_uploads(connections=4, streams=25, declared=60 * MIB, send=32 * M
     stream-flood guard ends them (more uploads than 4x --max_concurrent_calls, 64 or more on
     a connection): the peak within the budget + 20 % and every good answer are required.
     Otherwise gRPC's quota reclaimer alone bounds them: the peak within 6x the budget."""
-    server = Server()
+    slots = 32  # --max_concurrent_calls: the guard acts past 4x this many uploads
+    server = Server(f"--max_concurrent_calls={slots}")
     good = GoodClient(server.grpc)
     try:
         base = server.hwm_mib()
@@ -242,10 +243,13 @@ def incomplete_uploads(connections=4, streams=25, declared=60 * MIB, send=32 * M
             # reclaimer closes some of them, counted nowhere). Before that it may reach
             # the good client: 0 errors in 7 runs of 8 on an idle 2-core VM, 2 with other
             # tests sharing the cores; 2-4 a run unguarded. Printed above, not judged.
+            # It ends stalled connections while more than 4x the slots are uploading, so
+            # up to that many uploads (one connection of 128 here) may be left running.
+            need = connections - (4 * slots) // streams
             flooded = metric(server, "posenc_transport_flood_connections_ended_total")
-            check(flooded >= connections and len(ended) == connections,
-                  f"{label}: the guard ended every attacking connection ({flooded:.0f} counted, "
-                  f"{len(ended)} of {connections} closed, at "
+            check(flooded >= need and len(ended) >= need,
+                  f"{label}: the guard ended the attacking connections ({flooded:.0f} counted, "
+                  f"{len(ended)} of {connections} closed, at least {need} needed; at "
                   f"{sorted(round(t, 1) for t in ended.values())} s)")
         rss = vm_kib(server.proc.pid, "VmRSS") / 1024
         check(rss <= BUDGET / MIB,

@@ -731,10 +731,11 @@ __attribute__((target("avx2,fma"))) void ShawDotsAvx2(const float* q, const floa
 }
 
 // Table rows [lo, lo + n) as columns: at[d * stride + (r - lo)] = table[r * dim + d], the
-// columns from n to stride (a multiple of 8, at least 8 past n) zero. A query row's dot
-// products with consecutive table rows are then consecutive lanes: one broadcast of q[d]
-// and one FMA per eight of them, no horizontal sums, each lane summing over d in order
-// with FMA exactly as ShawDotsScalar does (so bit-identical to it).
+// columns from n to stride (a multiple of 8, at least 32 past n: a pass reads two whole
+// vectors of up to 16 lanes) zero. A query row's dot products with consecutive table rows
+// are then consecutive lanes: one broadcast of q[d] and one FMA per vector of them, no
+// horizontal sums, each lane summing over d in order with FMA exactly as ShawDotsScalar does
+// (so bit-identical to it).
 struct ShawColumns {
   int64_t lo = 0, n = 0, stride = 0;
   std::vector<float> at;
@@ -748,7 +749,7 @@ constexpr int64_t kMaxShawColumnFloats = int64_t{1} << 20;
 ShawColumns MakeShawColumns(const float* table, int64_t dim, int64_t lo, int64_t hi) {
   ShawColumns c;
   const int64_t n = hi - lo + 1;
-  const int64_t stride = (n + 7) / 8 * 8 + 8;
+  const int64_t stride = (n + 7) / 8 * 8 + 32;
   if (stride * dim > kMaxShawColumnFloats) return c;
   c.lo = lo;
   c.n = n;
@@ -761,56 +762,108 @@ ShawColumns MakeShawColumns(const float* table, int64_t dim, int64_t lo, int64_t
   return c;
 }
 
-// out[0 .. 8 * kV) = dots of q with the columns from col on: kV vectors of 8 lanes. Asks
-// for one line of `ahead` in L2 per feature while the FMAs run (ahead_lines of them).
+// Query rows per block of dot products: each load of a column vector serves all of them.
+constexpr int kShawBlockRows = 4;
+
+// The query rows of one block (as float32) and where their dot products go: a row b's dot
+// with table row r lands at out[b][r - lo] for the block's column range [lo, hi].
+struct ShawBlock {
+  const float* q[kShawBlockRows];
+  float* out[kShawBlockRows];
+};
+
+// out[b][at .. at + 8 * kV) = dots of q[b] with the kV vectors of columns from col on, for
+// the block's four rows: per feature kV column loads, four broadcasts, 4 * kV FMAs (the
+// accumulators stay in registers). Asks for one line of `ahead` in L2 per feature while
+// the FMAs run (ahead_lines of them).
 template <int kV>
-__attribute__((target("avx2,fma"))) inline void ShawColumnPass(const float* q, const float* col,
-                                                               int64_t dim, int64_t stride,
-                                                               float* out, const char* ahead,
-                                                               int64_t ahead_lines) {
-  __m256 acc[kV];
-  for (int v = 0; v < kV; ++v) acc[v] = _mm256_setzero_ps();
+__attribute__((target("avx2,fma"))) inline void ShawBlockPass(const ShawBlock& blk,
+                                                              const float* col, int64_t dim,
+                                                              int64_t stride, int64_t at,
+                                                              const char* ahead,
+                                                              int64_t ahead_lines) {
+  __m256 acc[kShawBlockRows][kV];
+  for (auto& row : acc) {
+    for (__m256& a : row) a = _mm256_setzero_ps();
+  }
   for (int64_t d = 0; d < dim; ++d) {  // feature
     if (d < ahead_lines) _mm_prefetch(ahead + d * 64, _MM_HINT_T1);
-    const __m256 x = _mm256_broadcast_ss(q + d);
     const float* t = col + d * stride;
-    for (int v = 0; v < kV; ++v) acc[v] = _mm256_fmadd_ps(x, _mm256_loadu_ps(t + 8 * v), acc[v]);
+    __m256 c[kV];
+    for (int v = 0; v < kV; ++v) c[v] = _mm256_loadu_ps(t + 8 * v);
+    for (int b = 0; b < kShawBlockRows; ++b) {
+      const __m256 x = _mm256_broadcast_ss(blk.q[b] + d);
+      for (int v = 0; v < kV; ++v) acc[b][v] = _mm256_fmadd_ps(x, c[v], acc[b][v]);
+    }
   }
-  for (int v = 0; v < kV; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
+  for (int b = 0; b < kShawBlockRows; ++b) {
+    for (int v = 0; v < kV; ++v) _mm256_storeu_ps(blk.out[b] + at + 8 * v, acc[b][v]);
+  }
 }
 
-// out[r - first] = dot(q, table[r]) for r in [first, last] from the columns, 64 at a
-// time. out has room for 64 floats past last - first (whole vectors are stored).
-// ahead[0, ahead_bytes): memory the caller reads next (the next score row), asked for in L2
-// a line per feature as the passes run and the rest after them. A row's dot products issue
-// no memory traffic; without this the hardware prefetcher saw the score rows in bursts and
-// each row's add met DRAM latency cold (and a loop of prefetches before the dots waited
-// on full miss queues).
-__attribute__((target("avx2,fma"))) void ShawDotsColumnsAvx2(const float* q, const ShawColumns& c,
-                                                             int64_t dim, int64_t first,
-                                                             int64_t last, float* out,
-                                                             const char* ahead,
-                                                             int64_t ahead_bytes) {
-  const int64_t count = last - first + 1;
+// The same pass in AVX-512, sixteen columns per vector.
+template <int kV>
+__attribute__((target("avx512f"))) inline void ShawBlockPass512(const ShawBlock& blk,
+                                                                const float* col, int64_t dim,
+                                                                int64_t stride, int64_t at,
+                                                                const char* ahead,
+                                                                int64_t ahead_lines) {
+  __m512 acc[kShawBlockRows][kV];
+  for (auto& row : acc) {
+    for (__m512& a : row) a = _mm512_setzero_ps();
+  }
+  for (int64_t d = 0; d < dim; ++d) {  // feature
+    if (d < ahead_lines) _mm_prefetch(ahead + d * 64, _MM_HINT_T1);
+    const float* t = col + d * stride;
+    __m512 c[kV];
+    for (int v = 0; v < kV; ++v) c[v] = _mm512_loadu_ps(t + 16 * v);
+    for (int b = 0; b < kShawBlockRows; ++b) {
+      const __m512 x = _mm512_set1_ps(blk.q[b][d]);
+      for (int v = 0; v < kV; ++v) acc[b][v] = _mm512_fmadd_ps(x, c[v], acc[b][v]);
+    }
+  }
+  for (int b = 0; b < kShawBlockRows; ++b) {
+    for (int v = 0; v < kV; ++v) _mm512_storeu_ps(blk.out[b] + at + 16 * v, acc[b][v]);
+  }
+}
+
+// The block's dot products with table rows [lo, hi] from the columns, 2 * kLanes at a
+// time (passes of one vector for a tail of at most kLanes). Each out[b] has room for
+// 2 * kLanes floats past hi - lo (whole vectors are stored).
+// ahead[0, ahead_bytes): memory the caller reads next (the next block's score rows), asked
+// for in L2 a line per feature as the passes run and the rest after them. The dot products
+// issue no memory traffic; without this the hardware prefetcher saw the score rows in
+// bursts and each row's add met DRAM latency cold (and a loop of prefetches before the dots
+// waited on full miss queues).
+template <int kLanes>
+void ShawBlockDots(const ShawBlock& blk, const ShawColumns& c, int64_t dim, int64_t lo, int64_t hi,
+                   const char* ahead, int64_t ahead_bytes) {
+  const int64_t count = hi - lo + 1;
   int64_t line = 0;
   const int64_t lines = (ahead_bytes + 63) / 64;
-  for (int64_t r0 = 0; r0 < count; r0 += 64) {  // relative index, eight vectors per pass
-    const float* col = c.at.data() + (first - c.lo) + r0;
+  for (int64_t c0 = 0; c0 < count; c0 += 2 * kLanes) {  // relative index, two vectors a pass
+    const float* col = c.at.data() + (lo - c.lo) + c0;
     const char* pf = ahead + line * 64;
     const int64_t n = std::max<int64_t>(0, lines - line);
-    switch (std::min<int64_t>(8, (count - r0 + 7) / 8)) {
-      case 1: ShawColumnPass<1>(q, col, dim, c.stride, out + r0, pf, n); break;
-      case 2: ShawColumnPass<2>(q, col, dim, c.stride, out + r0, pf, n); break;
-      case 3: ShawColumnPass<3>(q, col, dim, c.stride, out + r0, pf, n); break;
-      case 4: ShawColumnPass<4>(q, col, dim, c.stride, out + r0, pf, n); break;
-      case 5: ShawColumnPass<5>(q, col, dim, c.stride, out + r0, pf, n); break;
-      case 6: ShawColumnPass<6>(q, col, dim, c.stride, out + r0, pf, n); break;
-      case 7: ShawColumnPass<7>(q, col, dim, c.stride, out + r0, pf, n); break;
-      default: ShawColumnPass<8>(q, col, dim, c.stride, out + r0, pf, n); break;
+    const int vectors = count - c0 > kLanes ? 2 : 1;
+    if constexpr (kLanes == 16) {
+      if (vectors == 2) ShawBlockPass512<2>(blk, col, dim, c.stride, c0, pf, n);
+      else ShawBlockPass512<1>(blk, col, dim, c.stride, c0, pf, n);
+    } else {
+      if (vectors == 2) ShawBlockPass<2>(blk, col, dim, c.stride, c0, pf, n);
+      else ShawBlockPass<1>(blk, col, dim, c.stride, c0, pf, n);
     }
     line += dim;
   }
   for (; line < lines; ++line) _mm_prefetch(ahead + line * 64, _MM_HINT_T1);
+}
+
+using ShawBlockDotsFn = void (*)(const ShawBlock& blk, const ShawColumns& c, int64_t dim,
+                                 int64_t lo, int64_t hi, const char* ahead, int64_t ahead_bytes);
+
+// REQUIRES: a vector ISA bound (AVX2 or AVX-512).
+ShawBlockDotsFn ShawBlockDotsFor(KernelImpl implementation) {
+  return IsaBoundFor(implementation) == KernelImpl::kAvx512 ? ShawBlockDots<16> : ShawBlockDots<8>;
 }
 
 ShawDotsFn ShawDotsFor(KernelImpl implementation) {
@@ -896,6 +949,107 @@ void GatherShawTerm(const float* dots_row, int64_t lo, int64_t hi, int64_t query
   std::fill(term + right, term + k, dots_row[hi - lo]);
 }
 
+// One query row of a Shaw call: its position and the table rows its keys reach (key 0 and
+// key k - 1 bound them).
+struct ShawRow {
+  int64_t pos, lo, hi;
+};
+
+ShawRow ShawRowAt(const BiasGeometry& geom, int32_t kmax, int64_t row) {
+  const int64_t pos = geom.query_offset + row % geom.query_length;
+  return {pos, ShawIndexOf(-pos, kmax), ShawIndexOf(geom.key_length - 1 - pos, kmax)};
+}
+
+// A ShawQueryTerm call's work for one kernel thread: query rows in blocks of
+// kShawBlockRows, each block's dot products (from the columns where there are any, else row
+// by row), then each row's term gathered along the keys and added to (or stored as) its
+// score row.
+class ShawRowRunner {
+ public:
+  ShawRowRunner(const BiasGeometry& geom, int32_t kmax, const ConstTensorView& query,
+                const TensorView& out, bool add_to_out, const ShawColumns& columns,
+                KernelImpl implementation, const float* table, int64_t dim, int64_t dots_width)
+      : geom_(geom), kmax_(kmax), query_(query), out_(out), add_to_out_(add_to_out),
+        columns_(columns), dots_(ShawDotsFor(implementation)),
+        block_dots_(columns.n > 0 ? ShawBlockDotsFor(implementation) : nullptr),
+        add_row_(BiasRowFor(out.dtype, implementation)), table_(table), dim_(dim),
+        q_rows_(static_cast<size_t>(kShawBlockRows * dim), 0.0f),
+        dots_rows_(static_cast<size_t>(kShawBlockRows * dots_width)),
+        term_(static_cast<size_t>(geom.key_length)) {
+    for (int b = 0; b < kShawBlockRows; ++b) {
+      block_.q[b] = q_rows_.data() + b * dim;
+      block_.out[b] = dots_rows_.data() + b * dots_width;
+    }
+  }
+
+  void Run(int64_t first, int64_t last) {
+    for (int64_t row0 = first; row0 < last; row0 += kShawBlockRows) {  // (batch, head, query)
+      RunBlock(row0, std::min<int64_t>(kShawBlockRows, last - row0), last);
+    }
+  }
+
+ private:
+  char* ScoreRow(int64_t row) const {
+    return static_cast<char*>(out_.data) + row * geom_.key_length * DTypeSize(out_.dtype);
+  }
+
+  // Rows [row0, row0 + n) of the rows up to last. Rows of the block past n keep the
+  // previous block's (finite) query values: their dot products are computed and unused.
+  void RunBlock(int64_t row0, int64_t n, int64_t last) {
+    ShawRow at[kShawBlockRows];
+    const size_t q_elem = DTypeSize(query_.dtype);
+    for (int64_t b = 0; b < n; ++b) {
+      at[b] = ShawRowAt(geom_, kmax_, row0 + b);
+      ToFloat32(query_.dtype, static_cast<const char*>(query_.data) + (row0 + b) * dim_ * q_elem,
+                q_rows_.data() + b * dim_, static_cast<size_t>(dim_));
+    }
+    const float* dots_of[kShawBlockRows];
+    if (columns_.n > 0) {
+      int64_t lo = at[0].lo, hi = at[0].hi;
+      for (int64_t b = 1; b < n; ++b) {
+        lo = std::min(lo, at[b].lo);
+        hi = std::max(hi, at[b].hi);
+      }
+      // The next block's score rows, read next, asked for while the dots run.
+      const int64_t next = std::min<int64_t>(kShawBlockRows, last - row0 - n);
+      const auto next_bytes = static_cast<int64_t>(next * geom_.key_length * DTypeSize(out_.dtype));
+      block_dots_(block_, columns_, dim_, lo, hi, ScoreRow(row0 + n), next_bytes);
+      for (int64_t b = 0; b < n; ++b) dots_of[b] = block_.out[b] + (at[b].lo - lo);
+    } else {
+      for (int64_t b = 0; b < n; ++b) {
+        dots_(block_.q[b], table_, dim_, at[b].lo, at[b].hi, block_.out[b]);
+        dots_of[b] = block_.out[b];
+      }
+    }
+    for (int64_t b = 0; b < n; ++b) {
+      GatherShawTerm(dots_of[b], at[b].lo, at[b].hi, at[b].pos, kmax_, geom_.key_length,
+                     term_.data());
+      if (add_to_out_) {
+        add_row_(ScoreRow(row0 + b), term_.data(), geom_.key_length);
+      } else {
+        FromFloat32(term_.data(), out_.dtype, ScoreRow(row0 + b),
+                    static_cast<size_t>(geom_.key_length));
+      }
+    }
+  }
+
+  const BiasGeometry& geom_;
+  const int32_t kmax_;
+  const ConstTensorView& query_;
+  const TensorView& out_;
+  const bool add_to_out_;
+  const ShawColumns& columns_;
+  const ShawDotsFn dots_;
+  const ShawBlockDotsFn block_dots_;
+  const AddBiasRowFn add_row_;
+  const float* const table_;
+  const int64_t dim_;
+  std::vector<float> q_rows_;     // the block's query rows as float32
+  std::vector<float> dots_rows_;  // the block's dot products, dots_width per row
+  std::vector<float> term_;       // one row's term along the keys
+  ShawBlock block_;
+};
+
 }  // namespace
 
 absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const float* table,
@@ -905,9 +1059,6 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
   const int64_t q = geom.query_length, k = geom.key_length;
   const int32_t kmax = spec.max_relative_position;
   const int64_t rows = query.shape[0] * query.shape[1] * q;
-  const size_t q_elem = DTypeSize(query.dtype), out_elem = DTypeSize(out.dtype);
-  const ShawDotsFn dots = ShawDotsFor(implementation);
-  const AddBiasRowFn add_row = BiasRowFor(out.dtype, implementation);
   // The vector ISAs read the table rows the request reaches as columns (ShawColumns).
   const ShawColumns columns =
       IsaBoundFor(implementation) == KernelImpl::kScalar
@@ -916,33 +1067,14 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
                             ShawIndexOf(k - 1 - geom.query_offset, kmax));
   // The work is the dot products (d multiply-adds per reached distance) and the row pass.
   const int64_t reach = std::min<int64_t>(2 * int64_t{kmax} + 1, k);
+  // A block's dot products reach at most every column (blocks that cross a head), and whole
+  // vectors are stored past them.
+  const int64_t dots_width = std::max(reach, columns.n) + 64;
   const KernelThreadLease lease(WorkBytes(rows * (reach * dim / 8 + k)));
   ParallelFor(lease.threads(), rows, [&](int64_t first, int64_t last) {
-    std::vector<float> q_row(static_cast<size_t>(dim));
-    std::vector<float> dots_row(static_cast<size_t>(reach + 64));  // whole vectors stored
-    std::vector<float> term(static_cast<size_t>(k));
-    for (int64_t row = first; row < last; ++row) {  // (batch, head, query)
-      const int64_t query_pos = geom.query_offset + row % q;
-      ToFloat32(query.dtype, static_cast<const char*>(query.data) + row * dim * q_elem,
-                q_row.data(), static_cast<size_t>(dim));
-      // The table rows this query's keys reach: key 0 and key k - 1 bound them.
-      const int64_t lo = ShawIndexOf(-query_pos, kmax);
-      const int64_t hi = ShawIndexOf(k - 1 - query_pos, kmax);
-      void* out_row = static_cast<char*>(out.data) + row * k * out_elem;
-      if (columns.n > 0) {
-        const int64_t next_bytes = row + 1 < last ? k * static_cast<int64_t>(out_elem) : 0;
-        ShawDotsColumnsAvx2(q_row.data(), columns, dim, lo, hi, dots_row.data(),
-                            static_cast<const char*>(out_row) + k * out_elem, next_bytes);
-      } else {
-        dots(q_row.data(), table, dim, lo, hi, dots_row.data());
-      }
-      GatherShawTerm(dots_row.data(), lo, hi, query_pos, kmax, k, term.data());
-      if (add_to_out) {
-        add_row(out_row, term.data(), k);
-      } else {
-        FromFloat32(term.data(), out.dtype, out_row, static_cast<size_t>(k));
-      }
-    }
+    ShawRowRunner(geom, kmax, query, out, add_to_out, columns, implementation, table, dim,
+                  dots_width)
+        .Run(first, last);
   });
   return absl::OkStatus();
 }

@@ -2,7 +2,9 @@
 // node, a 2-D grid, a ring) against the dense solver on the largest graph it takes by default,
 // measured in the same run; then the random-walk, shortest-path and tree encodings, each
 // against a plain float64 reference computed here in the same run (dense matrix powers,
-// Floyd-Warshall, a walk to the root per node), with the largest difference.
+// Floyd-Warshall, a walk to the root per node), with the largest difference; then the random
+// walk and shortest paths at the Laplacian rows' size on one thread against every kernel
+// thread.
 // Usage: graph_bench [num_nodes=100000] [k=16]
 #include <chrono>
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "server/graph/random_walk.h"
 #include "server/graph/shortest_path.h"
 #include "server/graph/tree_positions.h"
+#include "server/kernels/threads.h"
 #include "tests/support/graphs.h"
 
 namespace {
@@ -124,6 +127,25 @@ void ShortestPathRow(int64_t n, const std::vector<int64_t>& edges, int anchors) 
       fast / reference, static_cast<long long>(wrong));
 }
 
+// One solver on one thread and on every kernel thread, same inputs, same run: the speedup
+// of splitting roots (random walk) or anchors (shortest path) across the kernel threads,
+// and whether the answers are identical.
+// Each the best of three calls, alternating, so that both meet the machine in the same state.
+template <typename Solve>
+void ThreadsRow(const char* name, int64_t n, Solve solve) {
+  decltype(solve()) one, all;
+  double one_s = 1e30, all_s = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    posenc::SetKernelThreads(1);
+    one_s = std::min(one_s, Seconds([&] { one = solve(); }));
+    posenc::SetKernelThreads(0);
+    all_s = std::min(all_s, Seconds([&] { all = solve(); }));
+  }
+  std::printf("%-34s n=%-8lld 1 thread %8.4f s  %d threads %8.4f s  speedup %.2f  %s\n", name,
+              static_cast<long long>(n), one_s, posenc::KernelThreads(), all_s, one_s / all_s,
+              one == all ? "identical" : "DIFFERENT");
+}
+
 void TreeRow(int64_t n, int depth, int children) {
   // A random recursive tree: node i's parent uniform in [0, i), capped at `children`.
   std::vector<int64_t> parents(static_cast<size_t>(n), -1);
@@ -200,5 +222,16 @@ int main(int argc, char** argv) {
   RandomWalkRow("random walk, grid 20x25", 500, GridEdges(20, 25), 16);
   ShortestPathRow(500, RandomEdges(500, 3, 4), 16);
   TreeRow(20000, 16, 8);
+
+  // The same solvers at the size of the Laplacian rows, on the kernel threads.
+  const std::vector<int64_t> sparse = RandomEdges(n, 3, 5);
+  ThreadsRow("random walk, random 3/node, S=6", n, [&] {
+    return *posenc::ComputeRandomWalkEncoding({n, sparse, 6}, posenc::GraphLimits());
+  });
+  std::vector<int64_t> anchors;
+  for (int64_t a = 0; a < 64; ++a) anchors.push_back(a * (n / 64));
+  ThreadsRow("shortest path, random 3/node, A=64", n, [&] {
+    return *posenc::ComputeShortestPathEncoding({n, sparse, anchors}, posenc::GraphLimits());
+  });
   return 0;
 }

@@ -3,6 +3,7 @@
 // Floyd-Warshall on the dense adjacency, tree encodings on hand-drawn trees; each written
 // here from the formula, sharing no code with server/graph.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -13,6 +14,7 @@
 #include "server/graph/random_walk.h"
 #include "server/graph/shortest_path.h"
 #include "server/graph/tree_positions.h"
+#include "server/kernels/threads.h"
 #include "tests/support/graphs.h"
 #include "tests/support/status_matchers.h"
 
@@ -123,6 +125,42 @@ TEST(RandomWalk, BadInputAndLimits) {
   EXPECT_TRUE(asked);
 }
 
+// Large enough for the kernel threads (the lease's 256 KiB of work): roots split across two
+// threads give the one-thread answer bit for bit, and the dense reference's within 1e-7.
+TEST(RandomWalk, KernelThreadsGiveTheOneThreadAnswer) {
+  const int64_t n = 256;
+  const int steps = 32;
+  const std::vector<int64_t> edges = RandomEdges(n, 4, 11);
+  SetKernelThreads(1);
+  auto one = ComputeRandomWalkEncoding({n, edges, steps}, GraphLimits());
+  SetKernelThreads(2);
+  auto two = ComputeRandomWalkEncoding({n, edges, steps}, GraphLimits());
+  SetKernelThreads(0);
+  ASSERT_THAT(one, IsOk());
+  ASSERT_THAT(two, IsOk());
+  EXPECT_EQ(*one, *two);
+  const std::vector<double> want = DenseRandomWalk(n, edges, steps);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR((*two)[i], want[i], 1e-7) << "node " << i / steps << " step " << i % steps + 1;
+  }
+}
+
+// The work limit and cancellation hold however the roots are split: the total over all
+// threads is what passes max_work, and every thread stops when the caller goes.
+TEST(RandomWalk, LimitsHoldOnKernelThreads) {
+  const int64_t n = 256;
+  const std::vector<int64_t> edges = RandomEdges(n, 4, 12);
+  SetKernelThreads(2);
+  GraphLimits small;
+  small.max_work = 100000;
+  EXPECT_THAT(ComputeRandomWalkEncoding({n, edges, 32}, small),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("multiply-adds")));
+  std::atomic<int> asked{0};
+  EXPECT_THAT(ComputeRandomWalkEncoding({n, edges, 32}, GraphLimits(), [&] { return ++asked > 2; }),
+              StatusIs(absl::StatusCode::kCancelled));
+  SetKernelThreads(0);
+}
+
 // --- Shortest paths. ----------------------------------------------------------------------
 
 TEST(ShortestPath, MatchesFloydWarshall) {
@@ -154,6 +192,50 @@ TEST(ShortestPath, MatchesFloydWarshall) {
         const int64_t d = dist[i * n + anchors[c]];
         ASSERT_EQ((*got)[i * anchors.size() + c], d >= kInf ? -1 : d)
             << "node " << i << " anchor " << anchors[c];
+      }
+    }
+  }
+}
+
+// Anchors split across two kernel threads (blocks of up to 16, and an uneven last one):
+// Floyd-Warshall's distances, and the one-thread answer bit for bit, with and without
+// enough anchors for whole blocks.
+TEST(ShortestPath, KernelThreadsMatchFloydWarshall) {
+  const int64_t n = 300;
+  const std::vector<int64_t> edges = RandomEdges(260, 2, 21);
+  const std::vector<double> a = DenseAdjacency(n, edges);
+  constexpr int64_t kInf = 1 << 30;
+  std::vector<int64_t> dist(static_cast<size_t>(n * n), kInf);
+  for (int64_t i = 0; i < n; ++i) {
+    dist[i * n + i] = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (a[i * n + j] > 0) dist[i * n + j] = 1;
+    }
+  }
+  for (int64_t m = 0; m < n; ++m) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        dist[i * n + j] = std::min(dist[i * n + j], dist[i * n + m] + dist[m * n + j]);
+      }
+    }
+  }
+  for (int64_t count : {int64_t{3}, int64_t{90}}) {
+    std::vector<int64_t> anchors;
+    for (int64_t c = 0; c < count; ++c) anchors.push_back((c * 37 + 5) % n);
+    // Work of 90 anchors: past the lease's 256 KiB; 3 anchors: below it, one thread.
+    SetKernelThreads(1);
+    auto one = ComputeShortestPathEncoding({n, edges, anchors}, GraphLimits());
+    SetKernelThreads(2);
+    auto two = ComputeShortestPathEncoding({n, edges, anchors}, GraphLimits());
+    SetKernelThreads(0);
+    ASSERT_THAT(one, IsOk());
+    ASSERT_THAT(two, IsOk());
+    EXPECT_EQ(*one, *two);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t c = 0; c < count; ++c) {
+        const int64_t d = dist[i * n + anchors[c]];
+        ASSERT_EQ((*two)[i * count + c], d >= kInf ? -1 : d)
+            << "node " << i << " anchor " << anchors[c] << " of " << count;
       }
     }
   }

@@ -1,7 +1,8 @@
 // Cancellation for long work (graph solves, table streams): a question the work asks
 // between its pieces -- "has the caller gone (deadline passed, client cancelled, server
 // stopping)?" -- so that it stops instead of finishing an answer nobody reads.
-// Header-only; the callable must be safe to call from the working thread.
+// Header-only; the callable must be safe to call from the working threads, concurrently (a
+// graph solve asks from each kernel thread it runs on).
 #pragma once
 
 #include <functional>

@@ -1,9 +1,13 @@
 #include "server/graph/random_walk.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
+#include "server/kernels/threads.h"
 
 namespace posenc {
 namespace {
@@ -74,6 +78,82 @@ void BuildBall(const Adjacency& adj, int32_t root, int32_t radius, Ball& ball) {
   for (int32_t h = 1; h <= radius; ++h) ball.count_within[h] += ball.count_within[h - 1];
 }
 
+// The landing probabilities of one root (out[s - 1] for s in [1, steps]): x_s = x_{s-1} P
+// restricted to the ball. At step s only nodes within min(s, steps - s) hops can still carry
+// mass back to the root in time, so the ball's radius is steps / 2.
+void WalkFromRoot(const Ball& ball, int32_t steps, std::vector<double>& prev,
+                  std::vector<double>& cur, float* out) {
+  const int32_t radius = steps / 2;
+  const size_t size = ball.nodes.size();
+  prev.assign(size, 0.0);
+  cur.assign(size, 0.0);
+  prev[0] = 1.0;
+  int64_t prev_count = 1;  // x_0 = e_root
+  for (int32_t s = 1; s <= steps; ++s) {
+    const int32_t reach = std::min(s, steps - s);
+    const int64_t count = ball.count_within[std::min(reach, radius)];
+    for (int64_t v = 0; v < count; ++v) {  // ball node
+      double acc = 0.0;
+      for (int64_t e = ball.offsets[v]; e < ball.offsets[v + 1]; ++e) {
+        const int32_t u = ball.neighbors[e];
+        if (u < prev_count) acc += prev[u] * ball.inv_degree[u];
+      }
+      cur[v] = acc;
+    }
+    out[s - 1] = static_cast<float>(cur[0]);
+    std::swap(prev, cur);
+    prev_count = count;
+  }
+}
+
+// What the threads of one call share: the work counted so far over all of them, and why
+// they stopped early (the first reason any thread found).
+struct WalkProgress {
+  std::atomic<int64_t> work{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  absl::Status status;  // guarded by mu
+
+  void Fail(absl::Status why) {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (status.ok()) status = std::move(why);
+    stop.store(true, std::memory_order_relaxed);
+  }
+};
+
+// Roots [first, last) of one thread: each its own ball and walk. Every root's work is added
+// to the shared count before the walk, so the call fails with RESOURCE_EXHAUSTED exactly when
+// the total over all roots passes max_work, however the roots are split.
+void WalkRoots(const Adjacency& adj, const RandomWalkSpec& spec, const GraphLimits& limits,
+               const CancelCheck& cancelled, int64_t first, int64_t last, WalkProgress& progress,
+               float* out) {
+  const int32_t steps = spec.walk_length;
+  Ball ball;
+  ball.local_of.assign(static_cast<size_t>(spec.num_nodes), -1);
+  std::vector<double> prev, cur;
+  for (int64_t root = first; root < last; ++root) {
+    if (progress.stop.load(std::memory_order_relaxed)) return;
+    if ((root - first) % 64 == 0 && IsCancelled(cancelled)) {
+      progress.Fail(absl::CancelledError("the random-walk encoding stopped: the caller has gone"));
+      return;
+    }
+    if (adj.Degree(static_cast<int32_t>(root)) == 0) continue;  // isolated: P's row is zero
+    BuildBall(adj, static_cast<int32_t>(root), steps / 2, ball);
+    const int64_t mine =
+        static_cast<int64_t>(ball.neighbors.size() + ball.nodes.size()) * (steps + 1);
+    if (progress.work.fetch_add(mine) + mine > limits.max_work) {
+      progress.Fail(absl::ResourceExhaustedError(absl::StrCat(
+          "graph_random_walk would take more than ", limits.max_work,
+          " multiply-adds (walk_length times the edges within walk_length/2 hops of each "
+          "node, summed over nodes; reached at node ",
+          root, " of ", spec.num_nodes, "); use a shorter walk_length or a smaller graph")));
+      return;
+    }
+    WalkFromRoot(ball, steps, prev, cur, out + root * steps);
+    for (int32_t v : ball.nodes) ball.local_of[v] = -1;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<float>> ComputeRandomWalkEncoding(const RandomWalkSpec& spec,
@@ -81,52 +161,17 @@ absl::StatusOr<std::vector<float>> ComputeRandomWalkEncoding(const RandomWalkSpe
                                                              const CancelCheck& cancelled) {
   RETURN_IF_ERROR(ValidateRandomWalk(spec, limits));
   const int64_t n = spec.num_nodes;
-  const int32_t steps = spec.walk_length;
   const Adjacency adj = BuildAdjacency(n, spec.edges);
-  std::vector<float> out(static_cast<size_t>(n * steps), 0.0f);
-  // x_s = x_{s-1} P restricted to the ball: at step s only nodes within min(s, steps - s)
-  // hops can still carry mass back to the root in time, so the ball's radius is steps / 2.
-  const int32_t radius = steps / 2;
-  Ball ball;
-  ball.local_of.assign(static_cast<size_t>(n), -1);
-  std::vector<double> prev, cur;
-  int64_t work = 0;
-  for (int32_t root = 0; root < n; ++root) {
-    if (root % 64 == 0 && IsCancelled(cancelled)) {
-      return absl::CancelledError("the random-walk encoding stopped: the caller has gone");
-    }
-    if (adj.Degree(root) == 0) continue;  // isolated: P's row is zero, so is every power's
-    BuildBall(adj, root, radius, ball);
-    work += static_cast<int64_t>(ball.neighbors.size() + ball.nodes.size()) * (steps + 1);
-    if (work > limits.max_work) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "graph_random_walk would take more than ", limits.max_work,
-          " multiply-adds (walk_length times the edges within walk_length/2 hops of each "
-          "node, summed over nodes; reached at node ",
-          root, " of ", n, "); use a shorter walk_length or a smaller graph"));
-    }
-    const size_t size = ball.nodes.size();
-    prev.assign(size, 0.0);
-    cur.assign(size, 0.0);
-    prev[0] = 1.0;
-    int64_t prev_count = 1;  // x_0 = e_root
-    for (int32_t s = 1; s <= steps; ++s) {
-      const int32_t reach = std::min(s, steps - s);
-      const int64_t count = ball.count_within[std::min(reach, radius)];
-      for (int64_t v = 0; v < count; ++v) {  // ball node
-        double acc = 0.0;
-        for (int64_t e = ball.offsets[v]; e < ball.offsets[v + 1]; ++e) {
-          const int32_t u = ball.neighbors[e];
-          if (u < prev_count) acc += prev[u] * ball.inv_degree[u];
-        }
-        cur[v] = acc;
-      }
-      out[static_cast<size_t>(root) * steps + (s - 1)] = static_cast<float>(cur[0]);
-      std::swap(prev, cur);
-      prev_count = count;
-    }
-    for (int32_t v : ball.nodes) ball.local_of[v] = -1;
-  }
+  std::vector<float> out(static_cast<size_t>(n * spec.walk_length), 0.0f);
+  // Roots are independent: the kernel threads split them. A walk touches about the edges
+  // near its root once per step, so the lease is sized by edges times steps.
+  const KernelThreadLease lease(
+      WorkBytes(static_cast<int64_t>(adj.neighbors.size() + n) * spec.walk_length));
+  WalkProgress progress;
+  ParallelFor(lease.threads(), n, [&](int64_t first, int64_t last) {
+    WalkRoots(adj, spec, limits, cancelled, first, last, progress, out.data());
+  });
+  if (!progress.status.ok()) return progress.status;
   return out;
 }
 

@@ -1,8 +1,13 @@
 #include "server/graph/shortest_path.h"
 
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
+#include "server/kernels/threads.h"
 
 namespace posenc {
 namespace {
@@ -39,6 +44,56 @@ absl::Status ValidateShortestPath(const ShortestPathSpec& spec, const GraphLimit
   return absl::OkStatus();
 }
 
+// Anchors per task, at most: one task's hops of a node then fill up to 64 bytes of its output
+// row, so two threads rarely write the same cache line. Fewer anchors than the threads'
+// share of 16 each are split evenly instead.
+constexpr int64_t kAnchorBlock = 16;
+
+// Hop counts from `source` to every node (-1 where unreachable), breadth first. hops and
+// queue: num_nodes each.
+void HopsFrom(const Adjacency& adj, int32_t source, int32_t* hops, std::vector<int32_t>& queue) {
+  std::fill(hops, hops + queue.size(), -1);
+  hops[source] = 0;
+  queue[0] = source;
+  size_t tail = 1;
+  for (size_t head = 0; head < tail; ++head) {
+    const int32_t v = queue[head];
+    for (int64_t e = adj.offsets[v]; e < adj.offsets[v + 1]; ++e) {
+      const int32_t w = adj.neighbors[e];
+      if (hops[w] >= 0) continue;
+      hops[w] = hops[v] + 1;
+      queue[tail++] = w;
+    }
+  }
+}
+
+// Anchor blocks [first, last) of `block` anchors: each block's anchors searched one by one
+// into a [block, n] scratch, then written node by node into out [n, count]. Stops early
+// (setting gone) if the caller has gone.
+void SearchAnchorBlocks(const Adjacency& adj, const ShortestPathSpec& spec,
+                        const CancelCheck& cancelled, int64_t block, int64_t first, int64_t last,
+                        std::atomic<bool>& gone, int32_t* out) {
+  const int64_t n = spec.num_nodes;
+  const auto count = static_cast<int64_t>(spec.anchors.size());
+  std::vector<int32_t> hops(static_cast<size_t>(block * n));
+  std::vector<int32_t> queue(static_cast<size_t>(n));
+  for (int64_t b = first; b < last; ++b) {
+    const int64_t a0 = b * block;
+    const int64_t width = std::min(block, count - a0);
+    for (int64_t a = 0; a < width; ++a) {  // anchor
+      if (gone.load(std::memory_order_relaxed)) return;
+      if (IsCancelled(cancelled)) {
+        gone.store(true, std::memory_order_relaxed);
+        return;
+      }
+      HopsFrom(adj, static_cast<int32_t>(spec.anchors[a0 + a]), hops.data() + a * n, queue);
+    }
+    for (int64_t i = 0; i < n; ++i) {  // node
+      for (int64_t a = 0; a < width; ++a) out[i * count + a0 + a] = hops[a * n + i];
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> ComputeShortestPathEncoding(const ShortestPathSpec& spec,
@@ -46,30 +101,20 @@ absl::StatusOr<std::vector<int32_t>> ComputeShortestPathEncoding(const ShortestP
                                                                  const CancelCheck& cancelled) {
   RETURN_IF_ERROR(ValidateShortestPath(spec, limits));
   const int64_t n = spec.num_nodes;
-  const int64_t count = static_cast<int64_t>(spec.anchors.size());
+  const auto count = static_cast<int64_t>(spec.anchors.size());
   const Adjacency adj = BuildAdjacency(n, spec.edges);
   std::vector<int32_t> out(static_cast<size_t>(n * count), -1);
-  std::vector<int32_t> hops(static_cast<size_t>(n));
-  std::vector<int32_t> queue(static_cast<size_t>(n));
-  for (int64_t a = 0; a < count; ++a) {  // anchor
-    if (IsCancelled(cancelled)) {
-      return absl::CancelledError("the shortest-path encoding stopped: the caller has gone");
-    }
-    std::fill(hops.begin(), hops.end(), -1);
-    const auto source = static_cast<int32_t>(spec.anchors[a]);
-    hops[source] = 0;
-    queue[0] = source;
-    size_t tail = 1;
-    for (size_t head = 0; head < tail; ++head) {
-      const int32_t v = queue[head];
-      for (int64_t e = adj.offsets[v]; e < adj.offsets[v + 1]; ++e) {
-        const int32_t w = adj.neighbors[e];
-        if (hops[w] >= 0) continue;
-        hops[w] = hops[v] + 1;
-        queue[tail++] = w;
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i * count + a)] = hops[i];
+  // Anchors are independent searches: the kernel threads split them, in blocks.
+  const KernelThreadLease lease(
+      WorkBytes(count * (n + static_cast<int64_t>(adj.neighbors.size()))));
+  const int64_t block =
+      std::clamp<int64_t>((count + lease.threads() - 1) / lease.threads(), 1, kAnchorBlock);
+  std::atomic<bool> gone{false};
+  ParallelFor(lease.threads(), (count + block - 1) / block, [&](int64_t first, int64_t last) {
+    SearchAnchorBlocks(adj, spec, cancelled, block, first, last, gone, out.data());
+  });
+  if (gone.load()) {
+    return absl::CancelledError("the shortest-path encoding stopped: the caller has gone");
   }
   return out;
 }

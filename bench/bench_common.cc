@@ -22,11 +22,14 @@ void FillFloats(void* p, DType dtype, size_t n, float value) {
   }
 }
 
-double BestSeconds(const std::function<void()>& fn, double budget_s, int min_reps, int max_reps) {
+double BestSeconds(const std::function<void()>& fn, double budget_s, int min_reps, int max_reps,
+                   const std::function<void()>& prepare) {
+  if (prepare) prepare();
   fn();  // warm-up: tables, primitives, page faults
   double best = 1e30;
   const Clock::time_point start = Clock::now();
   for (int rep = 0; rep < max_reps; ++rep) {
+    if (prepare) prepare();
     const Clock::time_point t = Clock::now();
     fn();
     best = std::min(best, SecondsSince(t));

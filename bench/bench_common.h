@@ -61,9 +61,10 @@ class Buffer {
 void FillFloats(void* p, DType dtype, size_t n, float value);
 
 // Best wall time of `fn` over at least min_reps runs (after one warm-up run), continuing
-// while under budget_s and max_reps.
+// while under budget_s and max_reps. `prepare`, if given, runs before each run, untimed
+// (its time still counts against budget_s).
 double BestSeconds(const std::function<void()>& fn, double budget_s, int min_reps = 3,
-                   int max_reps = 1000000);
+                   int max_reps = 1000000, const std::function<void()>& prepare = nullptr);
 
 // "fp32", "fp16", "bf16".
 const char* DTypeLabel(DType t);

@@ -3,6 +3,7 @@
 // vector kernels against the scalar reference; the relative-position property; fp16/bf16
 // within one 16-bit ulp; float64 angles at position 10^6 next to an HF-style float32 table;
 // the cache staying small for far positions; GetTable rows; and the error cases.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/kernels/kernel_impl.h"
 #include "server/kernels/rope_kernel.h"
+#include "server/kernels/threads.h"
 #include "server/schemes/rope_scheme.h"
 #include "server/tables/rope_frequencies.h"
 #include "tests/support/fixtures.h"
@@ -1198,37 +1200,33 @@ TEST(AxisPositions, SegmentsLayOutLikeGetRopeIndex) {
                        HasSubstr("positions.mrope_segments[4] is empty")));
 }
 
-// A token whose axes differ gets a row assembled from its axes' positions; on every ISA
-// the rotation equals the one from rows computed directly (FillRopeTokenRow).
-TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
+// The rotation of x [batch, seq, heads, head_dim] by ApplyRope with per-axis positions ids
+// ([3 axes][batch][seq]) on every ISA equals the one from rows computed directly
+// (FillRopeTokenRow) with the scalar kernel.
+void ExpectAssembledRowsRotateLikeDirectRows(int64_t batch, int64_t seq, int64_t heads,
+                                             int64_t head_dim, const std::vector<int64_t>& ids) {
   std::vector<KernelImpl> isas = {KernelImpl::kScalar};
   for (KernelImpl isa : CpuVectorIsas()) isas.push_back(isa);
-  const int64_t batch = 2, seq = 5, heads = 3, head_dim = 40;
+  const int64_t tokens = batch * seq;
+  const int64_t max_id = *std::max_element(ids.begin(), ids.end());
   for (bool interleaved : {false, true}) {
     RopeSpec spec;
     spec.base = 1e6;
     spec.rotary_dim = 32;
     spec.mrope_section = {4, 6, 6};
     spec.mrope_interleaved = interleaved;
-    // [3 axes][batch][seq]
-    const std::vector<int64_t> ids = {0, 1, 1, 1, 4, 7, 8, 8, 9, 9,   //
-                                      0, 1, 1, 2, 4, 7, 8, 9, 9, 12,  //
-                                      0, 1, 2, 1, 4, 7, 8, 9, 8, 13};
     PositionsSpec positions;
     positions.axis_ids = ids;
-    absl::StatusOr<RopeFrequencies> freqs = ComputeRopeFrequencies(spec, 32, 14);
+    absl::StatusOr<RopeFrequencies> freqs = ComputeRopeFrequencies(spec, 32, max_id + 1);
     ASSERT_THAT(freqs, IsOk());
-    const std::vector<float> src = RandomFloats(batch * seq * heads * head_dim, 5);
+    const std::vector<float> src = RandomFloats(tokens * heads * head_dim, 5);
     std::vector<float> want = src;
-    std::vector<float> rows(batch * seq * 32);
+    std::vector<float> rows(tokens * 32);
     std::vector<const float*> token_rows;
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t s = 0; s < seq; ++s) {
-        const int64_t p[3] = {ids[b * seq + s], ids[10 + b * seq + s], ids[20 + b * seq + s]};
-        float* row = &rows[(b * seq + s) * 32];
-        FillRopeTokenRow(*freqs, p, row, nullptr);
-        token_rows.push_back(row);
-      }
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t p[3] = {ids[t], ids[tokens + t], ids[2 * tokens + t]};
+      FillRopeTokenRow(*freqs, p, &rows[t * 32], nullptr);
+      token_rows.push_back(&rows[t * 32]);
     }
     const RopeGeometry g{batch,   seq, heads, head_dim, seq * heads * head_dim, heads * head_dim,
                          head_dim};
@@ -1243,10 +1241,33 @@ TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
                   IsOk());
       // Vector kernels use FMA: within a float32 rounding or two of the scalar formula.
       for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], want[i], 1e-6f) << KernelImplName(isa) << " " << i;
+        ASSERT_NEAR(got[i], want[i], 1e-6f) << KernelImplName(isa) << " seq " << seq
+                                            << " interleaved " << interleaved << " at " << i;
       }
     }
   }
+}
+
+// A token whose axes differ gets a row assembled from its axes' positions.
+TEST(AxisPositions, AssembledRowsRotateLikeDirectRowsOnEveryIsa) {
+  ExpectAssembledRowsRotateLikeDirectRows(2, 5, 3, 40, {0, 1, 1, 1, 4, 7, 8, 8, 9, 9,   //
+                                                        0, 1, 1, 2, 4, 7, 8, 9, 9, 12,  //
+                                                        0, 1, 2, 1, 4, 7, 8, 9, 8, 13});
+}
+
+// Enough assembled rows (3,000 of 32 floats) for the kernel threads to split the assembly.
+TEST(AxisPositions, AssembledRowsOnKernelThreadsRotateLikeDirectRows) {
+  const int64_t seq = 3000;
+  std::vector<int64_t> ids(3 * seq);
+  for (int64_t t = 0; t < seq; ++t) {  // an image grid of 50 x 60 patches after 0..99 text
+    const bool text = t < 100;
+    ids[t] = text ? t : 100;
+    ids[seq + t] = text ? t : 100 + (t - 100) / 60;
+    ids[2 * seq + t] = text ? t : 100 + (t - 100) % 60;
+  }
+  SetKernelThreads(2);
+  ExpectAssembledRowsRotateLikeDirectRows(1, seq, 2, 32, ids);
+  SetKernelThreads(0);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/rope_kernel.h"
+#include "server/kernels/threads.h"
 #include "server/schemes/dense_table.h"
 
 namespace posenc {
@@ -318,35 +319,41 @@ absl::Status DenseTokenRows(const RopeFrequencies& freqs, const TokenPositions& 
   const int64_t width = xpos ? 2 * rotary_dim : rotary_dim;
   ASSIGN_OR_RETURN(out.dense, DenseRopeTable(freqs, rotary_dim, dense_rows, table_key, cache));
   const Table& table = *out.dense;
-  const int64_t groups = positions.groups();
-  int64_t p[kMaxRopeAxes];
-  // Count the tokens to assemble first, so `built` never moves under the pointers.
+  const int64_t tokens = positions.groups() * q.seq;
+  // Each assembled token's row in `built` (counted first, so `built` never moves under the
+  // pointers), -1 for a token that points into the table.
+  std::vector<int64_t> slot;
   int64_t mixed = 0;
   if (positions.axes != nullptr) {
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t s = 0; s < q.seq; ++s) mixed += positions.Get(g, s, p) ? 0 : 1;
+    slot.assign(static_cast<size_t>(tokens), -1);
+    int64_t p[kMaxRopeAxes];
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (!positions.Get(t / q.seq, t % q.seq, p)) slot[t] = mixed++;
     }
   }
   out.built.resize(static_cast<size_t>(mixed * width));
   const MixedRowAssembler assembler(freqs, rotary_dim);
-  float* next = out.built.data();
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t s = 0; s < q.seq; ++s) {  // seq
-      const size_t t = static_cast<size_t>(g * q.seq + s);
+  // The assembly writes a row per mixed token (for a large M-RoPE call, several MiB): split
+  // across the kernel threads like the rotation that reads it.
+  const KernelThreadLease lease(WorkBytes(mixed * width));
+  ParallelFor(lease.threads(), tokens, [&](int64_t first, int64_t last) {
+    int64_t p[kMaxRopeAxes];
+    for (int64_t t = first; t < last; ++t) {  // group * seq + seq index
+      positions.Get(t / q.seq, t % q.seq, p);
       const float* row;
-      if (positions.Get(g, s, p)) {
+      if (slot.empty() || slot[t] < 0) {
         row = table.Row(p[0]);
       } else {
         const float* axis_rows[kMaxRopeAxes];
         for (int a = 0; a < positions.axes->num_axes; ++a) axis_rows[a] = table.Row(p[a]);
-        assembler.Assemble(axis_rows, next);
-        row = next;
-        next += width;
+        float* built = out.built.data() + slot[t] * width;
+        assembler.Assemble(axis_rows, built);
+        row = built;
       }
       out.query[t] = row;
       if (xpos) out.key[t] = row + rotary_dim;
     }
-  }
+  });
   SpreadGroups(q, positions.shared(), out.query);
   if (xpos) SpreadGroups(q, positions.shared(), out.key);
   return absl::OkStatus();

@@ -390,10 +390,8 @@ __attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs, const 
       if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
       const __m256 x0 = simd::LoadF16x8(x + c), x1 = simd::LoadF16x8(x + c + 8);
       const __m256 x2 = simd::LoadF16x8(x + c + 16), x3 = simd::LoadF16x8(x + c + 24);
-      simd::StoreF16x8(x + c, Op8<kOp, false>(x0, p0, va));
-      simd::StoreF16x8(x + c + 8, Op8<kOp, false>(x1, p1, va));
-      simd::StoreF16x8(x + c + 16, Op8<kOp, false>(x2, p2, va));
-      simd::StoreF16x8(x + c + 24, Op8<kOp, false>(x3, p3, va));
+      simd::StoreF16x32(x + c, Op8<kOp, false>(x0, p0, va), Op8<kOp, false>(x1, p1, va),
+                        Op8<kOp, false>(x2, p2, va), Op8<kOp, false>(x3, p3, va));
     }
   }
   for (; c + 8 <= dim; c += 8) {

@@ -150,6 +150,27 @@ __attribute__((target("avx2,f16c"))) inline void StoreF16x8(uint16_t* p, __m256 
                    _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
+// Stores 32 floats (8 from each of f0..f3, in that order) at p as IEEE half, exactly as four
+// StoreF16x8 calls would. Results are rarely NaN: two unordered compares (true where either
+// operand is NaN) test all four vectors, and only a NaN pays the canonicalisation.
+__attribute__((target("avx2,f16c"))) inline void StoreF16x32(uint16_t* p, __m256 f0, __m256 f1,
+                                                             __m256 f2, __m256 f3) {
+  const __m256 nan =
+      _mm256_or_ps(_mm256_cmp_ps(f0, f1, _CMP_UNORD_Q), _mm256_cmp_ps(f2, f3, _CMP_UNORD_Q));
+  if (__builtin_expect(!_mm256_testz_ps(nan, nan), 0)) {
+    StoreF16x8(p, f0);
+    StoreF16x8(p + 8, f1);
+    StoreF16x8(p + 16, f2);
+    StoreF16x8(p + 24, f3);
+    return;
+  }
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm256_set_m128i(_mm256_cvtps_ph(f1, kRound), _mm256_cvtps_ph(f0, kRound)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16),
+                      _mm256_set_m128i(_mm256_cvtps_ph(f3, kRound), _mm256_cvtps_ph(f2, kRound)));
+}
+
 // The same conversions 16 lanes at a time with AVX-512F (call only when HasAvx512f()).
 // Each takes or gives the 16 halves in a __m256i so callers choose plain or buffered
 // loads and stores.

@@ -163,27 +163,34 @@ TEST(RandomWalk, LimitsHoldOnKernelThreads) {
 
 // --- Shortest paths. ----------------------------------------------------------------------
 
+constexpr int64_t kInf = 1 << 30;
+
+// Hop distances between all pairs of the dense adjacency (kInf where unreachable).
+std::vector<int64_t> FloydWarshall(int64_t n, const std::vector<int64_t>& edges) {
+  const std::vector<double> a = DenseAdjacency(n, edges);
+  std::vector<int64_t> dist(static_cast<size_t>(n * n), kInf);
+  for (int64_t i = 0; i < n; ++i) {
+    dist[i * n + i] = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (a[i * n + j] > 0) dist[i * n + j] = 1;
+    }
+  }
+  for (int64_t m = 0; m < n; ++m) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        dist[i * n + j] = std::min(dist[i * n + j], dist[i * n + m] + dist[m * n + j]);
+      }
+    }
+  }
+  return dist;
+}
+
 TEST(ShortestPath, MatchesFloydWarshall) {
   for (uint32_t seed : {1u, 2u, 3u}) {
     const int64_t n = 50;
     // Sparse enough to leave several components and isolated nodes.
     std::vector<int64_t> edges = RandomEdges(40, 1, seed);
-    const std::vector<double> a = DenseAdjacency(n, edges);
-    constexpr int64_t kInf = 1 << 30;
-    std::vector<int64_t> dist(static_cast<size_t>(n * n), kInf);
-    for (int64_t i = 0; i < n; ++i) {
-      dist[i * n + i] = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        if (a[i * n + j] > 0) dist[i * n + j] = 1;
-      }
-    }
-    for (int64_t m = 0; m < n; ++m) {
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          dist[i * n + j] = std::min(dist[i * n + j], dist[i * n + m] + dist[m * n + j]);
-        }
-      }
-    }
+    const std::vector<int64_t> dist = FloydWarshall(n, edges);
     const std::vector<int64_t> anchors = {0, 7, 45, 7, 49};  // a repeat, an isolated node
     auto got = ComputeShortestPathEncoding({n, edges, anchors}, GraphLimits());
     ASSERT_THAT(got, IsOk());
@@ -203,22 +210,7 @@ TEST(ShortestPath, MatchesFloydWarshall) {
 TEST(ShortestPath, KernelThreadsMatchFloydWarshall) {
   const int64_t n = 300;
   const std::vector<int64_t> edges = RandomEdges(260, 2, 21);
-  const std::vector<double> a = DenseAdjacency(n, edges);
-  constexpr int64_t kInf = 1 << 30;
-  std::vector<int64_t> dist(static_cast<size_t>(n * n), kInf);
-  for (int64_t i = 0; i < n; ++i) {
-    dist[i * n + i] = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      if (a[i * n + j] > 0) dist[i * n + j] = 1;
-    }
-  }
-  for (int64_t m = 0; m < n; ++m) {
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        dist[i * n + j] = std::min(dist[i * n + j], dist[i * n + m] + dist[m * n + j]);
-      }
-    }
-  }
+  const std::vector<int64_t> dist = FloydWarshall(n, edges);
   for (int64_t count : {int64_t{3}, int64_t{90}}) {
     std::vector<int64_t> anchors;
     for (int64_t c = 0; c < count; ++c) anchors.push_back((c * 37 + 5) % n);

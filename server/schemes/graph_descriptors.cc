@@ -24,7 +24,9 @@ absl::StatusOr<GraphResult> ApplyGraphRequest(const SchemeEnv& env, const v1::Gr
 // copy when concatenated after `input`) and the response, the adjacency (pairs sorted, then
 // CSR) and per-node work arrays (a random walk's ball, BFS queues, tree depths and child
 // indices).
-absl::StatusOr<SchemeCost> StructuralCost(const v1::GraphRequest& r, int64_t width) {
+// scratch_width: int32 columns per node the solver holds beside its encoding.
+absl::StatusOr<SchemeCost> StructuralCost(const v1::GraphRequest& r, int64_t width,
+                                          int64_t scratch_width = 0) {
   const int64_t n = r.num_nodes();
   const int64_t d = r.has_input() ? CostDim(r.input(), -1) : 0;
   const int64_t elem = r.has_input() ? CostElementBytes(r.input().dtype()) : 4;
@@ -32,7 +34,7 @@ absl::StatusOr<SchemeCost> StructuralCost(const v1::GraphRequest& r, int64_t wid
   const CostBytes encoding = CostBytes::Product({n, width, 4});
   const CostBytes out = CostBytes::Product({n, CostSizeSum(d, width), elem});
   const CostBytes work = CostBytes::Product({static_cast<int64_t>(r.edges_size()), 24}) +
-                         CostBytes::Product({n, 64}) +
+                         CostBytes::Product({n, 64 + 4 * scratch_width}) +
                          CostBytes::Product({static_cast<int64_t>(r.parents_size()), 8});
   return (in + encoding + out + out + work)
       .Cost("num_nodes, the encoding's width and the input width", /*slow=*/n > kCheapGraphNodes);
@@ -86,7 +88,11 @@ SchemeDescriptor GraphRandomWalkScheme() {
 
 SchemeDescriptor GraphShortestPathScheme() {
   SchemeDescriptor s = GraphScheme("graph_shortest_path", v1::SHORTEST_PATH);
-  s.graph_cost = [](const v1::GraphRequest& r) { return StructuralCost(r, r.anchors_size()); };
+  // The kernel threads search blocks of up to 16 anchors, each into its own [block, n]
+  // scratch: at most the anchors plus one block's rounding.
+  s.graph_cost = [](const v1::GraphRequest& r) {
+    return StructuralCost(r, r.anchors_size(), int64_t{r.anchors_size()} + 16);
+  };
   // INT32 hop distances; after `input`, numbers in its dtype.
   s.model =
       OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false}, {"input", kFloats, {-1, -1}, true}},

@@ -210,7 +210,18 @@ class CallRunner {
   grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context, SchemeLabel scheme,
                                        const std::string& request_id,
                                        const absl::StatusOr<CallCost>& cost, Response* response,
-                                       Handle handle) const;
+                                       Handle handle) const {
+    auto* reactor = context->DefaultReactor();
+    ServeUnaryWith(context, scheme, request_id, cost, response, std::move(handle),
+                   [reactor](grpc::Status status) { reactor->Finish(std::move(status)); });
+    return reactor;
+  }
+  // ServeUnary for a call with a reactor of its own (WireUnaryCall): the call is finished
+  // by reply(grpc::Status), once.
+  template <typename Response, typename Handle, typename Reply>
+  void ServeUnaryWith(grpc::CallbackServerContext* context, SchemeLabel scheme,
+                      const std::string& request_id, const absl::StatusOr<CallCost>& cost,
+                      Response* response, Handle handle, Reply reply) const;
 
   // One message of a stream: Run with the message's bytes alone, and the message counted
   // under `method` and `scheme` from `start` before done(CallOutcome) gets it. A message is
@@ -257,26 +268,23 @@ void CallRunner::Run(const absl::StatusOr<CallCost>& cost, Slot slot, const std:
   }
 }
 
-template <typename Response, typename Handle>
-grpc::ServerUnaryReactor* CallRunner::ServeUnary(grpc::CallbackServerContext* context,
-                                                 SchemeLabel scheme, const std::string& request_id,
-                                                 const absl::StatusOr<CallCost>& cost,
-                                                 Response* response, Handle handle) const {
-  auto* reactor = context->DefaultReactor();
+template <typename Response, typename Handle, typename Reply>
+void CallRunner::ServeUnaryWith(grpc::CallbackServerContext* context, SchemeLabel scheme,
+                                const std::string& request_id, const absl::StatusOr<CallCost>& cost,
+                                Response* response, Handle handle, Reply reply) const {
   std::shared_ptr<TrackedCall> call = CallOf(runtime_, context, scheme);
   call->request_id = Elide(request_id);
   if (call->late) {
-    reactor->Finish(kShuttingDown);
-    return reactor;
+    reply(kShuttingDown);
+    return;
   }
   Run(
       cost, Slot::kCall, /*request_id=*/"", [context] { return StoppedStatus(context); }, *response,
       std::move(handle),
-      [reactor, call = std::move(call)](CallOutcome outcome) {
+      [reply = std::move(reply), call = std::move(call)](CallOutcome outcome) mutable {
         call->ticket = std::move(outcome.ticket);
-        reactor->Finish(outcome.status);
+        reply(std::move(outcome.status));
       });
-  return reactor;
 }
 
 template <typename Response, typename Work, typename Done>

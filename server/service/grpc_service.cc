@@ -6,6 +6,7 @@
 
 #include "server/service/ordered_stream.h"
 #include "server/service/proto_convert.h"
+#include "server/service/wire_format.h"
 
 namespace posenc {
 namespace {
@@ -81,19 +82,26 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
 
 }  // namespace
 
-// The request messages are the service's (OwnedMessages) until the call is done: the
-// handlers work in place on their tensor bytes and move them into the responses.
+// The handlers work in place on the request's tensor bytes and move them into the
+// response, whose tensor is then handed to gRPC without a copy.
 grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
-                                                            const v1::EncodeRequest*,
-                                                            v1::EncodeResponse* response) {
-  v1::EncodeRequest* request = decltype(encode_messages_)::RequestOf(context);
-  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
-                            response, [this, context, request, response](const CancelCheck&) {
-                              SchemeLabel scheme;
-                              return ToGrpcStatus(handlers_.Encode(*request, *response, &scheme,
-                                                                   SharedMemoryOwner(context)),
-                                                  request->request_id());
-                            });
+                                                            const grpc::ByteBuffer* wire_request,
+                                                            grpc::ByteBuffer* wire_response) {
+  using Call = WireUnaryCall<v1::EncodeRequest, v1::EncodeResponse>;
+  auto* call = new Call(wire_response, &WriteEncodeResponse);
+  if (!call->Parse(*wire_request, MethodName(Method::kEncode))) return call;
+  v1::EncodeRequest* request = call->request();
+  v1::EncodeResponse* response = call->response();
+  runner_.ServeUnaryWith(
+      context, LabelOf(*request), request->request_id(), CostOf(*request), response,
+      [this, context, request, response](const CancelCheck&) {
+        SchemeLabel scheme;
+        return ToGrpcStatus(handlers_.Encode(*request, *response, &scheme,
+                                             SharedMemoryOwner(context)),
+                            request->request_id());
+      },
+      [call](grpc::Status status) { call->Reply(std::move(status)); });
+  return call;
 }
 
 // Each message's cost is computed once; the message is admitted, run (inline or on the
@@ -131,16 +139,23 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
-    grpc::CallbackServerContext* context, const v1::BiasRequest*, v1::BiasResponse* response) {
-  v1::BiasRequest* request = decltype(bias_messages_)::RequestOf(context);
-  return runner_.ServeUnary(context, LabelOf(*request), request->request_id(), CostOf(*request),
-                            response, [this, context, request, response](const CancelCheck&) {
-                              SchemeLabel scheme;
-                              return ToGrpcStatus(
-                                  handlers_.AttentionBias(*request, *response, &scheme,
-                                                          SharedMemoryOwner(context)),
-                                  request->request_id());
-                            });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire_request,
+    grpc::ByteBuffer* wire_response) {
+  using Call = WireUnaryCall<v1::BiasRequest, v1::BiasResponse>;
+  auto* call = new Call(wire_response, &WriteBiasResponse);
+  if (!call->Parse(*wire_request, MethodName(Method::kAttentionBias))) return call;
+  v1::BiasRequest* request = call->request();
+  v1::BiasResponse* response = call->response();
+  runner_.ServeUnaryWith(
+      context, LabelOf(*request), request->request_id(), CostOf(*request), response,
+      [this, context, request, response](const CancelCheck&) {
+        SchemeLabel scheme;
+        return ToGrpcStatus(handlers_.AttentionBias(*request, *response, &scheme,
+                                                    SharedMemoryOwner(context)),
+                            request->request_id());
+      },
+      [call](grpc::Status status) { call->Reply(std::move(status)); });
+  return call;
 }
 
 grpc::ServerWriteReactor<v1::TableChunk>* PositionalEncodingService::GetTable(

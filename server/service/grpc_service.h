@@ -2,7 +2,9 @@
 // call's (or stream message's) cost from the request once and hands it to the CallRunner
 // (refuse while draining, admit or refuse at once, run RequestHandlers inline or on the
 // WorkPool, check the response size, finish); the shared-memory rpcs are answered on
-// gRPC's thread. Thread-safe; owns nothing but its handlers.
+// gRPC's thread. Encode and AttentionBias take gRPC's raw path (WireUnaryCall): their
+// answers' tensor bytes reach gRPC without a copy (wire_format.h). Thread-safe; owns
+// nothing but its handlers.
 #pragma once
 
 #include "posenc/v1/posenc.grpc.pb.h"
@@ -12,13 +14,16 @@
 
 namespace posenc {
 
-class PositionalEncodingService final : public v1::PositionalEncoding::CallbackService {
+// The generated callback service with Encode and AttentionBias on the raw path.
+using PositionalEncodingBase = v1::PositionalEncoding::WithRawCallbackMethod_Encode<
+    v1::PositionalEncoding::WithRawCallbackMethod_AttentionBias<
+        v1::PositionalEncoding::CallbackService>>;
+
+class PositionalEncodingService final : public PositionalEncodingBase {
  public:
   // `runner` must outlive the service.
   PositionalEncodingService(const ServiceState& state, const CallRunner& runner)
       : handlers_(state), runner_(runner) {
-    SetMessageAllocatorFor_Encode(&encode_messages_);
-    SetMessageAllocatorFor_AttentionBias(&bias_messages_);
     SetMessageAllocatorFor_GraphEncode(&graph_messages_);
   }
 
@@ -26,14 +31,16 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
   // makes the server stop reading, so memory per stream stays bounded.
   static constexpr size_t kStreamWindow = 2;
 
+  using PositionalEncodingBase::AttentionBias;
+  using PositionalEncodingBase::Encode;
   grpc::ServerUnaryReactor* Encode(grpc::CallbackServerContext* context,
-                                   const v1::EncodeRequest* request,
-                                   v1::EncodeResponse* response) override;
+                                   const grpc::ByteBuffer* wire_request,
+                                   grpc::ByteBuffer* wire_response) override;
   grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>* EncodeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* AttentionBias(grpc::CallbackServerContext* context,
-                                          const v1::BiasRequest* request,
-                                          v1::BiasResponse* response) override;
+                                          const grpc::ByteBuffer* wire_request,
+                                          grpc::ByteBuffer* wire_response) override;
   grpc::ServerWriteReactor<v1::TableChunk>* GetTable(grpc::CallbackServerContext* context,
                                                      const v1::TableRequest* request) override;
   grpc::ServerUnaryReactor* ListSchemes(grpc::CallbackServerContext* context,
@@ -60,9 +67,7 @@ class PositionalEncodingService final : public v1::PositionalEncoding::CallbackS
  private:
   RequestHandlers handlers_;
   const CallRunner& runner_;
-  // The unary rpcs that work in place own their messages (owned_messages.h).
-  OwnedMessages<v1::EncodeRequest, v1::EncodeResponse> encode_messages_;
-  OwnedMessages<v1::BiasRequest, v1::BiasResponse> bias_messages_;
+  // GraphEncode works in place too, so it owns its messages (owned_messages.h).
   OwnedMessages<v1::GraphRequest, v1::GraphResponse> graph_messages_;
 };
 

@@ -50,9 +50,7 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const grp
 InferenceService::InferenceService(const ServiceState& state, const CallRunner& runner,
                                    const InferenceServiceOptions& options)
     : handlers_(state), runner_(runner), options_(options),
-      convert_(ConvertOptions{options.shm_enabled}) {
-  SetMessageAllocatorFor_ModelInfer(&infer_messages_);
-}
+      convert_(ConvertOptions{options.shm_enabled}) {}
 
 absl::StatusOr<CallCost> InferenceService::CostOfNative(const NativeRequest& native) {
   absl::StatusOr<CallCost> cost;
@@ -99,21 +97,28 @@ grpc::Status InferenceService::Run(NativeRequest& native, const CancelCheck& can
   return ToGrpcStatus(status, native.id);
 }
 
-// The request message is the service's (OwnedMessages) until the call is done: its raw
-// bytes move into the native request.
+// The request's raw bytes move into the native request, and the answer's from its result
+// to gRPC.
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const ModelInferRequest*,
-                                                       ModelInferResponse* response) {
-  ModelInferRequest* request = decltype(infer_messages_)::RequestOf(context);
+                                                       const grpc::ByteBuffer* wire_request,
+                                                       grpc::ByteBuffer* wire_response) {
+  using Call = WireUnaryCall<ModelInferRequest, ModelInferResponse>;
+  auto* call = new Call(wire_response, &WriteInferResponse);
+  if (!call->Parse(*wire_request, MethodName(Method::kModelInfer))) return call;
+  ModelInferRequest* request = call->request();
+  ModelInferResponse* response = call->response();
   absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(*request, convert_);
   absl::StatusOr<CallCost> cost =
       native.ok() ? CostOfNative(**native) : WithId(native.status(), request->id());
   if (native.ok()) (*native)->shm_owner = SharedMemoryOwner(context);
-  std::shared_ptr<NativeRequest> call(native.ok() ? std::move(*native) : nullptr);
-  return runner_.ServeUnary(context, LabelOfModel(request->model_name()), request->id(), cost,
-                            response, [this, call, response](const CancelCheck& cancelled) {
-                              return Run(*call, cancelled, *response);
-                            });
+  std::shared_ptr<NativeRequest> native_call(native.ok() ? std::move(*native) : nullptr);
+  runner_.ServeUnaryWith(
+      context, LabelOfModel(request->model_name()), request->id(), cost, response,
+      [this, native_call, response](const CancelCheck& cancelled) {
+        return Run(*native_call, cancelled, *response);
+      },
+      [call](grpc::Status status) { call->Reply(std::move(status)); });
+  return call;
 }
 
 void InferenceService::InferAsync(ModelInferRequest& request, ShmOwner shm_owner,

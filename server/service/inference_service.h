@@ -2,8 +2,9 @@
 // API) served beside posenc.v1 on the same port, on the same engine. Each model is a
 // scheme; ModelInfer converts its request to the native one (inference_convert.h) and runs
 // it through the same RequestHandlers and CallRunner (cost, admission, work pool, response
-// size) as posenc.v1's Encode, AttentionBias and GraphEncode. Metadata rpcs answer on gRPC's
-// thread. Thread-safe; owns nothing but its handlers.
+// size) as posenc.v1's Encode, AttentionBias and GraphEncode, on gRPC's raw path
+// (WireUnaryCall) so that its answer's tensor bytes reach gRPC without a copy. Metadata
+// rpcs answer on gRPC's thread. Thread-safe; owns nothing but its handlers.
 #pragma once
 
 #include <string>
@@ -24,7 +25,11 @@ struct InferenceServiceOptions {
   bool shm_enabled = false;
 };
 
-class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+// The generated callback service with ModelInfer on the raw path.
+using InferenceServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+    inference::GRPCInferenceService::CallbackService>;
+
+class InferenceService final : public InferenceServiceBase {
  public:
   // `runner` must outlive the service.
   InferenceService(const ServiceState& state, const CallRunner& runner,
@@ -73,9 +78,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
+  using InferenceServiceBase::ModelInfer;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* wire_request,
+                                       grpc::ByteBuffer* wire_response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
@@ -108,8 +114,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   const CallRunner& runner_;
   const InferenceServiceOptions options_;
   const ConvertOptions convert_;
-  // ModelInfer takes its request's bytes, so it owns its messages (owned_messages.h).
-  OwnedMessages<inference::ModelInferRequest, inference::ModelInferResponse> infer_messages_;
 };
 
 }  // namespace posenc

@@ -451,5 +451,82 @@ class SharedMemoryTest(unittest.TestCase):
             self.assertEqual(client.shared_memory_status(), [])
 
 
+class WireBytesTest(unittest.TestCase):
+    """The server hands large tensors to gRPC as slices of their own (wire_format.h). What
+    arrives must be the bytes stock protobuf serializes: each raw response parsed by Python's
+    protobuf and serialized again is the same bytes, and carries the expected tensor."""
+
+    def raw_call(self, method, request):
+        channel = grpc.insecure_channel(TARGET, options=[
+            ("grpc.max_receive_message_length", 64 << 20)])
+        self.addCleanup(channel.close)
+        call = channel.unary_unary("/posenc.v1.PositionalEncoding/" + method,
+                                   request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=None)
+        return call(request)
+
+    def assert_canonical(self, raw, message_type):
+        parsed = message_type()
+        parsed.ParseFromString(raw)
+        self.assertEqual(parsed.SerializeToString(), raw)
+        return parsed
+
+    def test_encode_every_dtype_and_size(self):
+        pb = posenc.pb
+        rng = np.random.default_rng(3)
+        for dtype, np_dtype in [(pb.FLOAT32, np.float32), (pb.FLOAT16, np.float16),
+                                (pb.BFLOAT16, np.uint16)]:
+            for seq in (1, 7, 64, 1024):  # 64 B to 256 KiB: one slice, and own slices
+                x = rng.standard_normal((1, seq, 32)).astype(np.float32)
+                data = x.astype(np_dtype).tobytes() if np_dtype != np.uint16 else \
+                    (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+                request = pb.EncodeRequest(
+                    request_id="w%d" % seq,
+                    input=pb.Tensor(shape=[1, seq, 32], dtype=dtype, data=data),
+                    sinusoidal=pb.Sinusoidal())
+                response = self.assert_canonical(self.raw_call("Encode", request),
+                                                 pb.EncodeResponse)
+                self.assertEqual(response.request_id, "w%d" % seq)
+                self.assertEqual(list(response.output.shape), [1, seq, 32])
+                self.assertEqual(len(response.output.data), len(data))
+                if dtype == pb.FLOAT32:
+                    got = np.frombuffer(response.output.data, np.float32).reshape(1, seq, 32)
+                    assert_close(self, got, x + sinusoidal_ref(range(seq), 32)[None],
+                                 F32_ATOL, "raw Encode")
+
+    def test_rope_with_key_and_bias(self):
+        pb = posenc.pb
+        q = np.ones((1, 300, 4, 16), np.float32)
+        request = pb.EncodeRequest(
+            input=pb.Tensor(shape=q.shape, dtype=pb.FLOAT32, data=q.tobytes()),
+            key=pb.Tensor(shape=[1, 300, 2, 16], dtype=pb.FLOAT32, data=q[:, :, :2].tobytes()),
+            rope=pb.Rope())
+        response = self.assert_canonical(self.raw_call("Encode", request), pb.EncodeResponse)
+        self.assertEqual(len(response.output.data), q.nbytes)
+        self.assertEqual(len(response.key_output.data), q.nbytes // 2)
+        for scheme in (pb.BiasRequest(query_length=40, key_length=50,
+                                      alibi=pb.Alibi(num_heads=8)),
+                       pb.BiasRequest(query_length=40, key_length=50, t5=pb.T5Bias())):
+            response = self.assert_canonical(self.raw_call("AttentionBias", scheme),
+                                             pb.BiasResponse)
+            self.assertGreater(len(response.output.data), 4096)
+
+    def test_errors_are_statuses(self):
+        pb = posenc.pb
+        bad = pb.EncodeRequest(input=pb.Tensor(shape=[1, 2, 8], dtype=pb.FLOAT32, data=b"x"),
+                               sinusoidal=pb.Sinusoidal())
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.raw_call("Encode", bad)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        channel = grpc.insecure_channel(TARGET)
+        self.addCleanup(channel.close)
+        garbage = channel.unary_unary("/posenc.v1.PositionalEncoding/Encode",
+                                      request_serializer=None, response_deserializer=None)
+        with self.assertRaises(grpc.RpcError) as caught:
+            garbage(b"\xff\xff\xff")
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("not a valid message for Encode", caught.exception.details())
+
+
 if __name__ == "__main__":
     unittest.main()

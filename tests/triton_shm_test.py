@@ -285,9 +285,9 @@ def graph_and_overlap(lib, client, region):
 
 
 def raw_answers_are_protobufs_bytes(port):
-    """ModelInfer's answers are written by hand around their tensors (wire_format.h): the raw
-    bytes, parsed by stock protobuf and serialized again, must be the same bytes. Small and
-    large (own-slice) raw outputs, with and without a key output."""
+    """ModelInfer's and ModelStreamInfer's answers are written by hand around their tensors
+    (wire_format.h): the raw bytes, parsed by stock protobuf and serialized again, must be the
+    same bytes. Small and large (own-slice) raw outputs, a query and a key output each."""
     import grpc
     from inference import grpc_service_pb2 as pb
     channel = grpc.insecure_channel("127.0.0.1:%d" % port)
@@ -309,6 +309,15 @@ def raw_answers_are_protobufs_bytes(port):
         check([len(c) for c in parsed.raw_output_contents] == [q.nbytes, k.nbytes],
               "rope seq %d: both outputs arrive whole" % seq)
         check(parsed.id == "raw-%d" % seq, "rope seq %d: the id comes back" % seq)
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                       request_serializer=lambda m: m.SerializeToString(),
+                                       response_deserializer=None)
+        for raw in stream(iter([request, request])):
+            streamed = pb.ModelStreamInferResponse()
+            streamed.ParseFromString(raw)
+            check(streamed.SerializeToString() == raw and not streamed.error_message
+                  and streamed.infer_response == parsed,
+                  "rope seq %d: ModelStreamInfer's bytes are protobuf's, as ModelInfer's" % seq)
     channel.close()
 
 

@@ -110,6 +110,26 @@ TEST(WireFormat, InferResponsesAreProtobufsBytes) {
   }
 }
 
+TEST(WireFormat, StreamInferResponsesAreProtobufsBytes) {
+  for (size_t size : kSizes) {
+    for (int variant = 0; variant < 3; ++variant) {
+      inference::ModelStreamInferResponse response;
+      if (variant != 1) {
+        auto* infer = response.mutable_infer_response();
+        infer->set_model_name("sinusoidal");
+        infer->set_id("s");
+        infer->add_outputs()->set_name("output");
+        infer->add_raw_output_contents(Pattern(size, 5));
+        infer->add_raw_output_contents(Pattern(size / 3, 6));
+      }
+      if (variant != 0) response.set_error_message("input: wrong size");
+      const std::string expected = response.SerializeAsString();
+      ASSERT_EQ(Joined(WriteStreamInferResponse(response)), expected)
+          << size << " variant " << variant;
+    }
+  }
+}
+
 // The tensor's own buffer is what gRPC gets, and it stays alive after the message is gone.
 TEST(WireFormat, LargeTensorIsHandedOverAndOutlivesTheMessage) {
   grpc::ByteBuffer buffer;

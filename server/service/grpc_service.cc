@@ -109,9 +109,9 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
 // fails is answered with EncodeResponse.error and the stream goes on (as ModelStreamInfer
 // does). The stream itself is counted (by the CallTracker) only when it ends in an error
 // no message carried.
-grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
-  using Reactor = OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse>;
+  using Reactor = OrderedStreamReactor<v1::EncodeRequest, v1::EncodeResponse, kRawWire>;
   CallRunner::OpenedStream stream = runner_.OpenStream(context, Method::kEncodeStream);
   auto handle = [this, owner = SharedMemoryOwner(context)](v1::EncodeRequest& request,
                                                            v1::EncodeResponse& response,
@@ -135,7 +135,8 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
           std::move(reply)(grpc::Status::OK, std::move(outcome.ticket));
         });
   };
-  return new Reactor(kStreamWindow, handle, std::move(stream.on_finish), stream.refusal);
+  return new Reactor({&WriteEncodeResponse, MethodName(Method::kEncodeStream)}, kStreamWindow,
+                     handle, std::move(stream.on_finish), stream.refusal);
 }
 
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(

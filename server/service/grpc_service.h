@@ -2,8 +2,9 @@
 // call's (or stream message's) cost from the request once and hands it to the CallRunner
 // (refuse while draining, admit or refuse at once, run RequestHandlers inline or on the
 // WorkPool, check the response size, finish); the shared-memory rpcs are answered on
-// gRPC's thread. Encode and AttentionBias take gRPC's raw path (WireUnaryCall): their
-// answers' tensor bytes reach gRPC without a copy (wire_format.h). Thread-safe; owns
+// gRPC's thread. Encode, EncodeStream and AttentionBias take gRPC's raw path
+// (WireUnaryCall, OrderedStreamReactor's kRawWire): their answers' tensor bytes reach gRPC
+// without a copy (wire_format.h). Thread-safe; owns
 // nothing but its handlers.
 #pragma once
 
@@ -14,10 +15,20 @@
 
 namespace posenc {
 
-// The generated callback service with Encode and AttentionBias on the raw path.
-using PositionalEncodingBase = v1::PositionalEncoding::WithRawCallbackMethod_Encode<
-    v1::PositionalEncoding::WithRawCallbackMethod_AttentionBias<
-        v1::PositionalEncoding::CallbackService>>;
+// The generated service on the callback API, with the tensor rpcs but GetTable and
+// GraphEncode on the raw path (CallbackService with those methods swapped for their
+// WithRawCallbackMethod_ versions).
+using PositionalEncodingApi = v1::PositionalEncoding;
+using PositionalEncodingBase = PositionalEncodingApi::WithRawCallbackMethod_Encode<
+    PositionalEncodingApi::WithRawCallbackMethod_EncodeStream<
+        PositionalEncodingApi::WithRawCallbackMethod_AttentionBias<
+            PositionalEncodingApi::WithCallbackMethod_GetTable<
+                PositionalEncodingApi::WithCallbackMethod_ListSchemes<
+                    PositionalEncodingApi::WithCallbackMethod_GraphEncode<
+                        PositionalEncodingApi::WithCallbackMethod_RegisterSharedMemory<
+                            PositionalEncodingApi::WithCallbackMethod_UnregisterSharedMemory<
+                                PositionalEncodingApi::WithCallbackMethod_SharedMemoryStatus<
+                                    PositionalEncodingApi::Service>>>>>>>>>;
 
 class PositionalEncodingService final : public PositionalEncodingBase {
  public:
@@ -33,10 +44,11 @@ class PositionalEncodingService final : public PositionalEncodingBase {
 
   using PositionalEncodingBase::AttentionBias;
   using PositionalEncodingBase::Encode;
+  using PositionalEncodingBase::EncodeStream;
   grpc::ServerUnaryReactor* Encode(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* wire_request,
                                    grpc::ByteBuffer* wire_response) override;
-  grpc::ServerBidiReactor<v1::EncodeRequest, v1::EncodeResponse>* EncodeStream(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* EncodeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* AttentionBias(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* wire_request,

@@ -146,9 +146,9 @@ void InferenceService::InferAsync(ModelInferRequest& request, ShmOwner shm_owner
 // conversion is work too; converted, it is admitted and run right there by the CallRunner
 // and counted with its model's scheme. As in Triton, a failed request answers with
 // error_message and the stream goes on.
-grpc::ServerBidiReactor<ModelInferRequest, ModelStreamInferResponse>*
-InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  using Reactor = OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse>;
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* InferenceService::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
+  using Reactor = OrderedStreamReactor<ModelInferRequest, ModelStreamInferResponse, kRawWire>;
   CallRunner::OpenedStream stream = runner_.OpenStream(context, Method::kModelStreamInfer);
   // The stream's connection, named once: every message's regions are its.
   auto handle = [this, context, owner = SharedMemoryOwner(context)](
@@ -183,7 +183,8 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
       runner_.runtime().pool->Submit(placement.lane, std::move(job));
     }
   };
-  return new Reactor(kStreamWindow, handle, std::move(stream.on_finish), stream.refusal);
+  return new Reactor({&WriteStreamInferResponse, MethodName(Method::kModelStreamInfer)},
+                     kStreamWindow, handle, std::move(stream.on_finish), stream.refusal);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,

@@ -3,7 +3,8 @@
 // scheme; ModelInfer converts its request to the native one (inference_convert.h) and runs
 // it through the same RequestHandlers and CallRunner (cost, admission, work pool, response
 // size) as posenc.v1's Encode, AttentionBias and GraphEncode, on gRPC's raw path
-// (WireUnaryCall) so that its answer's tensor bytes reach gRPC without a copy. Metadata
+// (WireUnaryCall; ModelStreamInfer too, OrderedStreamReactor's kRawWire) so that the
+// answers' tensor bytes reach gRPC without a copy. Metadata
 // rpcs answer on gRPC's thread. Thread-safe; owns nothing but its handlers.
 #pragma once
 
@@ -25,9 +26,23 @@ struct InferenceServiceOptions {
   bool shm_enabled = false;
 };
 
-// The generated callback service with ModelInfer on the raw path.
-using InferenceServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-    inference::GRPCInferenceService::CallbackService>;
+// The generated service on the callback API, with ModelInfer and ModelStreamInfer on the
+// raw path (CallbackService with those two swapped for their WithRawCallbackMethod_
+// versions).
+using InferenceApi = inference::GRPCInferenceService;
+using InferenceServiceBase =
+    InferenceApi::WithCallbackMethod_ServerLive<InferenceApi::WithCallbackMethod_ServerReady<
+        InferenceApi::WithCallbackMethod_ModelReady<InferenceApi::WithCallbackMethod_ServerMetadata<
+            InferenceApi::WithCallbackMethod_ModelMetadata<
+                InferenceApi::WithRawCallbackMethod_ModelInfer<
+                    InferenceApi::WithRawCallbackMethod_ModelStreamInfer<
+                        InferenceApi::WithCallbackMethod_ModelConfig<
+                            InferenceApi::WithCallbackMethod_RepositoryIndex<
+                                InferenceApi::WithCallbackMethod_SystemSharedMemoryStatus<
+                                    InferenceApi::WithCallbackMethod_SystemSharedMemoryRegister<
+                                        InferenceApi::
+                                            WithCallbackMethod_SystemSharedMemoryUnregister<
+                                                InferenceApi::Service>>>>>>>>>>>>;
 
 class InferenceService final : public InferenceServiceBase {
  public:
@@ -79,11 +94,12 @@ class InferenceService final : public InferenceServiceBase {
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
   using InferenceServiceBase::ModelInfer;
+  using InferenceServiceBase::ModelStreamInfer;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* wire_request,
                                        grpc::ByteBuffer* wire_response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;

@@ -7,6 +7,12 @@
 // The handler answers where it chooses (on the reactor's thread, or on a worker pool) by
 // calling its Reply. One request of a stream is handled at a time, so order is kept.
 //
+// On gRPC's typed path the reactor is a ServerBidiReactor<Request, Response>. On the raw
+// path (the generated WithRawCallbackMethod_*: OrderedStreamReactor<Req, Resp, kRawWire>)
+// it reads and writes grpc::ByteBuffers: each request is parsed here (ParseWireRequest),
+// and each answer is written by the RawWire's `write` (wire_format.h: the tensor bytes
+// handed to gRPC without a copy) as soon as it is made.
+//
 //   return new OrderedStreamReactor<Req, Resp>(
 //       2, OrderedStreamReactor<Req, Resp>::Inline([](Req& in, Resp& out) { ...; return OK; }));
 #pragma once
@@ -16,18 +22,33 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 #include "server/service/admission.h"
+#include "server/service/wire_format.h"
 
 namespace posenc {
 
-template <typename Request, typename Response>
-class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Response> {
+inline constexpr bool kRawWire = true;
+
+template <typename Request, typename Response, bool kRaw = false>
+class OrderedStreamReactor final
+    : public grpc::ServerBidiReactor<std::conditional_t<kRaw, grpc::ByteBuffer, Request>,
+                                     std::conditional_t<kRaw, grpc::ByteBuffer, Response>> {
  public:
+  // The raw path's two ends: how an answer is written, and the rpc's name for the error a
+  // request that does not parse ends the stream with (INVALID_ARGUMENT).
+  struct RawWire {
+    grpc::ByteBuffer (*write)(Response&) = nullptr;
+    const char* method = "";
+  };
+
   // Delivers one answer, exactly once, from any thread: its status (a non-OK status ends
   // the stream with it once the earlier answers are out) and the admission the answer was
   // computed under, which the stream holds until that answer has been written (or
@@ -54,7 +75,13 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   // With a non-OK `refuse`, the stream finishes at once with it and reads nothing.
   OrderedStreamReactor(size_t window, Handler handler, OnFinish on_finish = nullptr,
                        grpc::Status refuse = grpc::Status::OK)
-      : window_(window), handler_(std::move(handler)), on_finish_(std::move(on_finish)) {
+      : OrderedStreamReactor(RawWire(), window, std::move(handler), std::move(on_finish),
+                             std::move(refuse)) {}
+  // The raw path's constructor (kRaw); `wire.write` is required.
+  OrderedStreamReactor(RawWire wire, size_t window, Handler handler, OnFinish on_finish = nullptr,
+                       grpc::Status refuse = grpc::Status::OK)
+      : wire_(wire), window_(window), handler_(std::move(handler)),
+        on_finish_(std::move(on_finish)) {
     if (!refuse.ok()) {
       Finishing finishing;
       {
@@ -68,7 +95,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
     }
     std::lock_guard<std::mutex> lock(mu_);
     reading_ = true;
-    this->StartRead(&request_);
+    this->StartRead(ReadTarget());
   }
 
   void OnReadDone(bool ok) override {
@@ -76,13 +103,28 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       Handled(ok, Pending(), grpc::Status::OK);
       return;
     }
+    if constexpr (kRaw) {
+      const bool parsed = ParseWireRequest(wire_request_, request_);
+      wire_request_.Clear();
+      if (!parsed) {
+        Refused(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat("the request is not a valid message for ", wire_.method)));
+        return;
+      }
+    }
     // Handled outside the lock: nothing touches request_ until the Reply calls Handled.
     auto response = std::make_unique<Response>();
     Response& out = *response;
     handler_(request_, out,
              [this, response = std::move(response)](grpc::Status status,
                                                     Admission::Ticket ticket) mutable {
-               Handled(true, Pending{std::move(response), std::move(ticket)}, status);
+               Pending pending{std::move(response), {}, std::move(ticket)};
+               if constexpr (kRaw) {
+                 if (status.ok()) pending.wire = wire_.write(*pending.response);
+                 pending.response.reset();
+               }
+               Handled(true, std::move(pending), status);
              });
   }
 
@@ -99,11 +141,43 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
   void OnDone() override { delete this; }
 
  private:
-  // An answer waiting to be written, with the admission it holds until then.
+  // An answer waiting to be written (the response, or on the raw path its bytes), with
+  // the admission it holds until then.
   struct Pending {
     std::unique_ptr<Response> response;
+    grpc::ByteBuffer wire;
     Admission::Ticket ticket;
   };
+
+  auto* ReadTarget() {
+    if constexpr (kRaw) {
+      return &wire_request_;
+    } else {
+      return &request_;
+    }
+  }
+  auto* WriteSource(Pending& pending) {
+    if constexpr (kRaw) {
+      return &pending.wire;
+    } else {
+      return pending.response.get();
+    }
+  }
+
+  // A request that cannot be answered at all ends the stream with `status`, once the
+  // queued answers are out; it was no handler's (the stream counts it).
+  void Refused(const grpc::Status& status) {
+    Finishing finishing;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reading_ = false;
+      reads_done_ = true;
+      final_status_ = status;
+      from_handler_ = false;
+      finishing = TakeFinishLocked();
+    }
+    if (finishing.finish) FinishWith(finishing);
+  }
 
   // REQUIRES: mu_ held.
   void WriteDoneLocked(bool ok) {
@@ -117,7 +191,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       from_handler_ = false;
     } else if (!queue_.empty()) {
       writing_ = true;
-      this->StartWrite(queue_.front().response.get());
+      this->StartWrite(WriteSource(queue_.front()));
     }
     MaybeReadLocked();
   }
@@ -149,7 +223,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
       queue_.push_back(std::move(pending));
       if (!writing_) {
         writing_ = true;
-        this->StartWrite(queue_.front().response.get());
+        this->StartWrite(WriteSource(queue_.front()));
       }
       MaybeReadLocked();
     }
@@ -160,7 +234,7 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
     if (!reading_ && !reads_done_ && !broken_ && queue_.size() < window_) {
       request_.Clear();
       reading_ = true;
-      this->StartRead(&request_);
+      this->StartRead(ReadTarget());
     }
   }
   // Whether the caller is the one to finish the stream, and with what.
@@ -192,10 +266,13 @@ class OrderedStreamReactor final : public grpc::ServerBidiReactor<Request, Respo
     this->Finish(finishing.status);
   }
 
+  const RawWire wire_;
   const size_t window_;
   const Handler handler_;
   const OnFinish on_finish_;
   Request request_;
+  // The raw path's read buffer (unused on the typed path).
+  std::conditional_t<kRaw, grpc::ByteBuffer, char> wire_request_{};
   std::mutex mu_;
   std::deque<Pending> queue_;  // front is being written
   bool reading_ = false;

@@ -71,7 +71,25 @@ class SliceWriter {
     header_.append(view.substr(others.size() - shm_bytes));
   }
 
-  void Raw(std::string_view bytes) { header_.append(bytes); }
+  // A ModelInferResponse: the whole message, or with `field` > 0 that field of an enclosing
+  // one. raw_output_contents (6) is its last field: with its elements emptied, protobuf
+  // writes the others and then two bytes (tag, zero length) per element, which are
+  // replaced by the elements themselves.
+  void InferResponse(inference::ModelInferResponse& response, int field) {
+    const int n = response.raw_output_contents_size();
+    std::vector<std::string> contents(n);
+    for (int i = 0; i < n; ++i) contents[i].swap(*response.mutable_raw_output_contents(i));
+    const std::string others = response.SerializePartialAsString();
+    const size_t head = others.size() - 2 * static_cast<size_t>(n);
+    if (field > 0) {
+      size_t size = head;
+      for (const std::string& content : contents) size += FieldBytes(content.size());
+      Tag(field);
+      Varint(size);
+    }
+    header_.append(std::string_view(others).substr(0, head));
+    for (std::string& content : contents) Bytes(6, content);
+  }
 
   grpc::ByteBuffer Finish() {
     Flush();
@@ -121,17 +139,16 @@ grpc::ByteBuffer WriteBiasResponse(v1::BiasResponse& response) {
   return writer.Finish();
 }
 
-// raw_output_contents (6) is the last field: with its elements emptied, protobuf writes the
-// others and then two bytes (tag, zero length) per element, which are replaced by the
-// elements themselves.
 grpc::ByteBuffer WriteInferResponse(inference::ModelInferResponse& response) {
-  const int n = response.raw_output_contents_size();
-  std::vector<std::string> contents(n);
-  for (int i = 0; i < n; ++i) contents[i].swap(*response.mutable_raw_output_contents(i));
-  const std::string others = response.SerializePartialAsString();
   SliceWriter writer;
-  writer.Raw(std::string_view(others).substr(0, others.size() - 2 * static_cast<size_t>(n)));
-  for (std::string& content : contents) writer.Bytes(6, content);
+  writer.InferResponse(response, /*field=*/0);
+  return writer.Finish();
+}
+
+grpc::ByteBuffer WriteStreamInferResponse(inference::ModelStreamInferResponse& response) {
+  SliceWriter writer;
+  writer.String(1, response.error_message());
+  if (response.has_infer_response()) writer.InferResponse(*response.mutable_infer_response(), 2);
   return writer.Finish();
 }
 

@@ -1,6 +1,7 @@
 // The tensor rpcs' messages on the wire without a copy of their tensor bytes. A response is
 // written as protobuf would serialize it, byte for byte, except that each tensor's bytes
-// (Tensor.data, ModelInferResponse.raw_output_contents) are not copied: they move out of
+// (Tensor.data, ModelInferResponse.raw_output_contents, also inside a stream's answer) are
+// not copied: they move out of
 // the message into a gRPC slice of their own, which frees them once gRPC has sent them,
 // and the small fields around them go through protobuf into short header slices (the
 // pattern of TensorFlow's grpc_tensor_coding and envoy's gRPC codec). A request is parsed
@@ -24,6 +25,7 @@ inline constexpr size_t kOwnSliceBytes = 4096;
 grpc::ByteBuffer WriteEncodeResponse(v1::EncodeResponse& response);
 grpc::ByteBuffer WriteBiasResponse(v1::BiasResponse& response);
 grpc::ByteBuffer WriteInferResponse(inference::ModelInferResponse& response);
+grpc::ByteBuffer WriteStreamInferResponse(inference::ModelStreamInferResponse& response);
 
 // Parses `bytes` into `message` (merged into what it holds: pass a clear one). False when
 // they are not a valid message of its type.

@@ -511,6 +511,31 @@ class WireBytesTest(unittest.TestCase):
                                              pb.BiasResponse)
             self.assertGreater(len(response.output.data), 4096)
 
+    def test_encode_stream_answers_and_errors(self):
+        pb = posenc.pb
+        channel = grpc.insecure_channel(TARGET)
+        self.addCleanup(channel.close)
+        stream = channel.stream_stream("/posenc.v1.PositionalEncoding/EncodeStream",
+                                       request_serializer=lambda m: m.SerializeToString(),
+                                       response_deserializer=None)
+        sizes = [1, 200, 3, 1024]
+        requests = [pb.EncodeRequest(request_id=str(n), sinusoidal=pb.Sinusoidal(),
+                                     input=pb.Tensor(shape=[1, n, 16], dtype=pb.FLOAT32,
+                                                     data=bytes(64 * n)))
+                    for n in sizes]
+        requests.insert(2, pb.EncodeRequest(request_id="bad", sinusoidal=pb.Sinusoidal(),
+                                            input=pb.Tensor(shape=[2], data=b"x")))
+        answers = [self.assert_canonical(raw, pb.EncodeResponse) for raw in stream(iter(requests))]
+        self.assertEqual([a.request_id for a in answers], ["1", "200", "bad", "3", "1024"])
+        self.assertEqual([len(a.output.data) for a in answers], [64, 12800, 0, 192, 65536])
+        self.assertEqual(answers[2].error.code, grpc.StatusCode.INVALID_ARGUMENT.value[0])
+        garbage = channel.stream_stream("/posenc.v1.PositionalEncoding/EncodeStream",
+                                        request_serializer=None, response_deserializer=None)
+        with self.assertRaises(grpc.RpcError) as caught:
+            list(garbage(iter([requests[0].SerializeToString(), b"\xff\xff"])))
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("not a valid message for EncodeStream", caught.exception.details())
+
     def test_errors_are_statuses(self):
         pb = posenc.pb
         bad = pb.EncodeRequest(input=pb.Tensor(shape=[1, 2, 8], dtype=pb.FLOAT32, data=b"x"),

@@ -39,6 +39,9 @@ STEPS = [
     ("response serialise (protobuf; the echo's too)",
      r"GenericSerialize<grpc::ProtoBufferWriter, (posenc::v1::EncodeResponse|"
      r"inference::ModelInferResponse|inference::ModelStreamInferResponse)>"),
+    ("request parse (posenc's raw path: ParseWireRequest)", r"posenc::ParseWireRequest\("),
+    ("response write (posenc's raw path: wire_format.h's Write*)",
+     r"posenc::Write(Encode|Bias|Infer|StreamInfer)Response\("),
     ("call tracking: arrival (CallTracker::Arrive)", r"posenc::CallTracker::Arrive\("),
     ("call tracking: handler's lookup (CallTracker::Find)", r"posenc::CallTracker::Find\("),
     ("call tracking: end (CallTracker::End)", r"posenc::CallTracker::End\("),

@@ -84,6 +84,18 @@ TEST(WireFormat, BiasResponsesAreProtobufsBytes) {
   EXPECT_EQ(Joined(WriteBiasResponse(empty)), "");
 }
 
+TEST(WireFormat, TableChunksAreProtobufsBytes) {
+  for (int64_t first : {int64_t{0}, int64_t{1}, int64_t{300}, int64_t{-1}, int64_t{1} << 40}) {
+    for (size_t size : kSizes) {
+      v1::TableChunk chunk;
+      chunk.set_first_position(first);
+      FillTensor(*chunk.mutable_rows(), size, 4, false);
+      const std::string expected = chunk.SerializeAsString();
+      ASSERT_EQ(Joined(WriteTableChunk(chunk)), expected) << first << " " << size;
+    }
+  }
+}
+
 TEST(WireFormat, InferResponsesAreProtobufsBytes) {
   for (int outputs = 0; outputs <= 3; ++outputs) {
     for (size_t size : kSizes) {

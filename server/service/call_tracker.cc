@@ -38,7 +38,18 @@ std::optional<Method> TrackedMethod(const char* full_name) {
   return std::nullopt;
 }
 
-// A unary rpc's (or GetTable's) CallRecord, fed by gRPC's interceptor hooks.
+bool HasOwnRecord(Method method) {
+  switch (method) {
+    case Method::kEncode:
+    case Method::kEncodeStream:
+    case Method::kAttentionBias:
+    case Method::kModelInfer:
+    case Method::kModelStreamInfer: return true;
+    default: return false;
+  }
+}
+
+// A typed unary rpc's (or GetTable's) CallRecord, fed by gRPC's interceptor hooks.
 class TrackingInterceptor final : public grpc::experimental::Interceptor {
  public:
   TrackingInterceptor(CallTracker* tracker, grpc::experimental::ServerRpcInfo* info, Method method)
@@ -121,10 +132,10 @@ class TrackingFactory final : public grpc::experimental::ServerInterceptorFactor
       grpc::experimental::ServerRpcInfo* info) override {
     const std::optional<Method> method = TrackedMethod(info->method());
     if (!method) return new PeerInterceptor(tracker_, info);
-    // A bidirectional stream's reactor keeps its own CallRecord: no hooks on its reads and
-    // writes. (An unparseable stream message ends the reads; there is no bare
-    // UNIMPLEMENTED to rewrite.)
-    if (*method == Method::kEncodeStream || *method == Method::kModelStreamInfer) return nullptr;
+    // The rpcs on gRPC's raw path keep their own CallRecord (a bidirectional stream's
+    // reactor, WireUnaryCall): no hooks on their batches. They parse their requests
+    // themselves, so there is no bare UNIMPLEMENTED to rewrite.
+    if (HasOwnRecord(*method)) return nullptr;
     return new TrackingInterceptor(tracker_, info, *method);
   }
 

@@ -1,10 +1,13 @@
-// Every posenc call from its arrival (headers received, before its message is read) to its
-// end: unary rpcs through a gRPC server interceptor, bidirectional streams through their
-// reactor's CallRecord (an interceptor costs every completed read and write of a call an
-// extra round trip through gRPC's core). It is the one place that:
+// Every posenc call from its arrival to its end: the typed unary rpcs (and GetTable)
+// through a gRPC server interceptor, the rpcs on gRPC's raw path (Encode, AttentionBias,
+// ModelInfer: WireUnaryCall; the two bidirectional streams: their reactor) through a
+// CallRecord of their own, since an interceptor costs every completed batch of a call an
+// extra round trip through gRPC's core. gRPC starts a unary call once its request has
+// arrived; a stream, once its headers have. It is the one place that:
 //   - counts calls in flight (posenc_inflight_requests) and every call's final code in
-//     posenc_requests_total, including calls no handler saw (an unparseable message, which
-//     it answers INVALID_ARGUMENT instead of gRPC's bare UNIMPLEMENTED);
+//     posenc_requests_total, including typed calls no handler saw (an unparseable message,
+//     which it answers INVALID_ARGUMENT instead of gRPC's bare UNIMPLEMENTED; the raw
+//     path parses and answers its own);
 //   - tells a handler whether its call arrived after the drain began (refused) or before
 //     (accepted: it runs to completion, even if it was still uploading at SIGTERM);
 //   - lets the drain wait until every accepted call has ended.

@@ -13,19 +13,27 @@ namespace {
 
 // GetTable: each chunk is computed on the pool only when the previous one has been written,
 // so a table of any length streams in bounded memory, and a client that goes away stops it.
-class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
+// On gRPC's raw path: the request is parsed here, and each chunk's rows are handed to gRPC
+// without a copy (WriteTableChunk).
+class TableReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   TableReactor(const PositionalEncodingService* service, grpc::CallbackServerContext* context,
-               const v1::TableRequest* request)
-      : service_(service), context_(context), request_(request),
-        call_(CallOf(service->runtime(), context, LabelOf(*request))) {
+               const grpc::ByteBuffer& wire_request)
+      : service_(service), context_(context),
+        call_(CallOf(service->runtime(), context, kNoScheme)) {
+    if (!ParseWireRequest(wire_request, request_)) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the request is not a valid message for GetTable"));
+      return;
+    }
+    call_->scheme.store(LabelOf(request_));
     if (call_->late) {
       Finish(kShuttingDown);
       return;
     }
     SchemeLabel scheme = kNoScheme;
-    absl::StatusOr<int64_t> rows = service_->handlers().PlanTable(*request_, &scheme);
-    absl::StatusOr<CallCost> cost = rows.ok() ? CostOf(*request_, *rows) : rows.status();
+    absl::StatusOr<int64_t> rows = service_->handlers().PlanTable(request_, &scheme);
+    absl::StatusOr<CallCost> cost = rows.ok() ? CostOf(request_, *rows) : rows.status();
     CallOutcome admitted;
     if (!service_->runner().Admit(cost, CallRunner::Slot::kCall, /*request_id=*/"", admitted)) {
       Finish(admitted.status);
@@ -49,7 +57,7 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
 
  private:
   void WriteNext() {
-    if (next_ >= request_->length()) {
+    if (next_ >= request_.length()) {
       Finish(grpc::Status::OK);
       return;
     }
@@ -58,26 +66,28 @@ class TableReactor final : public grpc::ServerWriteReactor<v1::TableChunk> {
         Finish(stopped);
         return;
       }
-      const int64_t n = std::min(rows_per_chunk_, request_->length() - next_);
+      const int64_t n = std::min(rows_per_chunk_, request_.length() - next_);
       chunk_.Clear();
-      absl::Status status = service_->handlers().TableChunk(*request_, next_, n, chunk_);
+      absl::Status status = service_->handlers().TableChunk(request_, next_, n, chunk_);
       if (!status.ok()) {
         Finish(ToGrpcStatus(status));
         return;
       }
       next_ += n;
-      StartWrite(&chunk_);
+      wire_chunk_ = WriteTableChunk(chunk_);
+      StartWrite(&wire_chunk_);
     });
   }
 
   const PositionalEncodingService* service_;
   grpc::CallbackServerContext* const context_;
-  const v1::TableRequest* request_;
+  v1::TableRequest request_;
   const std::shared_ptr<TrackedCall> call_;
   int64_t rows_per_chunk_ = 1;
   int64_t next_ = 0;
   Lane lane_ = Lane::kCheap;
   v1::TableChunk chunk_;
+  grpc::ByteBuffer wire_chunk_;  // chunk_ on the wire, until its write is done
 };
 
 }  // namespace
@@ -88,8 +98,9 @@ grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServer
                                                             const grpc::ByteBuffer* wire_request,
                                                             grpc::ByteBuffer* wire_response) {
   using Call = WireUnaryCall<v1::EncodeRequest, v1::EncodeResponse>;
-  auto* call = new Call(wire_response, &WriteEncodeResponse);
-  if (!call->Parse(*wire_request, MethodName(Method::kEncode))) return call;
+  auto* call =
+      new Call(context, runtime().tracker, Method::kEncode, wire_response, &WriteEncodeResponse);
+  if (!call->Parse(*wire_request)) return call;
   v1::EncodeRequest* request = call->request();
   v1::EncodeResponse* response = call->response();
   runner_.ServeUnaryWith(
@@ -143,8 +154,9 @@ grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire_request,
     grpc::ByteBuffer* wire_response) {
   using Call = WireUnaryCall<v1::BiasRequest, v1::BiasResponse>;
-  auto* call = new Call(wire_response, &WriteBiasResponse);
-  if (!call->Parse(*wire_request, MethodName(Method::kAttentionBias))) return call;
+  auto* call = new Call(context, runtime().tracker, Method::kAttentionBias, wire_response,
+                        &WriteBiasResponse);
+  if (!call->Parse(*wire_request)) return call;
   v1::BiasRequest* request = call->request();
   v1::BiasResponse* response = call->response();
   runner_.ServeUnaryWith(
@@ -159,9 +171,9 @@ grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
   return call;
 }
 
-grpc::ServerWriteReactor<v1::TableChunk>* PositionalEncodingService::GetTable(
-    grpc::CallbackServerContext* context, const v1::TableRequest* request) {
-  return new TableReactor(this, context, request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* PositionalEncodingService::GetTable(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire_request) {
+  return new TableReactor(this, context, *wire_request);
 }
 
 // Answered on gRPC's thread: it touches no tensor and allocates next to nothing.

@@ -2,9 +2,9 @@
 // call's (or stream message's) cost from the request once and hands it to the CallRunner
 // (refuse while draining, admit or refuse at once, run RequestHandlers inline or on the
 // WorkPool, check the response size, finish); the shared-memory rpcs are answered on
-// gRPC's thread. Encode, EncodeStream and AttentionBias take gRPC's raw path
-// (WireUnaryCall, OrderedStreamReactor's kRawWire): their answers' tensor bytes reach gRPC
-// without a copy (wire_format.h). Thread-safe; owns
+// gRPC's thread. Encode, EncodeStream, AttentionBias and GetTable take gRPC's raw path
+// (WireUnaryCall, OrderedStreamReactor's kRawWire, TableReactor): their answers' tensor
+// bytes reach gRPC without a copy (wire_format.h). Thread-safe; owns
 // nothing but its handlers.
 #pragma once
 
@@ -12,17 +12,18 @@
 #include "server/service/call_runner.h"
 #include "server/service/owned_messages.h"
 #include "server/service/request_handlers.h"
+#include "server/service/wire_unary_call.h"
 
 namespace posenc {
 
-// The generated service on the callback API, with the tensor rpcs but GetTable and
-// GraphEncode on the raw path (CallbackService with those methods swapped for their
-// WithRawCallbackMethod_ versions).
+// The generated service on the callback API, with the tensor rpcs but GraphEncode on the
+// raw path (CallbackService with those methods swapped for their WithRawCallbackMethod_
+// versions).
 using PositionalEncodingApi = v1::PositionalEncoding;
 using PositionalEncodingBase = PositionalEncodingApi::WithRawCallbackMethod_Encode<
     PositionalEncodingApi::WithRawCallbackMethod_EncodeStream<
         PositionalEncodingApi::WithRawCallbackMethod_AttentionBias<
-            PositionalEncodingApi::WithCallbackMethod_GetTable<
+            PositionalEncodingApi::WithRawCallbackMethod_GetTable<
                 PositionalEncodingApi::WithCallbackMethod_ListSchemes<
                     PositionalEncodingApi::WithCallbackMethod_GraphEncode<
                         PositionalEncodingApi::WithCallbackMethod_RegisterSharedMemory<
@@ -53,8 +54,9 @@ class PositionalEncodingService final : public PositionalEncodingBase {
   grpc::ServerUnaryReactor* AttentionBias(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* wire_request,
                                           grpc::ByteBuffer* wire_response) override;
-  grpc::ServerWriteReactor<v1::TableChunk>* GetTable(grpc::CallbackServerContext* context,
-                                                     const v1::TableRequest* request) override;
+  using PositionalEncodingBase::GetTable;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetTable(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire_request) override;
   grpc::ServerUnaryReactor* ListSchemes(grpc::CallbackServerContext* context,
                                         const v1::ListSchemesRequest* request,
                                         v1::ListSchemesResponse* response) override;

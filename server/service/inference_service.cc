@@ -103,8 +103,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* wire_request,
                                                        grpc::ByteBuffer* wire_response) {
   using Call = WireUnaryCall<ModelInferRequest, ModelInferResponse>;
-  auto* call = new Call(wire_response, &WriteInferResponse);
-  if (!call->Parse(*wire_request, MethodName(Method::kModelInfer))) return call;
+  auto* call =
+      new Call(context, runtime().tracker, Method::kModelInfer, wire_response, &WriteInferResponse);
+  if (!call->Parse(*wire_request)) return call;
   ModelInferRequest* request = call->request();
   ModelInferResponse* response = call->response();
   absl::StatusOr<std::unique_ptr<NativeRequest>> native = ToNativeRequest(*request, convert_);

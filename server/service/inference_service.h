@@ -14,8 +14,8 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/service/call_runner.h"
 #include "server/service/inference_convert.h"
-#include "server/service/owned_messages.h"
 #include "server/service/request_handlers.h"
+#include "server/service/wire_unary_call.h"
 
 namespace posenc {
 

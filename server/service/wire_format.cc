@@ -51,6 +51,13 @@ class SliceWriter {
     header_.append(value);
   }
 
+  // An int64 field, which proto3 writes only when it is not zero (negative: ten bytes).
+  void Int64(int field, int64_t value) {
+    if (value == 0) return;
+    Varint(static_cast<uint64_t>(field) << 3);  // wire type 0
+    Varint(static_cast<uint64_t>(value));
+  }
+
   void Message(int field, const google::protobuf::MessageLite& message) {
     Tag(field);
     Varint(message.ByteSizeLong());
@@ -136,6 +143,13 @@ grpc::ByteBuffer WriteBiasResponse(v1::BiasResponse& response) {
   SliceWriter writer;
   writer.String(1, response.request_id());
   if (response.has_output()) writer.Tensor(2, *response.mutable_output());
+  return writer.Finish();
+}
+
+grpc::ByteBuffer WriteTableChunk(v1::TableChunk& chunk) {
+  SliceWriter writer;
+  writer.Int64(1, chunk.first_position());
+  if (chunk.has_rows()) writer.Tensor(2, *chunk.mutable_rows());
   return writer.Finish();
 }
 

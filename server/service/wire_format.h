@@ -24,6 +24,7 @@ inline constexpr size_t kOwnSliceBytes = 4096;
 
 grpc::ByteBuffer WriteEncodeResponse(v1::EncodeResponse& response);
 grpc::ByteBuffer WriteBiasResponse(v1::BiasResponse& response);
+grpc::ByteBuffer WriteTableChunk(v1::TableChunk& chunk);
 grpc::ByteBuffer WriteInferResponse(inference::ModelInferResponse& response);
 grpc::ByteBuffer WriteStreamInferResponse(inference::ModelStreamInferResponse& response);
 

@@ -536,6 +536,21 @@ class WireBytesTest(unittest.TestCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("not a valid message for EncodeStream", caught.exception.details())
 
+    def test_table_chunks(self):
+        pb = posenc.pb
+        channel = grpc.insecure_channel(TARGET)
+        self.addCleanup(channel.close)
+        table = channel.unary_stream("/posenc.v1.PositionalEncoding/GetTable",
+                                     request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=None)
+        request = pb.TableRequest(sinusoidal=pb.Sinusoidal(), length=1000, dim=64,
+                                  rows_per_chunk=300)
+        chunks = [self.assert_canonical(raw, pb.TableChunk) for raw in table(request)]
+        self.assertEqual([c.first_position for c in chunks], [0, 300, 600, 900])
+        rows = np.concatenate([np.frombuffer(c.rows.data, np.float32).reshape(-1, 64)
+                               for c in chunks])
+        assert_close(self, rows, sinusoidal_ref(range(1000), 64), F32_ATOL, "raw GetTable")
+
     def test_errors_are_statuses(self):
         pb = posenc.pb
         bad = pb.EncodeRequest(input=pb.Tensor(shape=[1, 2, 8], dtype=pb.FLOAT32, data=b"x"),

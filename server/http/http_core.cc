@@ -209,6 +209,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       return Send(std::move(*answer));
     }
     state_kept_ = request_.state;
+    parser_->get().body().split = request_.body_split;
     if (parser_->is_done()) return Dispatch();
     if (!WantsContinue(request_)) return ReadBody();
     Lowest().expires_after(core_.options.write_timeout);
@@ -245,6 +246,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     state_ = State::kHandling;
     Lowest().expires_never();  // the work's time is not the client's
     request_.body = std::move(parser_->get().body().data);
+    request_.body_tail = std::move(parser_->get().body().tail);
     request_.grants = account_.TakeGrants();
     parser_.reset();
     HttpRespond respond = [self = this->shared_from_this()](HttpResponse r) mutable {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,7 +77,12 @@ struct HttpRequest {
   std::string path;    // the target's path, percent-decoded, without its query
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-case
   std::string body;
-  std::vector<std::unique_ptr<UploadBudget::Grant>> grants;  // what `body` holds
+  // Set by HttpHandler::Screen to read the body in two buffers: its first body_split bytes
+  // into `body`, the rest into `body_tail` (a buffer of its own, which the handler can then
+  // take, e.g. as a tensor, without a copy). The default: all of it into `body`.
+  size_t body_split = std::numeric_limits<size_t>::max();
+  std::string body_tail;
+  std::vector<std::unique_ptr<UploadBudget::Grant>> grants;  // what `body` and its tail hold
   std::string peer;                                          // "127.0.0.1:41234", "[::1]:41234"
   bool tls = false;
   // Set by HttpHandler::Screen; the core keeps a copy until the answer is written.

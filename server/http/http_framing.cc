@@ -42,17 +42,20 @@ int HexValue(char c) {
 
 }  // namespace
 
-bool UploadAccount::Reserve(std::string& data, size_t total) {
-  if (total <= data.capacity() && total <= granted_) return true;
+bool UploadAccount::Reserve(std::string& data, size_t total, size_t beside, size_t cap) {
+  if (total <= data.capacity() && total + beside <= granted_) return true;
   if (budget_ == nullptr) {
     if (total > data.capacity()) {
-      data.reserve(std::max(total, std::min(2 * data.capacity(), data.capacity() + kMaxStep)));
+      data.reserve(std::min(
+          cap, std::max(total, std::min(2 * data.capacity(), data.capacity() + kMaxStep))));
     }
     return true;
   }
-  // One step past `total`: what is held already (doubling), between the first and last step.
-  const size_t step = std::clamp<size_t>(data.size(), kFirstStep, kMaxStep);
-  const size_t want = std::max<size_t>(total, data.size() + step);
+  // One step past `total`: what is held already (doubling), between the first and last step;
+  // granted for the body as a whole, reserved in `data` up to its cap.
+  const size_t held = data.size() + beside;
+  const size_t step = std::clamp<size_t>(held, kFirstStep, kMaxStep);
+  const size_t want = std::max<size_t>(total + beside, held + step);
   const uint64_t more = want > granted_ ? want - granted_ : 0;
   if (more > 0) {
     absl::StatusOr<std::unique_ptr<UploadBudget::Grant>> grant = budget_->Take(more, granted_);
@@ -64,7 +67,7 @@ bool UploadAccount::Reserve(std::string& data, size_t total) {
     grants_.push_back(std::move(*grant));
     granted_ += more;
   }
-  data.reserve(want);
+  data.reserve(std::max(total, std::min(cap, want - beside)));
   return true;
 }
 

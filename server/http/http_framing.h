@@ -5,8 +5,10 @@
 // Not thread-safe (one connection's).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "boost/asio/buffer.hpp"
+#include "boost/beast/core/buffers_suffix.hpp"
 #include "boost/beast/core/error.hpp"
 #include "boost/beast/http/message.hpp"
 #include "boost/beast/http/parser.hpp"
@@ -33,8 +36,11 @@ class UploadAccount {
   // `budget` may be null (no grants needed). REQUIRES: it outlives the account.
   explicit UploadAccount(UploadBudget* budget) : budget_(budget) {}
 
-  // Makes room in `data` for `total` bytes: false (refusal() says why) when refused.
-  bool Reserve(std::string& data, size_t total);
+  // Makes room in `data` for `total` bytes (a body read in two strings: `beside` bytes are
+  // held in the other, and `data` never grows past `cap`): false (refusal() says why)
+  // when refused.
+  bool Reserve(std::string& data, size_t total, size_t beside = 0,
+               size_t cap = std::numeric_limits<size_t>::max());
   // The grants held for the body just read; the account starts again empty.
   std::vector<std::unique_ptr<UploadBudget::Grant>> TakeGrants();
   const absl::Status& refusal() const { return refusal_; }
@@ -49,10 +55,14 @@ class UploadAccount {
   bool retryable_ = false;
 };
 
-// A request body read into a string whose every byte its UploadAccount granted.
+// A request body read into a string whose every byte its UploadAccount granted: all of it
+// into `data`, or with a `split` its first `split` bytes into `data` and the rest into
+// `tail` (HttpRequest::body_split).
 struct UploadBody {
   struct value_type {
     std::string data;
+    std::string tail;
+    size_t split = std::numeric_limits<size_t>::max();
     UploadAccount* account = nullptr;
   };
 
@@ -66,13 +76,19 @@ struct UploadBody {
     template <class ConstBufferSequence>
     std::size_t put(const ConstBufferSequence& buffers, boost::beast::error_code& ec) {
       const size_t n = boost::asio::buffer_size(buffers);
-      const size_t at = body_.data.size();
-      if (body_.account != nullptr && !body_.account->Reserve(body_.data, at + n)) {
+      std::string& data = body_.data;
+      std::string& tail = body_.tail;
+      const size_t head = data.size() < body_.split ? std::min(n, body_.split - data.size()) : 0;
+      if (!Grow(data, head, tail.size(), body_.split) ||
+          !Grow(tail, n - head, data.size(), std::numeric_limits<size_t>::max())) {
         ec = boost::beast::http::error::body_limit;  // the account's refusal says why
         return 0;
       }
-      body_.data.resize(at + n);  // within the capacity Reserve made
-      boost::asio::buffer_copy(boost::asio::buffer(&body_.data[at], n), buffers);
+      boost::asio::buffer_copy(boost::asio::buffer(&data[data.size() - head], head), buffers);
+      boost::beast::buffers_suffix<ConstBufferSequence> rest(buffers);
+      rest.consume(head);
+      boost::asio::buffer_copy(boost::asio::buffer(&tail[tail.size() - (n - head)], n - head),
+                               rest);
       ec = {};
       return n;
     }
@@ -80,6 +96,17 @@ struct UploadBody {
     void finish(boost::beast::error_code& ec) { ec = {}; }
 
    private:
+    // `s` made `more` bytes longer (within what the account grants), the new bytes not yet
+    // written.
+    bool Grow(std::string& s, size_t more, size_t beside, size_t cap) {
+      if (more == 0) return true;
+      if (body_.account != nullptr && !body_.account->Reserve(s, s.size() + more, beside, cap)) {
+        return false;
+      }
+      s.resize(s.size() + more);  // within the capacity Reserve made
+      return true;
+    }
+
     value_type& body_;
   };
 };

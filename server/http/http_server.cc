@@ -86,15 +86,20 @@ struct ChargedParse {
 // run, and the refusal is not retryable. (A header length past the body is the parser's
 // 400, not a charge.) The charges go back when the parse is done: what it held is the
 // request's then, charged again when the call runs.
-ChargedParse ParseCharged(Admission& admission, absl::string_view body,
+// A body read in two parts (Screen's body_split at the header length) is parsed from its
+// parts, the binary one taken by the request without a copy where it is one input's.
+ChargedParse ParseCharged(Admission& admission, HttpRequest& request,
                           std::optional<size_t> header_length, const Route& route,
                           InferRequestBody& out) {
+  const std::string& body = request.body;
+  const bool split = request.body_split != std::numeric_limits<size_t>::max();
+  const uint64_t body_bytes = body.size() + request.body_tail.size();
   const uint64_t json_bytes = std::min<uint64_t>(header_length.value_or(body.size()), body.size());
   const uint64_t limit = admission.limits().max_inflight_bytes;
   ParseCharges charges{admission, json_bytes * kJsonParseBytesPerByte, {}};
   absl::StatusOr<Admission::Ticket> first =
-      charges.charged + body.size() > limit
-          ? absl::ResourceExhaustedError(absl::StrCat("with its ", body.size(),
+      charges.charged + body_bytes > limit
+          ? absl::ResourceExhaustedError(absl::StrCat("with its ", body_bytes,
                                                       "-byte body that is more than "
                                                       "--max_inflight_bytes (",
                                                       limit, ")"))
@@ -106,7 +111,9 @@ ChargedParse ParseCharged(Admission& admission, absl::string_view body,
     const ParseBudget budget{charges.charged,
                              [&charges](uint64_t more) { return charges.Grow(more); }};
     result.parsed =
-        ParseInferRequest(body, header_length, route.model, route.version, out, &budget);
+        split ? ParseInferRequest(body, request.body_tail, *header_length, route.model,
+                                  route.version, out, &budget)
+              : ParseInferRequest(body, header_length, route.model, route.version, out, &budget);
     if (!absl::IsInvalidArgument(result.parsed)) refused = result.parsed;
   }
   if (!refused.ok()) {
@@ -350,6 +357,8 @@ std::optional<HttpResponse> HttpServer::Screen(HttpRequest& request) {
   if (refused.ok() && header_length != nullptr) {
     absl::StatusOr<size_t> n = ParseHeaderLength(*header_length);
     if (!n.ok()) refused = Invalid(std::string(n.status().message()));
+    // The binary part in a buffer of its own, for the tensor to take (ParseCharged).
+    if (n.ok() && route.endpoint == Endpoint::kInfer) request.body_split = *n;
   }
   if (!refused.ok()) {
     call->Finish(refused);
@@ -417,7 +426,9 @@ void HttpServer::SubmitInfer(std::shared_ptr<Call> call, HttpRequest request, Ht
   job->call = std::move(call);
   job->request = std::move(request);
   job->respond = std::move(respond);
-  const Lane lane = job->request.body.size() > kCheapBodyBytes ? Lane::kBulk : Lane::kCheap;
+  const Lane lane = job->request.body.size() + job->request.body_tail.size() > kCheapBodyBytes
+                        ? Lane::kBulk
+                        : Lane::kCheap;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++jobs_;
@@ -435,7 +446,7 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
   if (const std::string* h = job->request.Header("inference-header-content-length")) {
     header_length = ParseHeaderLength(*h).value_or(0);  // Screen checked it
   }
-  const ChargedParse charged = ParseCharged(*inference_.runtime().admission, job->request.body,
+  const ChargedParse charged = ParseCharged(*inference_.runtime().admission, job->request,
                                             header_length, route, job->parsed);
   if (!charged.refused.ok()) {
     InferJob::Reply(job, charged.refused, FailureResponse(charged.refused, charged.retryable));
@@ -452,6 +463,7 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
     return JobDone();
   }
   std::string().swap(job->request.body);
+  std::string().swap(job->request.body_tail);
   job->request.grants.clear();
   InferJob* raw = job.get();
   inference_.InferAsync(

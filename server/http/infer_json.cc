@@ -663,7 +663,9 @@ class RequestSax {
 
   bool too_deep() const { return too_deep_; }
   const std::string& syntax_error() const { return syntax_error_; }
-  absl::Status Finish(absl::string_view binary, InferRequestBody& out);
+  // `binary` is the body after the JSON; with `binary_owner` (the string that holds it), an
+  // input whose binary data is all of it takes the owner's buffer instead of a copy.
+  absl::Status Finish(absl::string_view binary, std::string* binary_owner, InferRequestBody& out);
 
  private:
   enum class Ctx { kTop, kParams, kInputs, kInput, kOutputs, kOutput };
@@ -704,6 +706,7 @@ class RequestSax {
   bool too_deep_ = false;
   std::string syntax_error_;
   std::vector<Frame> stack_;  // the request's own levels (top, parameters, inputs, ...)
+  std::string* binary_owner_ = nullptr;
   // A value taken whole (skipped, data, shape or an object/array parameter) while open.
   Sub sub_ = Sub::kNone;
   int sub_depth_ = 0;
@@ -1106,7 +1109,12 @@ absl::Status RequestSax::FinishInput(size_t i, absl::string_view binary, size_t&
                                                      " but only ", binary.size() - offset,
                                                      " bytes of binary data are left in the body"));
     }
-    request.add_raw_input_contents()->assign(binary.data() + offset, n);
+    std::string* contents = request.add_raw_input_contents();
+    if (binary_owner_ != nullptr && n == binary.size() && n > 0) {
+      contents->swap(*binary_owner_);  // `binary` (its view) is not read again
+    } else {
+      contents->assign(binary.data() + offset, n);
+    }
     offset += n;
     return absl::OkStatus();
   }
@@ -1162,7 +1170,9 @@ absl::Status RequestSax::FinishOutputs(InferRequestBody& out) {
 }
 
 // The records in the request's order, as the request's fields.
-absl::Status RequestSax::Finish(absl::string_view binary, InferRequestBody& out) {
+absl::Status RequestSax::Finish(absl::string_view binary, std::string* binary_owner,
+                                InferRequestBody& out) {
+  binary_owner_ = binary_owner;
   if (!top_object_) return absl::InvalidArgumentError("the request body must be a JSON object");
   RETURN_IF_ERROR(StringField(id_, "id", "request", false, *out.request.mutable_id()));
   if (params_.present) {
@@ -1189,17 +1199,15 @@ absl::StatusOr<size_t> ParseHeaderLength(absl::string_view value) {
   return static_cast<size_t>(n);
 }
 
-absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> header_length,
-                               const std::string& model_name, const std::string& model_version,
-                               InferRequestBody& out, const ParseBudget* budget) {
-  const size_t json_bytes = header_length.value_or(body.size());
-  if (json_bytes > body.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length is ",
-                                                   json_bytes, ", past the body's ", body.size(),
-                                                   " bytes"));
-  }
+namespace {
+
+// The JSON header `json` into `out`; `binary` (held by `binary_owner` when not null) is the
+// body after it.
+absl::Status ParseParts(absl::string_view json, absl::string_view binary, std::string* binary_owner,
+                        const std::string& model_name, const std::string& model_version,
+                        InferRequestBody& out, const ParseBudget* budget) {
   Meter meter(budget);
-  RequestSax sax(body.substr(0, json_bytes), meter);
+  RequestSax sax(json, meter);
   json::sax_parse(sax.begin(), sax.end(), &sax);
   if (!meter.status().ok()) return meter.status();
   if (!sax.syntax_error().empty()) {
@@ -1212,7 +1220,32 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> hea
   }
   out.request.set_model_name(model_name);
   out.request.set_model_version(model_version);
-  return sax.Finish(body.substr(json_bytes), out);
+  return sax.Finish(binary, binary_owner, out);
+}
+
+absl::Status HeaderPastBody(size_t header_length, size_t body_bytes) {
+  return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length is ",
+                                                 header_length, ", past the body's ", body_bytes,
+                                                 " bytes"));
+}
+
+}  // namespace
+
+absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> header_length,
+                               const std::string& model_name, const std::string& model_version,
+                               InferRequestBody& out, const ParseBudget* budget) {
+  const size_t json_bytes = header_length.value_or(body.size());
+  if (json_bytes > body.size()) return HeaderPastBody(json_bytes, body.size());
+  return ParseParts(body.substr(0, json_bytes), body.substr(json_bytes), nullptr, model_name,
+                    model_version, out, budget);
+}
+
+absl::Status ParseInferRequest(absl::string_view json, std::string& binary, size_t header_length,
+                               const std::string& model_name, const std::string& model_version,
+                               InferRequestBody& out, const ParseBudget* budget) {
+  if (json.size() != header_length) return HeaderPastBody(header_length, json.size());
+  const absl::string_view view(binary);
+  return ParseParts(json, view, &binary, model_name, model_version, out, budget);
 }
 
 InferResponseBody WriteInferResponse(const inference::ModelInferResponse& response,

@@ -71,6 +71,13 @@ inline constexpr uint64_t kJsonParseBytesPerByte = 2;
 absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> header_length,
                                const std::string& model_name, const std::string& model_version,
                                InferRequestBody& out, const ParseBudget* budget = nullptr);
+// The same for a body read in two parts (HttpRequest::body_split at `header_length`): `json`
+// its first part (shorter than `header_length` only when the body was), `binary` the rest.
+// An input whose binary data is all of `binary` takes its buffer without a copy, leaving
+// `binary` empty; any other input copies its bytes out of it.
+absl::Status ParseInferRequest(absl::string_view json, std::string& binary, size_t header_length,
+                               const std::string& model_name, const std::string& model_version,
+                               InferRequestBody& out, const ParseBudget* budget = nullptr);
 
 // Parses an Inference-Header-Content-Length value: a decimal count of bytes.
 absl::StatusOr<size_t> ParseHeaderLength(absl::string_view value);

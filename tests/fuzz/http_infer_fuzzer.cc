@@ -30,7 +30,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                    : absl::OkStatus();
                                    }};
   posenc::InferRequestBody parsed;
-  if (!posenc::ParseInferRequest(body, header_length, model, "", parsed, &budget).ok()) return 0;
+  const bool ok = posenc::ParseInferRequest(body, header_length, model, "", parsed, &budget).ok();
+  // The same body read in two parts (as the server reads one with a header length) parses
+  // to the same request, its binary part taken without a copy where it is one input's.
+  if (header_length && *header_length <= body.size()) {
+    std::string binary(body.substr(*header_length));
+    posenc::InferRequestBody split;
+    const bool split_ok = posenc::ParseInferRequest(body.substr(0, *header_length), binary,
+                                                    *header_length, model, "", split, &budget)
+                              .ok();
+    if (split_ok != ok) __builtin_trap();
+    if (ok && split.request.SerializeAsString() != parsed.request.SerializeAsString()) {
+      __builtin_trap();
+    }
+  }
+  if (!ok) return 0;
 
   // The parsed tensors as if they were the answer, in both encodings.
   inference::ModelInferResponse response;

@@ -225,6 +225,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void ReadBody() {
     state_ = State::kBody;
     body_late_ = false;
+    // Beast reads as much as the buffer has room for: the whole allowance, not the few
+    // hundred bytes left after the head (750 reads a MiB instead of 32). Given back
+    // (shrink_to_fit) while the connection waits for its next request.
+    buffer_.reserve(buffer_.max_size());
     Lowest().expires_never();
     body_timer_.expires_at(head_time_ + core_.options.body_timeout);
     body_timer_.async_wait([self = this->shared_from_this()](const beast::error_code& ec) {

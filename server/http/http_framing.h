@@ -16,7 +16,6 @@
 
 #include "absl/status/status.h"
 #include "boost/asio/buffer.hpp"
-#include "boost/beast/core/buffers_suffix.hpp"
 #include "boost/beast/core/error.hpp"
 #include "boost/beast/http/message.hpp"
 #include "boost/beast/http/parser.hpp"
@@ -78,17 +77,22 @@ struct UploadBody {
       const size_t n = boost::asio::buffer_size(buffers);
       std::string& data = body_.data;
       std::string& tail = body_.tail;
-      const size_t head = data.size() < body_.split ? std::min(n, body_.split - data.size()) : 0;
-      if (!Grow(data, head, tail.size(), body_.split) ||
-          !Grow(tail, n - head, data.size(), std::numeric_limits<size_t>::max())) {
+      size_t head = data.size() < body_.split ? std::min(n, body_.split - data.size()) : 0;
+      if (!Room(data, head, tail.size(), body_.split) ||
+          !Room(tail, n - head, data.size() + head, std::numeric_limits<size_t>::max())) {
         ec = boost::beast::http::error::body_limit;  // the account's refusal says why
         return 0;
       }
-      boost::asio::buffer_copy(boost::asio::buffer(&data[data.size() - head], head), buffers);
-      boost::beast::buffers_suffix<ConstBufferSequence> rest(buffers);
-      rest.consume(head);
-      boost::asio::buffer_copy(boost::asio::buffer(&tail[tail.size() - (n - head)], n - head),
-                               rest);
+      // Appended within the capacity Room made: one copy, no zero-fill before it.
+      for (auto it = boost::asio::buffer_sequence_begin(buffers);
+           it != boost::asio::buffer_sequence_end(buffers); ++it) {
+        const boost::asio::const_buffer piece(*it);
+        const char* bytes = static_cast<const char*>(piece.data());
+        const size_t to_data = std::min(piece.size(), head);
+        data.append(bytes, to_data);
+        tail.append(bytes + to_data, piece.size() - to_data);
+        head -= to_data;
+      }
       ec = {};
       return n;
     }
@@ -96,15 +100,10 @@ struct UploadBody {
     void finish(boost::beast::error_code& ec) { ec = {}; }
 
    private:
-    // `s` made `more` bytes longer (within what the account grants), the new bytes not yet
-    // written.
-    bool Grow(std::string& s, size_t more, size_t beside, size_t cap) {
-      if (more == 0) return true;
-      if (body_.account != nullptr && !body_.account->Reserve(s, s.size() + more, beside, cap)) {
-        return false;
-      }
-      s.resize(s.size() + more);  // within the capacity Reserve made
-      return true;
+    // Capacity in `s` for `more` bytes (within what the account grants).
+    bool Room(std::string& s, size_t more, size_t beside, size_t cap) {
+      if (more == 0 || body_.account == nullptr) return true;
+      return body_.account->Reserve(s, s.size() + more, beside, cap);
     }
 
     value_type& body_;

@@ -697,6 +697,8 @@ class RequestSax {
   absl::Status FinishInput(size_t i, absl::string_view binary, size_t& offset,
                            inference::ModelInferRequest& request);
   absl::Status FinishInputs(absl::string_view binary, inference::ModelInferRequest& request);
+  absl::Status TakeBinary(const std::string& what, uint64_t n, absl::string_view binary,
+                          size_t& offset, std::string& contents);
   absl::Status FinishOutputs(InferRequestBody& out);
 
   absl::string_view json_;
@@ -1066,6 +1068,24 @@ void AppendParameters(const google::protobuf::Map<std::string, inference::InferP
   out.push_back('}');
 }
 
+// The next `n` bytes of the binary part (at `offset`, which advances) into `contents`: the
+// owner's buffer itself when they are all of it, else a copy.
+absl::Status RequestSax::TakeBinary(const std::string& what, uint64_t n, absl::string_view binary,
+                                    size_t& offset, std::string& contents) {
+  if (n > binary.size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ".parameters.binary_data_size is ", n,
+                                                   " but only ", binary.size() - offset,
+                                                   " bytes of binary data are left in the body"));
+  }
+  if (binary_owner_ != nullptr && n == binary.size() && n > 0) {
+    contents.swap(*binary_owner_);  // `binary` (its view) is not read again
+  } else {
+    contents.assign(binary.data() + offset, n);
+  }
+  offset += n;
+  return absl::OkStatus();
+}
+
 // inputs[i]: its data from "data", from the binary part after the JSON (at `offset`, which
 // advances), or from its shared-memory region (read later).
 absl::Status RequestSax::FinishInput(size_t i, absl::string_view binary, size_t& offset,
@@ -1104,19 +1124,7 @@ absl::Status RequestSax::FinishInput(size_t i, absl::string_view binary, size_t&
     const uint64_t n = size->value.has_uint64_param()
                            ? size->value.uint64_param()
                            : static_cast<uint64_t>(size->value.int64_param());
-    if (n > binary.size() - offset) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ".parameters.binary_data_size is ", n,
-                                                     " but only ", binary.size() - offset,
-                                                     " bytes of binary data are left in the body"));
-    }
-    std::string* contents = request.add_raw_input_contents();
-    if (binary_owner_ != nullptr && n == binary.size() && n > 0) {
-      contents->swap(*binary_owner_);  // `binary` (its view) is not read again
-    } else {
-      contents->assign(binary.data() + offset, n);
-    }
-    offset += n;
-    return absl::OkStatus();
+    return TakeBinary(what, n, binary, offset, *request.add_raw_input_contents());
   }
   if (in->parameters().count("shared_memory_region")) {
     if (!r.data_present) return absl::OkStatus();

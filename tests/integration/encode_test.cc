@@ -1,9 +1,15 @@
 // Encode against the real posenc-server on port 0: each absolute scheme (sinusoidal,
 // learned from .npy and .safetensors, hierarchical, continuous) and RoPE against values
 // written directly here, and every refusal with its code and the field it names.
+#include <signal.h>
+
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -266,6 +272,47 @@ TEST(Encode, HierarchicalAndContinuous) {
   wrong.mutable_sinusoidal();
   EXPECT_THAT(Encode(*stub, wrong),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("positions.values")));
+}
+
+// Answers are handed to gRPC as slices that own the tensor's bytes (wire_format.h): calls
+// the client gives up on, by deadline at every stage (before the work, during it, while the
+// 8 MiB answer is being written) and by cancelling, must leave nothing behind. The server
+// answers correctly afterwards and exits 0 (in the sanitizer build: no leak, no use after
+// free of an answer's bytes).
+TEST(Encode, AnswersOfAbandonedCallsAreFreedSafely) {
+  ServerProcess server({"--threads=1"});
+  ASSERT_TRUE(server.started());
+  auto stub = Stub(server);
+  const EncodeRequest big = SinusoidalRequest(1, 2048, 1024);  // 8 MiB of float32
+  struct Call {
+    grpc::ClientContext ctx;
+    EncodeResponse resp;
+    std::promise<grpc::Status> done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::future<grpc::Status>> results;
+  for (int i = 0; i < 24; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call* c = calls.back().get();
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(2 + 4 * i));
+    results.push_back(c->done.get_future());
+    stub->async()->Encode(&c->ctx, &big, &c->resp,
+                          [c](grpc::Status s) { c->done.set_value(std::move(s)); });
+    if (i % 5 == 4) c->ctx.TryCancel();
+  }
+  for (auto& r : results) {
+    const grpc::StatusCode code = r.get().error_code();
+    EXPECT_TRUE(code == grpc::StatusCode::OK || code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                code == grpc::StatusCode::CANCELLED)
+        << code;
+  }
+  EncodeResponse resp;
+  ASSERT_THAT(Encode(*stub, SinusoidalRequest(1, 3, 8), &resp), IsOk());
+  const auto out = Floats(resp.output());
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t c = 0; c < 8; ++c) ASSERT_NEAR(out[t * 8 + c], PaperPe(t, c, 8), 1.2e-7);
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(), 0);
 }
 
 }  // namespace

@@ -64,6 +64,12 @@ class WireUnaryCall final : public grpc::ServerUnaryReactor {
   }
 
   void OnDone() override { delete this; }
+  // Its reactions are trivial (OnCancel does nothing; OnDone frees the messages, whose
+  // tensor bytes have moved on, and ends the record), so gRPC may run them on the thread
+  // that completes the call instead of scheduling them on its executor, as it does for the
+  // default reactor: the hop cost a unary call two context switches and about 30 us of
+  // p50 (16 KiB x1).
+  bool InternalInlineable() override { return true; }
 
  private:
   static constexpr size_t kFirstBlockBytes = 4096;

@@ -195,10 +195,6 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
   auto watch = health->Watch(&watch_ctx, grpc::health::v1::HealthCheckRequest());
   HealthCheckResponse watched;
   ASSERT_TRUE(watch->Read(&watched));
-  // A slow solve keeps the drain open long enough to ask health during it.
-  auto graph = std::async(std::launch::async, [&] {
-    return GraphEncode(*stub, SlowGraph(15), nullptr, std::chrono::seconds(60));
-  });
   // 20 calls of 32 MiB, all started (their messages serialized and handed to the
   // transport, their headers read by the server) before SIGTERM; most are still uploading
   // when it comes. A call whose headers the server has not read is not one it accepted
@@ -223,14 +219,24 @@ TEST(Reliability, DrainCompletesEveryAcceptedCallIncludingUploads) {
     stub->async()->Encode(&c->ctx, &big, &c->resp,
                           [c](grpc::Status s) { c->done.set_value(std::move(s)); });
   }
+  // A slow solve (about 2 s), started last on a connection of its own so that it is still
+  // running at SIGTERM however fast the uploads land: it keeps the drain open long enough
+  // to ask health and to be refused during it.
+  grpc::ChannelArguments own_connection;
+  own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto graph_stub = v1::PositionalEncoding::NewStub(grpc::CreateCustomChannel(
+      server.grpc_address(), grpc::InsecureChannelCredentials(), own_connection));
+  auto graph = std::async(std::launch::async, [&] {
+    return GraphEncode(*graph_stub, SlowGraph(15), nullptr, std::chrono::seconds(60));
+  });
   const auto seen_by = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (ScrapeMetric(server, "posenc_transport_calls_started_total", {}) <
-             started_before + kCalls &&
+             started_before + kCalls + 1 &&
          std::chrono::steady_clock::now() < seen_by) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_GE(ScrapeMetric(server, "posenc_transport_calls_started_total", {}),
-            started_before + kCalls)
+            started_before + kCalls + 1)
       << "the server did not see the calls' headers";
   server.Signal(SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));

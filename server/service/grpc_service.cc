@@ -92,27 +92,38 @@ class TableReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-// The handlers work in place on the request's tensor bytes and move them into the
-// response, whose tensor is then handed to gRPC without a copy.
-grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
-                                                            const grpc::ByteBuffer* wire_request,
-                                                            grpc::ByteBuffer* wire_response) {
-  using Call = WireUnaryCall<v1::EncodeRequest, v1::EncodeResponse>;
-  auto* call =
-      new Call(context, runtime().tracker, Method::kEncode, wire_response, &WriteEncodeResponse);
-  if (!call->Parse(*wire_request)) return call;
-  v1::EncodeRequest* request = call->request();
-  v1::EncodeResponse* response = call->response();
+// A unary tensor rpc on gRPC's raw path: the request parsed into the call's own messages,
+// handle(Request&, Response&, const ShmOwner&) -> absl::Status run through the CallRunner
+// (it works in place on the request's tensor bytes and moves them into the response), and
+// the answer written by `write` with its tensor handed to gRPC without a copy.
+template <typename Request, typename Response, typename Handle>
+grpc::ServerUnaryReactor* PositionalEncodingService::ServeWire(
+    grpc::CallbackServerContext* context, Method method, const grpc::ByteBuffer& wire_request,
+    grpc::ByteBuffer* wire_response, grpc::ByteBuffer (*write)(Response&), Handle handle) const {
+  auto* call = new WireUnaryCall<Request, Response>(context, runtime().tracker, method,
+                                                    wire_response, write);
+  if (!call->Parse(wire_request)) return call;
+  Request* request = call->request();
+  Response* response = call->response();
   runner_.ServeUnaryWith(
       context, LabelOf(*request), request->request_id(), CostOf(*request), response,
-      [this, context, request, response](const CancelCheck&) {
-        SchemeLabel scheme;
-        return ToGrpcStatus(handlers_.Encode(*request, *response, &scheme,
-                                             SharedMemoryOwner(context)),
+      [context, request, response, handle = std::move(handle)](const CancelCheck&) {
+        return ToGrpcStatus(handle(*request, *response, SharedMemoryOwner(context)),
                             request->request_id());
       },
       [call](grpc::Status status) { call->Reply(std::move(status)); });
   return call;
+}
+
+grpc::ServerUnaryReactor* PositionalEncodingService::Encode(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* wire_request,
+                                                            grpc::ByteBuffer* wire_response) {
+  return ServeWire<v1::EncodeRequest, v1::EncodeResponse>(
+      context, Method::kEncode, *wire_request, wire_response, &WriteEncodeResponse,
+      [this](v1::EncodeRequest& request, v1::EncodeResponse& response, const ShmOwner& owner) {
+        SchemeLabel scheme;
+        return handlers_.Encode(request, response, &scheme, owner);
+      });
 }
 
 // Each message's cost is computed once; the message is admitted, run (inline or on the
@@ -153,22 +164,12 @@ PositionalEncodingService::EncodeStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* PositionalEncodingService::AttentionBias(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* wire_request,
     grpc::ByteBuffer* wire_response) {
-  using Call = WireUnaryCall<v1::BiasRequest, v1::BiasResponse>;
-  auto* call = new Call(context, runtime().tracker, Method::kAttentionBias, wire_response,
-                        &WriteBiasResponse);
-  if (!call->Parse(*wire_request)) return call;
-  v1::BiasRequest* request = call->request();
-  v1::BiasResponse* response = call->response();
-  runner_.ServeUnaryWith(
-      context, LabelOf(*request), request->request_id(), CostOf(*request), response,
-      [this, context, request, response](const CancelCheck&) {
+  return ServeWire<v1::BiasRequest, v1::BiasResponse>(
+      context, Method::kAttentionBias, *wire_request, wire_response, &WriteBiasResponse,
+      [this](v1::BiasRequest& request, v1::BiasResponse& response, const ShmOwner& owner) {
         SchemeLabel scheme;
-        return ToGrpcStatus(handlers_.AttentionBias(*request, *response, &scheme,
-                                                    SharedMemoryOwner(context)),
-                            request->request_id());
-      },
-      [call](grpc::Status status) { call->Reply(std::move(status)); });
-  return call;
+        return handlers_.AttentionBias(request, response, &scheme, owner);
+      });
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PositionalEncodingService::GetTable(

@@ -79,6 +79,12 @@ class PositionalEncodingService final : public PositionalEncodingBase {
   const ServiceRuntime& runtime() const { return runner_.runtime(); }
 
  private:
+  template <typename Request, typename Response, typename Handle>
+  grpc::ServerUnaryReactor* ServeWire(grpc::CallbackServerContext* context, Method method,
+                                      const grpc::ByteBuffer& wire_request,
+                                      grpc::ByteBuffer* wire_response,
+                                      grpc::ByteBuffer (*write)(Response&), Handle handle) const;
+
   RequestHandlers handlers_;
   const CallRunner& runner_;
   // GraphEncode works in place too, so it owns its messages (owned_messages.h).

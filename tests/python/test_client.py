@@ -456,14 +456,19 @@ class WireBytesTest(unittest.TestCase):
     arrives must be the bytes stock protobuf serializes: each raw response parsed by Python's
     protobuf and serialized again is the same bytes, and carries the expected tensor."""
 
-    def raw_call(self, method, request):
+    def rpc(self, kind, method, serialize=True):
+        """The rpc `method` as a `kind` ("unary_unary", "stream_stream", ...) callable on a
+        channel of its own, answering raw bytes; with serialize=False it sends bytes too."""
         channel = grpc.insecure_channel(TARGET, options=[
             ("grpc.max_receive_message_length", 64 << 20)])
         self.addCleanup(channel.close)
-        call = channel.unary_unary("/posenc.v1.PositionalEncoding/" + method,
-                                   request_serializer=lambda m: m.SerializeToString(),
-                                   response_deserializer=None)
-        return call(request)
+        return getattr(channel, kind)(
+            "/posenc.v1.PositionalEncoding/" + method,
+            request_serializer=(lambda m: m.SerializeToString()) if serialize else None,
+            response_deserializer=None)
+
+    def raw_call(self, method, request):
+        return self.rpc("unary_unary", method)(request)
 
     def assert_canonical(self, raw, message_type):
         parsed = message_type()
@@ -513,11 +518,7 @@ class WireBytesTest(unittest.TestCase):
 
     def test_encode_stream_answers_and_errors(self):
         pb = posenc.pb
-        channel = grpc.insecure_channel(TARGET)
-        self.addCleanup(channel.close)
-        stream = channel.stream_stream("/posenc.v1.PositionalEncoding/EncodeStream",
-                                       request_serializer=lambda m: m.SerializeToString(),
-                                       response_deserializer=None)
+        stream = self.rpc("stream_stream", "EncodeStream")
         sizes = [1, 200, 3, 1024]
         requests = [pb.EncodeRequest(request_id=str(n), sinusoidal=pb.Sinusoidal(),
                                      input=pb.Tensor(shape=[1, n, 16], dtype=pb.FLOAT32,
@@ -529,8 +530,7 @@ class WireBytesTest(unittest.TestCase):
         self.assertEqual([a.request_id for a in answers], ["1", "200", "bad", "3", "1024"])
         self.assertEqual([len(a.output.data) for a in answers], [64, 12800, 0, 192, 65536])
         self.assertEqual(answers[2].error.code, grpc.StatusCode.INVALID_ARGUMENT.value[0])
-        garbage = channel.stream_stream("/posenc.v1.PositionalEncoding/EncodeStream",
-                                        request_serializer=None, response_deserializer=None)
+        garbage = self.rpc("stream_stream", "EncodeStream", serialize=False)
         with self.assertRaises(grpc.RpcError) as caught:
             list(garbage(iter([requests[0].SerializeToString(), b"\xff\xff"])))
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
@@ -538,11 +538,7 @@ class WireBytesTest(unittest.TestCase):
 
     def test_table_chunks(self):
         pb = posenc.pb
-        channel = grpc.insecure_channel(TARGET)
-        self.addCleanup(channel.close)
-        table = channel.unary_stream("/posenc.v1.PositionalEncoding/GetTable",
-                                     request_serializer=lambda m: m.SerializeToString(),
-                                     response_deserializer=None)
+        table = self.rpc("unary_stream", "GetTable")
         request = pb.TableRequest(sinusoidal=pb.Sinusoidal(), length=1000, dim=64,
                                   rows_per_chunk=300)
         chunks = [self.assert_canonical(raw, pb.TableChunk) for raw in table(request)]
@@ -558,10 +554,7 @@ class WireBytesTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as caught:
             self.raw_call("Encode", bad)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-        channel = grpc.insecure_channel(TARGET)
-        self.addCleanup(channel.close)
-        garbage = channel.unary_unary("/posenc.v1.PositionalEncoding/Encode",
-                                      request_serializer=None, response_deserializer=None)
+        garbage = self.rpc("unary_unary", "Encode", serialize=False)
         with self.assertRaises(grpc.RpcError) as caught:
             garbage(b"\xff\xff\xff")
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)

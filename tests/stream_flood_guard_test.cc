@@ -245,6 +245,47 @@ TEST(StreamFloodGuard, ABurstOfUploadsOnANewConnectionWaitsOutTheStall) {
   EXPECT_TRUE(other.Observe({d.counters}, {{d.counters.peer, 127}}, now + 3 * kTick).empty());
 }
 
+// Uploads spread below the count limits (4 x 25 of 128): left alone until the server's
+// memory is under pressure, then the stalled connections holding the most (at least half
+// the most any holds) are ended; a client with one stalled call beside them and a client
+// whose messages keep arriving are not. While the pressure lasts, the next holders are
+// judged once the stall has passed (the memory of those ended takes that long to free).
+TEST(StreamFloodGuard, UnderMemoryPressureStalledConnectionsHoldingTheMostAreEnded) {
+  StreamFloodLimits limits;
+  limits.max_uploads = 128;
+  limits.stalled_uploads = 64;
+  limits.stall = std::chrono::milliseconds(200);
+  StreamFloodGuard guard(limits);
+  std::vector<Connection> c = {Connection(1), Connection(2), Connection(3),
+                               Connection(4), Connection(5), Connection(6)};
+  std::map<std::string, int64_t> uploads;
+  for (int i = 0; i < 4; ++i) {
+    c[i].Start(25);
+    uploads[c[i].counters.peer] = i == 3 ? 12 : 25;  // the fourth holds 12 (half of 25: kept)
+  }
+  c[4].Start(1), uploads[c[4].counters.peer] = 1;    // one slow call
+  c[5].Start(30), uploads[c[5].counters.peer] = 30;  // busy, finishing messages
+  Clock::time_point now{};
+  std::vector<std::pair<int64_t, std::string>> ended;
+  for (int t = 0; t < 10; ++t) {
+    c[5].Start(1), c[5].Message(1), c[5].End(1);
+    std::vector<ConnectionCounters> sample;
+    for (const Connection& x : c) sample.push_back(x.counters);
+    now += kTick;
+    const bool pressure = t >= 5 && t != 7;
+    for (const FloodingConnection& f : guard.Observe(sample, uploads, now, pressure)) {
+      ended.emplace_back(f.counters.socket_id, f.reason);
+      EXPECT_EQ(t, f.counters.socket_id == 4 ? 8 : 5) << "connection " << f.counters.socket_id;
+    }
+    if (t < 5) EXPECT_TRUE(ended.empty()) << "no pressure yet at tick " << t;
+  }
+  const std::vector<std::pair<int64_t, std::string>> want = {{1, "stalled_uploads_memory"},
+                                                             {2, "stalled_uploads_memory"},
+                                                             {3, "stalled_uploads_memory"},
+                                                             {4, "stalled_uploads_memory"}};
+  EXPECT_EQ(ended, want);
+}
+
 int Listener(uint16_t* port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

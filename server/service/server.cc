@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/bio.h>
 #include <openssl/pem.h>
@@ -150,7 +151,7 @@ constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kMaxMetadataBytes = 16 << 10;
 // gRPC's transport memory quota is --max_inflight_bytes / this. Buffered uploads cost about
 // twice their bytes in resident memory (read buffers, then the assembled message).
-constexpr uint64_t kTransportQuotaDivisor = 4;
+constexpr uint64_t kTransportQuotaDivisor = 2;
 
 // The stream-flood guard's limits: stalled uploads are ended while more uploads are in
 // progress than four times the call slots (--max_concurrent_calls), which admission could
@@ -159,6 +160,30 @@ StreamFloodLimits FloodLimits(const ServerOptions& options) {
   StreamFloodLimits limits;
   limits.max_uploads = 4 * options.admission.max_concurrent_calls;
   return limits;
+}
+
+// Memory outside admitted calls over which the stream-flood guard ends the stalled
+// connections holding the most uploads: --max_inflight_bytes / this. What gRPC buffers for
+// uploads spread thinner than the guard's count limits grew past the budget before its
+// quota's reclaimer acted (and the reclaimer closes well-behaved clients' connections).
+constexpr uint64_t kUploadPressureDivisor = 4;
+
+// This process's resident bytes (/proc/self/statm), or 0.
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Whether memory that no admitted call accounts for is over `limit`: resident memory less
+// the admitted bytes first (cheap, but it counts the free heap glibc keeps), then the heap
+// in use (mallinfo2 walks every arena: only when the first says so).
+bool UploadMemoryPressure(const Admission& admission, uint64_t limit) {
+  const uint64_t admitted = admission.inflight_bytes();
+  if (ResidentBytes() <= admitted + limit) return false;
+  const struct mallinfo2 heap = mallinfo2();
+  return heap.uordblks + heap.hblkhd > admitted + limit;
 }
 
 // Transport limits, from the options: what gRPC's core may hold before any handler runs.
@@ -411,8 +436,11 @@ void PosencServer::WatchConnections(StreamFloodGuard& guard, int64_t ticks) {
   const std::map<std::string, int64_t> uploads =
       tracker_->UploadsByPeer(OpenStreamsByPeer(connections));
   const auto now = std::chrono::steady_clock::now();
+  const bool pressure = options_.stream_flood_guard &&
+                        UploadMemoryPressure(*admission_, options_.admission.max_inflight_bytes /
+                                                              kUploadPressureDivisor);
   for (const FloodingConnection& flooding : options_.stream_flood_guard
-                                                ? guard.Observe(connections, uploads, now)
+                                                ? guard.Observe(connections, uploads, now, pressure)
                                                 : std::vector<FloodingConnection>{}) {
     const bool ended = EndTcpConnection(flooding.counters.peer, port_);
     Log(LogLevel::kWarning, "connection_ended_stream_flood",

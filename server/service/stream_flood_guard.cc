@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -63,7 +64,8 @@ int64_t StreamFloodGuard::StreamsWithoutMessage(Track& track, const ConnectionCo
 
 std::vector<FloodingConnection> StreamFloodGuard::Observe(
     const std::vector<ConnectionCounters>& connections,
-    const std::map<std::string, int64_t>& uploads, std::chrono::steady_clock::time_point now) {
+    const std::map<std::string, int64_t>& uploads, std::chrono::steady_clock::time_point now,
+    bool memory_pressure) {
   std::vector<FloodingConnection> out;
   std::map<int64_t, Track> seen;
   for (const ConnectionCounters& c : connections) {
@@ -93,12 +95,13 @@ std::vector<FloodingConnection> StreamFloodGuard::Observe(
     seen.emplace(c.socket_id, track);
   }
   tracks_ = std::move(seen);
-  EndStalledUploads(uploads, now, out);
+  EndStalledUploads(uploads, now, memory_pressure, out);
   return out;
 }
 
 void StreamFloodGuard::EndStalledUploads(const std::map<std::string, int64_t>& uploads,
                                          std::chrono::steady_clock::time_point now,
+                                         bool memory_pressure,
                                          std::vector<FloodingConnection>& out) {
   // A connection already ended may show for a sample or two more: its uploads are gone.
   int64_t total = 0;
@@ -107,21 +110,33 @@ void StreamFloodGuard::EndStalledUploads(const std::map<std::string, int64_t>& u
     const auto u = uploads.find(track.last.peer);
     if (track.flagged && u != uploads.end()) total -= std::max<int64_t>(u->second, 0);
   }
-  if (total <= limits_.max_uploads) return;
+  const bool over = total > limits_.max_uploads;
+  // What connections ended for memory held is freed over the next samples.
+  memory_pressure = memory_pressure && now - ended_for_memory_at_ >= limits_.stall;
+  if (!over && !memory_pressure) return;
   std::vector<std::pair<int64_t, Track*>> stalled;  // (uploads, its track)
+  int64_t most = 0;
   for (auto& [id, track] : tracks_) {
     const auto u = uploads.find(track.last.peer);
-    if (track.flagged || u == uploads.end() || u->second < limits_.stalled_uploads) continue;
+    if (track.flagged || u == uploads.end() || u->second < 1) continue;
     // Only stalled ones: a burst of uploads from a new connection, or from a client whose
     // calls take turns finishing, looks the same as a flood until its messages arrive.
     if (now - track.message_at < limits_.stall) continue;
     stalled.emplace_back(u->second, &track);
+    most = std::max(most, u->second);
   }
+  // Over the limit: those holding many. Under memory pressure: those holding the most
+  // (a client with one call stalled beside attackers holding dozens is left alone).
+  int64_t least = over ? limits_.stalled_uploads : std::numeric_limits<int64_t>::max();
+  if (memory_pressure) least = std::min(least, std::max<int64_t>(1, (most + 1) / 2));
   std::stable_sort(stalled.begin(), stalled.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   for (auto& [n, track] : stalled) {
+    if (n < least) break;
     track->flagged = true;
-    out.push_back({track->last, n, "stalled_uploads"});
+    const bool by_count = over && n >= limits_.stalled_uploads;
+    if (!by_count) ended_for_memory_at_ = now;
+    out.push_back({track->last, n, by_count ? "stalled_uploads" : "stalled_uploads_memory"});
   }
 }
 

@@ -17,7 +17,11 @@
 // could ever run at once (a multiple of its call slots), the guard ends every connection
 // that holds many of them (half a connection's stream limit) and has finished none for a
 // while (stalled), those with the most first. A client whose uploads finish, or that holds
-// few, is never ended.
+// few, is never ended. Uploads spread thinner than that (a few dozen on each of a few
+// connections) are ended by memory instead: while the server's heap outside admitted calls
+// is over its limit (the caller's judgement, `memory_pressure`), the stalled connections
+// holding the most uploads (at least half as many as the most any holds) are ended, then
+// none for `stall` (the memory they held takes that long to show as freed).
 #pragma once
 
 #include <chrono>
@@ -46,8 +50,9 @@ struct StreamFloodLimits {
 // A connection the guard ends, and why.
 struct FloodingConnection {
   ConnectionCounters counters;
-  int64_t uploads = 0;      // uploads it had in progress
-  const char* reason = "";  // "streams_reset_without_message" or "stalled_uploads"
+  int64_t uploads = 0;  // uploads it had in progress
+  // "streams_reset_without_message", "stalled_uploads" or "stalled_uploads_memory"
+  const char* reason = "";
 };
 
 class StreamFloodGuard {
@@ -55,11 +60,13 @@ class StreamFloodGuard {
   explicit StreamFloodGuard(StreamFloodLimits limits = {}) : limits_(limits) {}
 
   // One sample of every connection, taken at `now`, with the uploads in progress of each
-  // peer (CallTracker::UploadsByPeer). Returns the connections to end, each once.
-  // Connections gone from `connections` are forgotten. Not thread-safe: one caller samples.
+  // peer (CallTracker::UploadsByPeer) and whether the server's memory outside admitted
+  // calls is over its limit. Returns the connections to end, each once. Connections gone
+  // from `connections` are forgotten. Not thread-safe: one caller samples.
   std::vector<FloodingConnection> Observe(const std::vector<ConnectionCounters>& connections,
                                           const std::map<std::string, int64_t>& uploads,
-                                          std::chrono::steady_clock::time_point now);
+                                          std::chrono::steady_clock::time_point now,
+                                          bool memory_pressure = false);
 
  private:
   // Messages a connection may bank ahead of the streams they belong to, and streams open
@@ -75,9 +82,10 @@ class StreamFloodGuard {
     std::chrono::steady_clock::time_point message_at;  // when a message last arrived
     bool flagged = false;
   };
-  // The stalled connections to end while the uploads are over the limit.
+  // The stalled connections to end while the uploads are over the limit, or while memory
+  // is under pressure.
   void EndStalledUploads(const std::map<std::string, int64_t>& uploads,
-                         std::chrono::steady_clock::time_point now,
+                         std::chrono::steady_clock::time_point now, bool memory_pressure,
                          std::vector<FloodingConnection>& out);
   // Streams that ended, or are taken to have ended, without a message between `track.last`
   // and `now`.
@@ -85,6 +93,7 @@ class StreamFloodGuard {
 
   StreamFloodLimits limits_;
   std::map<int64_t, Track> tracks_;  // by channelz socket id
+  std::chrono::steady_clock::time_point ended_for_memory_at_{};
 };
 
 // Ends the server's side of the TCP connection whose client is `peer` ("ipv4:10.0.0.7:41234",

@@ -1,10 +1,10 @@
 // Times ComputeLaplacianEncoding on large sparse graphs (a random graph with ~5 edges per
 // node, a 2-D grid, a ring) against the dense solver on the largest graph it takes by default,
-// measured in the same run; then the random-walk, shortest-path and tree encodings, each
-// against a plain float64 reference computed here in the same run (dense matrix powers,
-// Floyd-Warshall, a walk to the root per node), with the largest difference; then the random
-// walk and shortest paths at the Laplacian rows' size on one thread against every kernel
-// thread.
+// measured in the same run; then the Laplacian (sparse path), random-walk, shortest-path and
+// tree encodings, each against a plain float64 reference computed here in the same run (a
+// dense symmetric eigensolver, dense matrix powers, Floyd-Warshall, a walk to the root per
+// node), with the largest difference; then the Laplacian, random walk and shortest paths at
+// the Laplacian rows' size on one thread against every kernel thread.
 // Usage: graph_bench [num_nodes=100000] [k=16]
 #include <chrono>
 #include <cmath>
@@ -90,6 +90,42 @@ void RandomWalkRow(const char* name, int64_t n, const std::vector<int64_t>& edge
       "%-34s n=%-8lld S=%-3d %8.4f s  float64 dense powers %8.4f s  ratio %.3f  "
       "max |diff| %.2g\n",
       name, static_cast<long long>(n), steps, fast, reference, fast / reference, diff);
+}
+
+// The Laplacian's sparse path (dense_max_nodes lowered below n) against a float64 dense
+// symmetric eigensolver on L = D - A built here: the time of each, the largest eigenvalue
+// difference, and the largest entry difference of the eigenvectors (each reference vector
+// signed as posenc signs its own: largest entry positive; the eigenvalues are distinct here).
+void LaplacianRow(int64_t n, const std::vector<int64_t>& edges, int k) {
+  posenc::GraphLimits sparse;
+  sparse.dense_max_nodes = 16;
+  posenc::GraphEncoding got;
+  const double fast = Seconds([&] {
+    got = *posenc::ComputeLaplacianEncoding({n, edges, k, false}, sparse);
+  });
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> ref;
+  const double reference = Seconds([&] {
+    const Eigen::MatrixXd a = Adjacency(n, edges);
+    Eigen::MatrixXd lap = -a;
+    for (int64_t i = 0; i < n; ++i) lap(i, i) = a.row(i).sum();
+    ref.compute(lap);
+  });
+  double value_diff = 0, vector_diff = 0;
+  for (int c = 0; c < static_cast<int>(got.eigenvalues.size()); ++c) {
+    value_diff = std::max(value_diff, std::abs(got.eigenvalues[c] - ref.eigenvalues()(c + 1)));
+    Eigen::VectorXd v = ref.eigenvectors().col(c + 1);
+    Eigen::Index top = 0;
+    v.cwiseAbs().maxCoeff(&top);
+    if (v(top) < 0) v = -v;
+    for (int64_t i = 0; i < n; ++i) {
+      vector_diff = std::max(vector_diff, std::abs(got.vectors[i * k + c] - v(i)));
+    }
+  }
+  std::printf(
+      "%-34s n=%-8lld k=%-3d %8.4f s  float64 dense eigensolver %8.4f s  ratio %.3f  "
+      "max |diff| eigenvalues %.2g vectors %.2g\n",
+      "laplacian (sparse), random 5/node", static_cast<long long>(n), k, fast, reference,
+      fast / reference, value_diff, vector_diff);
 }
 
 void ShortestPathRow(int64_t n, const std::vector<int64_t>& edges, int anchors) {
@@ -218,12 +254,18 @@ int main(int argc, char** argv) {
   }
 
   // The other encodings against float64 references on graphs the references can take.
+  LaplacianRow(1000, RandomEdges(1000, 5, 6), k);
   RandomWalkRow("random walk, random 3/node", 500, RandomEdges(500, 3, 3), 16);
   RandomWalkRow("random walk, grid 20x25", 500, GridEdges(20, 25), 16);
   ShortestPathRow(500, RandomEdges(500, 3, 4), 16);
   TreeRow(20000, 16, 8);
 
   // The same solvers at the size of the Laplacian rows, on the kernel threads.
+  const std::vector<int64_t> expander = RandomEdges(n, 5, 2);
+  ThreadsRow("laplacian, random 5/node, k=16", n, [&] {
+    return posenc::ComputeLaplacianEncoding({n, expander, k, false}, posenc::GraphLimits())
+        ->vectors;
+  });
   const std::vector<int64_t> sparse = RandomEdges(n, 3, 5);
   ThreadsRow("random walk, random 3/node, S=6", n, [&] {
     return *posenc::ComputeRandomWalkEncoding({n, sparse, 6}, posenc::GraphLimits());

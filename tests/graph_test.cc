@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/kernels/threads.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/graphs.h"
 #include "tests/support/status_matchers.h"
@@ -228,6 +229,26 @@ TEST(GraphEncoding, DenseAndLanczosAgreeOnMediumGraphs) {
   for (int64_t v = 300; v + 1 < 700; ++v) two.insert(two.end(), {v, v + 1});
   two.insert(two.end(), {700, 701, 701, 702});
   CheckPathsAgree("grid + path + triangle", 703, two, 12, false, 8);
+}
+
+// Large enough for the kernel threads (a product over 256 KiB of work): the sparse products
+// of the Chebyshev filter split their rows across two threads and give the one-thread answer
+// bit for bit, and eigen pairs of L.
+TEST(GraphEncoding, KernelThreadsGiveTheOneThreadAnswer) {
+  const int64_t n = 6000;
+  const std::vector<int64_t> edges = RandomEdges(n, 5, 7);
+  GraphLimits limits;
+  limits.max_factor_fill = 0;  // no sparse factor: the filtered products
+  SetKernelThreads(1);
+  auto one = ComputeLaplacianEncoding({n, edges, 6, false}, limits);
+  SetKernelThreads(2);
+  auto two = ComputeLaplacianEncoding({n, edges, 6, false}, limits);
+  SetKernelThreads(0);
+  ASSERT_THAT(one, IsOk());
+  ASSERT_THAT(two, IsOk());
+  EXPECT_EQ(one->vectors, two->vectors);
+  EXPECT_EQ(one->eigenvalues, two->eigenvalues);
+  CheckEigenPairs(*two, edges, false, 1e-5, 20);
 }
 
 TEST(GraphEncoding, RingAndStarClosedForms) {

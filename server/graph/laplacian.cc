@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/status_macros.h"
+#include "server/kernels/threads.h"
 
 namespace posenc {
 namespace {
@@ -65,13 +66,24 @@ struct LocalLaplacian {
   std::vector<double> values;
   std::vector<double> diag;
   double spectral_bound = 0;  // >= the largest eigenvalue (Gershgorin)
+  // The kernel threads a product splits its rows across (the solve's KernelThreadLease).
+  // Each row is summed by one thread in the same order: the result does not depend on it.
+  int threads = 1;
 
+  // y = L x.
   void Multiply(const double* x, double* y) const {
-    for (int32_t i = 0; i < size; ++i) {
-      double sum = diag[i] * x[i];
-      for (int64_t e = offsets[i]; e < offsets[i + 1]; ++e) sum += values[e] * x[cols[e]];
-      y[i] = sum;
-    }
+    ParallelFor(threads, size, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        double sum = diag[i] * x[i];
+        for (int64_t e = offsets[i]; e < offsets[i + 1]; ++e) sum += values[e] * x[cols[e]];
+        y[i] = sum;
+      }
+    });
+  }
+
+  // What one product reads, for KernelThreadLease: the off-diagonal entries and the rows.
+  size_t ProductWorkBytes() const {
+    return WorkBytes(static_cast<int64_t>(cols.size()) * 3 + int64_t{size} * 3);
   }
 };
 
@@ -457,6 +469,10 @@ absl::StatusOr<GraphEncoding> Encode(const GraphSpec& spec, const GraphLimits& l
     if (dense) {
       RETURN_IF_ERROR(DenseSmallest(lap, count, c, pairs));
     } else {
+      // The sparse products (Chebyshev filter, cI - L) split their rows across the kernel
+      // threads when one product is worth it; the factor's triangular solves stay on one.
+      const KernelThreadLease lease(lap.ProductWorkBytes());
+      lap.threads = lease.threads();
       RETURN_IF_ERROR(SparseSmallest(lap, null_vector, count, c, limits, cancelled, pairs));
     }
   }

@@ -10,11 +10,13 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
+#include "server/kernels/threads.h"
 #include "tests/support/status_matchers.h"
 
 namespace posenc {
 namespace {
 
+using ::posenc::testing::IsOk;
 using ::posenc::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -184,6 +186,34 @@ TEST(SchemeRegistryTest, UnsetSchemeIsRefusedListingTheRegisteredNames) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheme is not set")));
   EXPECT_THAT(UnknownScheme(v1::TableRequest()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheme is not set")));
+}
+
+// The structural solvers split their work across the kernel threads, each with its own
+// scratch (a random walk's ball, a shortest-path block): the cost counts every thread's.
+TEST(SchemeRegistryTest, GraphCostsCountEveryKernelThreadsScratch) {
+  v1::GraphRequest r;
+  r.set_num_nodes(100000);
+  for (int64_t v = 0; v + 1 < 100000; ++v) r.add_edges(v), r.add_edges(v + 1);
+  r.set_walk_length(8);
+  for (int64_t a = 0; a < 32; ++a) r.add_anchors(a);
+  const struct {
+    const char* name;
+    uint64_t thread_bytes;  // what each thread adds
+  } solvers[] = {{"graph_random_walk", 100000 * 88 + 2 * 99999 * 8},
+                 {"graph_shortest_path", 100000 * 4 * 17}};
+  for (const auto& solver : solvers) {
+    SCOPED_TRACE(solver.name);
+    const SchemeDescriptor* s = FindScheme(solver.name);
+    ASSERT_NE(s, nullptr);
+    SetKernelThreads(1);
+    const absl::StatusOr<SchemeCost> one = s->graph_cost(r);
+    SetKernelThreads(16);
+    const absl::StatusOr<SchemeCost> sixteen = s->graph_cost(r);
+    SetKernelThreads(0);
+    ASSERT_THAT(one, IsOk());
+    ASSERT_THAT(sixteen, IsOk());
+    EXPECT_EQ(sixteen->bytes - one->bytes, 15 * solver.thread_bytes);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The descriptors of the graph encodings of graph_scheme.h: Laplacian eigenvectors, random
 // walks, hop distances to anchors and tree positions (registered in scheme_registry.cc).
 #include "server/common/status_macros.h"
+#include "server/kernels/threads.h"
 #include "server/schemes/scheme_cost.h"
 #include "server/schemes/scheme_proto.h"
 #include "server/schemes/scheme_registry.h"
@@ -20,22 +21,31 @@ absl::StatusOr<GraphResult> ApplyGraphRequest(const SchemeEnv& env, const v1::Gr
                     env.graph_limits, cancelled);
 }
 
+// Scratch each kernel thread of a structural solver holds, per node and per edge-list entry.
+struct ThreadScratch {
+  int64_t node_bytes = 0;
+  int64_t edge_entry_bytes = 0;
+};
+
 // The cost of a structural encoding of `width` columns: the float32 encoding, the output (a
 // copy when concatenated after `input`) and the response, the adjacency (pairs sorted, then
-// CSR) and per-node work arrays (a random walk's ball, BFS queues, tree depths and child
-// indices).
-// scratch_width: int32 columns per node the solver holds beside its encoding.
+// CSR) and per-node work arrays (BFS queues, tree depths and child indices), and the
+// scratch of every kernel thread the solver may split its work across (KernelThreads(): a
+// call's lease may hand it all of them).
 absl::StatusOr<SchemeCost> StructuralCost(const v1::GraphRequest& r, int64_t width,
-                                          int64_t scratch_width = 0) {
+                                          ThreadScratch scratch = {}) {
   const int64_t n = r.num_nodes();
   const int64_t d = r.has_input() ? CostDim(r.input(), -1) : 0;
   const int64_t elem = r.has_input() ? CostElementBytes(r.input().dtype()) : 4;
+  const auto entries = static_cast<int64_t>(r.edges_size());
   const CostBytes in(r.input().data().size());
   const CostBytes encoding = CostBytes::Product({n, width, 4});
   const CostBytes out = CostBytes::Product({n, CostSizeSum(d, width), elem});
-  const CostBytes work = CostBytes::Product({static_cast<int64_t>(r.edges_size()), 24}) +
-                         CostBytes::Product({n, 64 + 4 * scratch_width}) +
-                         CostBytes::Product({static_cast<int64_t>(r.parents_size()), 8});
+  const CostBytes per_thread = CostBytes::Product({n, scratch.node_bytes}) +
+                               CostBytes::Product({entries, scratch.edge_entry_bytes});
+  const CostBytes work = CostBytes::Product({entries, 24}) + CostBytes::Product({n, 64}) +
+                         CostBytes::Product({static_cast<int64_t>(r.parents_size()), 8}) +
+                         per_thread * CostBytes(static_cast<uint64_t>(KernelThreads()));
   return (in + encoding + out + out + work)
       .Cost("num_nodes, the encoding's width and the input width", /*slow=*/n > kCheapGraphNodes);
 }
@@ -76,8 +86,11 @@ SchemeDescriptor GraphLaplacianScheme() {
 
 SchemeDescriptor GraphRandomWalkScheme() {
   SchemeDescriptor s = GraphScheme("graph_random_walk", v1::RANDOM_WALK);
+  // Each kernel thread builds one root's ball at a time, up to the whole graph: its nodes,
+  // hops, offsets, 1 / degree, the global-to-local map and two float64 walk vectors (about
+  // 44 bytes a node, vectors grown by doubling), and its internal edges (4 bytes an entry).
   s.graph_cost = [](const v1::GraphRequest& r) {
-    return StructuralCost(r, std::max(r.walk_length(), 0));
+    return StructuralCost(r, std::max(r.walk_length(), 0), {88, 8});
   };
   s.model =
       OipModel{{{"edges", {"INT64", "INT32"}, {-1, 2}, false}, {"input", kFloats, {-1, -1}, true}},
@@ -88,10 +101,10 @@ SchemeDescriptor GraphRandomWalkScheme() {
 
 SchemeDescriptor GraphShortestPathScheme() {
   SchemeDescriptor s = GraphScheme("graph_shortest_path", v1::SHORTEST_PATH);
-  // The kernel threads search blocks of up to 16 anchors, each into its own [block, n]
-  // scratch: at most the anchors plus one block's rounding.
+  // Each kernel thread searches blocks of up to 16 anchors into its own [block, n] int32
+  // scratch, with a BFS queue of n.
   s.graph_cost = [](const v1::GraphRequest& r) {
-    return StructuralCost(r, r.anchors_size(), int64_t{r.anchors_size()} + 16);
+    return StructuralCost(r, r.anchors_size(), {4 * (16 + 1), 0});
   };
   // INT32 hop distances; after `input`, numbers in its dtype.
   s.model =

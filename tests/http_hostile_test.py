@@ -12,6 +12,8 @@ good client answered (200 / OK):
 - a parameter nested 1000 levels deep in each position, and one 10^6 deep (400);
 - a 64 MiB JSON body answered within the budget (peak RSS), and one whose parse (2x its
   JSON) and body cannot fit --max_inflight_bytes together (413);
+- four clients that do not read 90 MB JSON answers: admitted one by one (429 for the
+  rest), within the budget (peak RSS); a JSON answer that cannot fit beside its call (413);
 - /metrics with 100 idle and trickling sockets open: a scrape under 1 s.
 
 Usage: http_hostile_test.py BUILD_DIR SOURCE_DIR
@@ -288,6 +290,56 @@ def test_json_charged(pb):
         check(server.stop() == 0, "the JSON-charge server exits 0 on SIGTERM")
 
 
+def test_json_answers_to_slow_readers(pb):
+    """JSON answers are admitted before they are written: four clients ask for the JSON text
+    of 8 Mi FP32 elements (about 90 MB each, up to 128 MiB admitted) and do not read it;
+    what does not fit beside the first is refused 429 (retry advice), the peak RSS stays
+    within the budget + 20 % while they wait, and a JSON answer that could never fit beside
+    its call is 413 with no advice."""
+    server = Server()
+    try:
+        stub = pb_grpc_stub(server)
+        n = 8 << 20
+        body = (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, %d, 1], '
+                b'"data": [' % n + b"0," * (n - 1) + b"0]}]}")
+        socks = []
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", server.http), timeout=60)
+            s.sendall(b"POST /v2/models/sinusoidal/infer HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            socks.append(s)
+        time.sleep(6)  # every call answered or refused; the answers sit unread
+        hwm = vm_mib(server, "VmHWM")
+        check_rss(hwm, "four unread 90 MB JSON answers: peak RSS %.0f MiB" % hwm)
+        print("four unread JSON answers: peak RSS (VmHWM) %.0f MiB" % hwm, flush=True)
+        well_behaved(server, stub, pb, "JSON answers unread")
+        heads = []
+        for s in socks:  # each status line; the rest of the answer is left unread
+            data = b""
+            while b"\r\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            heads.append(data.split(b"\r\n")[0])
+            s.close()
+        ok = sum(h.startswith(b"HTTP/1.1 200") for h in heads)
+        busy = sum(h.startswith(b"HTTP/1.1 429") for h in heads)
+        check(ok >= 1 and ok + busy == 4, "four large JSON answers: %r" % heads)
+        # 12 Mi elements: the call fits the budget, but not beside its JSON text.
+        n = 12 << 20
+        body = (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, %d, 1], '
+                b'"data": [' % n + b"0," * (n - 1) + b"0]}]}")
+        head, text = post(server.http, body, timeout=120)
+        check(head.startswith(b"HTTP/1.1 413") and b"binary_data" in text
+              and b"Retry-After" not in head,
+              "a JSON answer that can never fit beside its call: %r %r" % (head[:60], text[:200]))
+        hwm = vm_mib(server, "VmHWM")
+        check_rss(hwm, "after a JSON answer refused: peak RSS %.0f MiB" % hwm)
+    finally:
+        check(server.stop() == 0, "the JSON-answer server exits 0 on SIGTERM")
+
+
 def test_metrics_slowloris(server):
     idle = open_many(server.metrics, 50)
     trickle = open_many(server.metrics, 50)
@@ -326,6 +378,7 @@ def main():
         test_pipelining(server, stub, pb)
         test_nested_parameters(server, stub, pb)
         test_json_charged(pb)
+        test_json_answers_to_slow_readers(pb)
         test_metrics_slowloris(server)
         well_behaved(server, stub, pb, "at the end")
     finally:

@@ -230,6 +230,7 @@ struct HttpServer::InferJob {
   InferRequestBody parsed;
   inference::ModelInferResponse response;
   Admission::Ticket ticket;
+  Admission::Ticket answer_ticket;  // the JSON text of the answer (AdmitJsonAnswer)
   InferResponseBody out;
 
   // Finishes the call with `status` and hands `answer` (which keeps this job) to the core.
@@ -474,6 +475,28 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
       });
 }
 
+// Admits the JSON text of the job's answer (InferResponseJsonBytes) beside what the call
+// holds, into job.answer_ticket; else RESOURCE_EXHAUSTED, `retryable` when the two may fit
+// --max_inflight_bytes later (not when together they are more than all of it).
+grpc::Status HttpServer::AdmitJsonAnswer(InferJob& job, bool& retryable) {
+  Admission& admission = *inference_.runtime().admission;
+  const uint64_t text = InferResponseJsonBytes(job.response, job.parsed.outputs);
+  absl::StatusOr<Admission::Ticket> admitted = admission.AdmitBytes(text);
+  if (admitted.ok()) {
+    job.answer_ticket = std::move(*admitted);
+    return grpc::Status::OK;
+  }
+  const uint64_t limit = admission.limits().max_inflight_bytes;
+  const bool never = job.ticket.bytes() + text > limit;
+  retryable = !never;
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat("the JSON answer needs up to ", text, " bytes beside the call's ",
+                   job.ticket.bytes(), never ? ", more than --max_inflight_bytes (" : " (",
+                   never ? absl::StrCat(limit, ")") : "busy now, retry later)",
+                   "; ask for the outputs as binary_data to receive them without the text"));
+}
+
 // On the thread that ran the work: the answer, written from the response's own bytes.
 void HttpServer::FinishInfer(std::shared_ptr<InferJob> job, CallOutcome outcome) {
   if (!outcome.status.ok()) {
@@ -481,9 +504,16 @@ void HttpServer::FinishInfer(std::shared_ptr<InferJob> job, CallOutcome outcome)
     return JobDone();
   }
   job->ticket = std::move(outcome.ticket);
+  bool retryable = false;
+  if (const grpc::Status refused = AdmitJsonAnswer(*job, retryable); !refused.ok()) {
+    InferJob::Reply(job, refused, FailureResponse(refused, retryable));
+    return JobDone();
+  }
   job->out = WriteInferResponse(job->response, job->parsed.outputs);
   HttpResponse r;
   if (job->out.binary.empty()) {
+    // The text holds every output: the tensors go back now, not after the last byte is sent.
+    job->response.Clear();
     r.content_type = "application/json";
   } else {
     r.content_type = "application/octet-stream";

@@ -82,6 +82,7 @@ class HttpServer final : public ServerFront, private HttpHandler {
   void SubmitInfer(std::shared_ptr<Call> call, HttpRequest request, HttpRespond respond);
   void RunInfer(std::shared_ptr<InferJob> job);
   void FinishInfer(std::shared_ptr<InferJob> job, CallOutcome outcome);
+  grpc::Status AdmitJsonAnswer(InferJob& job, bool& retryable);
   bool Ready() const;
   // Admits a tracked call: false (and the caller answers 503) once the drain began.
   bool Enter();

@@ -985,9 +985,23 @@ char* FormatFloat(const char* p, const Datatype& type, char* buf, size_t size) {
   return std::isfinite(f) ? std::to_chars(buf, buf + size, f).ptr : nullptr;
 }
 
+// The longest JSON text of one element of `type`: "false", "-9223372036854775808",
+// shortest round-trip floats ("-1.17549435e-38", "-2.2250738585072014e-308"; FP16 and BF16
+// print as the float32 they widen to).
+size_t MaxElementText(const Datatype& type) {
+  switch (type.kind) {
+    case Kind::kBool: return 5;
+    case Kind::kFloat: return type.bytes == 8 ? 24 : 15;
+    case Kind::kSigned:
+      return type.bytes == 1 ? 4 : type.bytes == 2 ? 6 : type.bytes == 4 ? 11 : 20;
+    case Kind::kUnsigned:
+      return type.bytes == 1 ? 3 : type.bytes == 2 ? 5 : type.bytes == 4 ? 10 : 20;
+  }
+  return 24;
+}
+
 void AppendData(absl::string_view raw, const Datatype& type, std::string& out) {
   const size_t n = raw.size() / type.bytes;
-  out.reserve(out.size() + n * 12 + 2);
   out.push_back('[');
   char buf[64];
   for (size_t i = 0; i < n; ++i) {
@@ -1256,10 +1270,32 @@ absl::Status ParseInferRequest(absl::string_view json, std::string& binary, size
   return ParseParts(json, view, &binary, model_name, model_version, out, budget);
 }
 
+size_t InferResponseJsonBytes(const inference::ModelInferResponse& response,
+                              const OutputEncoding& outputs) {
+  // Names, datatypes, shapes and parameters: at most 6 characters of text per byte of their
+  // protobuf encoding (a control character quoted as \u00XX), plus the fixed keys.
+  size_t raw_total = 0;
+  for (const std::string& raw : response.raw_output_contents()) raw_total += raw.size();
+  size_t bytes = 1024 + 6 * (response.ByteSizeLong() - raw_total);
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    const auto& o = response.outputs(i);
+    const Datatype* type = FindDatatype(o.datatype());
+    if (type == nullptr || o.parameters().count("shared_memory_region") != 0 ||
+        outputs.Binary(o.name()) || i >= response.raw_output_contents_size()) {
+      continue;
+    }
+    bytes +=
+        64 + (response.raw_output_contents(i).size() / type->bytes) * (MaxElementText(*type) + 1);
+  }
+  return bytes;
+}
+
 InferResponseBody WriteInferResponse(const inference::ModelInferResponse& response,
                                      const OutputEncoding& outputs) {
   InferResponseBody body;
   std::string& out = body.json;
+  // Reserved whole: growing by doubling would hold the old text and the new at once.
+  out.reserve(InferResponseJsonBytes(response, outputs));
   out.append("{\"model_name\":");
   out.append(Quote(response.model_name()));
   out.append(",\"model_version\":");

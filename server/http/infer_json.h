@@ -93,6 +93,13 @@ struct InferResponseBody {
 InferResponseBody WriteInferResponse(const inference::ModelInferResponse& response,
                                      const OutputEncoding& outputs);
 
+// At least the bytes of WriteInferResponse's JSON text for `response` (its binary outputs
+// excluded): each element at the longest text of its datatype (a float32 15 characters, a
+// float64 24) and the rest at its escaped worst. The text is built whole before it is
+// sent, so the HTTP front admits this much beside the call; the writer reserves it.
+size_t InferResponseJsonBytes(const inference::ModelInferResponse& response,
+                              const OutputEncoding& outputs);
+
 // `{"error": "<message>"}`, the protocol's error body.
 std::string ErrorJson(absl::string_view message);
 

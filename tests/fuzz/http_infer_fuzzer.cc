@@ -66,6 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     encoding.binary_default = binary;
     const posenc::InferResponseBody answer = posenc::WriteInferResponse(response, encoding);
     if (answer.json.empty()) __builtin_trap();
+    // The HTTP front admits this bound before writing: it must hold for any answer.
+    if (answer.json.size() > posenc::InferResponseJsonBytes(response, encoding)) __builtin_trap();
   }
 
   // The gRPC binding's conversion of the same request (no scheme runs here).

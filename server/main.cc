@@ -81,7 +81,7 @@ constexpr FlagSpec kFlagSpecs[] = {
      "admission budget: summed cost (output + scratch bytes) of the calls in progress; also "
      "the size of gRPC's transport memory quota (default: a quarter of the memory limit)"},
     {"max_concurrent_calls", "N",
-     "calls and streams in progress at once (default: 16 per core, at least 32)"},
+     "calls and streams in progress at once (default: 32 per core, at least 64)"},
     {"stall_threshold", "DUR",
      "health turns NOT_SERVING while a cheap call waits this long for a worker (default 2s)"},
     {"tls_cert", "PEM", "the server's certificate: TLS"},

@@ -112,7 +112,7 @@ uint64_t DefaultMaxInflightBytes() {
 }
 
 int64_t DefaultMaxConcurrentCalls() {
-  return std::max<int64_t>(32, 16 * int64_t(std::max(1u, std::thread::hardware_concurrency())));
+  return std::max<int64_t>(64, 32 * int64_t(std::max(1u, std::thread::hardware_concurrency())));
 }
 
 }  // namespace posenc

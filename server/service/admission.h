@@ -74,7 +74,8 @@ uint64_t DefaultMaxInflightBytes();
 // --max_inflight_bytes, which can never run. Fronts send retry advice (HTTP 429 with
 // Retry-After) only when this is true, and 413 otherwise.
 bool IsRetryableRefusal(const absl::Status& status);
-// The default --max_concurrent_calls: 16 per core, at least 32.
+// The default --max_concurrent_calls: 32 per core, at least 64 (a pool of a few dozen
+// connections calling at once is not refused; memory is bounded by the bytes budget).
 int64_t DefaultMaxConcurrentCalls();
 
 }  // namespace posenc

@@ -70,15 +70,22 @@ struct LocalLaplacian {
   // Each row is summed by one thread in the same order: the result does not depend on it.
   int threads = 1;
 
-  // y = L x.
-  void Multiply(const double* x, double* y) const {
+  // store(i, (L x)_i) for every row i, each row by one thread, in one pass: the operators
+  // fold their vector updates into the product's pass instead of passes of their own.
+  template <typename Store>
+  void MultiplyEach(const double* x, const Store& store) const {
     ParallelFor(threads, size, [&](int64_t first, int64_t last) {
       for (int64_t i = first; i < last; ++i) {
         double sum = diag[i] * x[i];
         for (int64_t e = offsets[i]; e < offsets[i + 1]; ++e) sum += values[e] * x[cols[e]];
-        y[i] = sum;
+        store(i, sum);
       }
     });
+  }
+
+  // y = L x.
+  void Multiply(const double* x, double* y) const {
+    MultiplyEach(x, [y](int64_t i, double lx) { y[i] = lx; });
   }
 
   // What one product reads, for KernelThreadLease: the off-diagonal entries and the rows.
@@ -212,9 +219,10 @@ class ShiftedOp : public ProjectedOp {
   void perform_op(const double* x_in, double* y_out) const {
     tmp_ = Eigen::Map<const Eigen::VectorXd>(x_in, rows());
     Project(tmp_);
+    const double c = lap_.spectral_bound;
+    const double* t = tmp_.data();
+    lap_.MultiplyEach(t, [&](int64_t i, double lx) { y_out[i] = c * t[i] - lx; });
     Eigen::Map<Eigen::VectorXd> y(y_out, rows());
-    lap_.Multiply(tmp_.data(), y_out);
-    y = lap_.spectral_bound * tmp_ - y;
     Project(y);
   }
 
@@ -238,12 +246,20 @@ class ChebyshevFilterOp : public ProjectedOp {
   void perform_op(const double* x_in, double* y_out) const {
     prev_ = Eigen::Map<const Eigen::VectorXd>(x_in, rows());
     Project(prev_);
-    // T_1 = t(L) x, T_{j+1} = 2 t(L) T_j - T_{j-1}, t(L) = (center - L) / half_width.
-    lap_.Multiply(prev_.data(), next_.data());
-    cur_ = (center_ * prev_ - next_) / half_width_;
+    // T_1 = t(L) x, T_{j+1} = 2 t(L) T_j - T_{j-1}, t(L) = (center - L) / half_width; each
+    // step one pass (MultiplyEach).
+    const double center = center_, half_width = half_width_, twice = 2.0 / half_width_;
+    {
+      const double* p = prev_.data();
+      double* c = cur_.data();
+      lap_.MultiplyEach(p, [&](int64_t i, double lx) { c[i] = (center * p[i] - lx) / half_width; });
+    }
     for (int j = 1; j < degree_; ++j) {
-      lap_.Multiply(cur_.data(), next_.data());
-      next_ = (2.0 / half_width_) * (center_ * cur_ - next_) - prev_;
+      const double* p = prev_.data();
+      const double* c = cur_.data();
+      double* n = next_.data();
+      lap_.MultiplyEach(c,
+                        [&](int64_t i, double lx) { n[i] = twice * (center * c[i] - lx) - p[i]; });
       std::swap(prev_, cur_);
       std::swap(cur_, next_);
     }

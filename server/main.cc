@@ -78,8 +78,8 @@ constexpr FlagSpec kFlagSpecs[] = {
      "avx2 or avx512 as on a CPU whose widest instruction set that is; onednn oneDNN's "
      "primitives where a kernel has them. An instruction set this CPU lacks is refused"},
     {"max_inflight_bytes", "N",
-     "admission budget: summed cost (output + scratch bytes) of the calls in progress; also "
-     "the size of gRPC's transport memory quota (default: a quarter of the memory limit)"},
+     "admission budget: summed cost (output + scratch bytes) of the calls in progress; half "
+     "of it is gRPC's transport memory quota (default: a quarter of the memory limit)"},
     {"max_concurrent_calls", "N",
      "calls and streams in progress at once (default: 32 per core, at least 64)"},
     {"stall_threshold", "DUR",

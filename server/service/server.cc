@@ -150,7 +150,9 @@ constexpr size_t kTrimFreeBytes = size_t{128} << 20;
 constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kMaxMetadataBytes = 16 << 10;
 // gRPC's transport memory quota is --max_inflight_bytes / this. Buffered uploads cost about
-// twice their bytes in resident memory (read buffers, then the assembled message).
+// twice their bytes in resident memory (read buffers, then the assembled message). Above
+// kUploadPressureDivisor's share, so that the stream-flood guard ends stalled uploads
+// before the quota's reclaimer closes connections (well-behaved clients' among them).
 constexpr uint64_t kTransportQuotaDivisor = 2;
 
 // The stream-flood guard's limits: stalled uploads are ended while more uploads are in

@@ -322,25 +322,30 @@ TEST(ShawQueryTerm, MatchesFloat64ReferenceAtEveryDtypeAndIsa) {
 }
 
 // Through the transposed table each dot product sums over d in order with FMA, as the
-// scalar rows do: every vector ISA gives the scalar term bit for bit.
+// scalar rows do: every vector ISA gives the scalar term bit for bit, stored or added to
+// scores (the clipped spans added as constants, the middle from the dot products).
 TEST(ShawQueryTerm, VectorIsasMatchScalarBitForBit) {
   const int64_t heads = 3, q = 70, k = 90, d = 29;
   const int32_t k_clip = 40;
   const std::vector<float> table = RandomFloats(static_cast<size_t>((2 * k_clip + 1) * d), 5);
   const std::vector<float> query = RandomFloats(static_cast<size_t>(heads * q * d), 7);
+  const std::vector<float> scores = RandomFloats(static_cast<size_t>(heads * q * k), 9, -4, 4);
   const ConstTensorView qv(DType::kFloat32, {1, heads, q, d}, query.data());
-  auto term = [&](KernelImpl isa) {
-    std::vector<float> out(static_cast<size_t>(heads * q * k));
-    const TensorView ov{DType::kFloat32, {1, heads, q, k}, out.data()};
-    EXPECT_THAT(ShawQueryTerm({k_clip}, {q, k, 3}, table.data(), d, qv, ov, false, isa), IsOk());
-    return out;
-  };
-  const std::vector<float> scalar = term(KernelImpl::kScalar);
-  for (KernelImpl isa : CpuVectorIsas()) {
-    const std::vector<float> got = term(isa);
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_EQ(std::memcmp(&got[i], &scalar[i], 4), 0)
-          << KernelImplName(isa) << " at " << i << ": " << got[i] << " vs " << scalar[i];
+  for (DType out_t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (bool add : {false, true}) {
+      auto term = [&](KernelImpl isa) {
+        std::vector<uint8_t> out(scores.size() * DTypeSize(out_t));
+        FromFloat32(scores.data(), out_t, out.data(), scores.size());
+        const TensorView ov{out_t, {1, heads, q, k}, out.data()};
+        EXPECT_THAT(ShawQueryTerm({k_clip}, {q, k, 3}, table.data(), d, qv, ov, add, isa), IsOk());
+        return out;
+      };
+      const std::vector<uint8_t> scalar = term(KernelImpl::kScalar);
+      for (KernelImpl isa : CpuVectorIsas()) {
+        const std::vector<uint8_t> got = term(isa);
+        ASSERT_EQ(got, scalar) << KernelImplName(isa) << " out " << DTypeName(out_t)
+                               << (add ? " added" : " stored");
+      }
     }
   }
 }

@@ -115,21 +115,28 @@ size_t IdBytes(const BiasGeometry& g) {
 
 // row[0..n) += bias[0..n) in the row's dtype: float32 adds, one rounding, bit-identical
 // to ToFloat32 / add / FromFloat32. One function per dtype and ISA; 16-bit rows are
-// converted in registers (simd_convert.h), in one pass.
+// converted in registers (simd_convert.h), in one pass. The kConstant functions add
+// bias[0] to every element (the same sums as a bias row of n copies of it).
 using AddBiasRowFn = void (*)(void* row, const float* bias, int64_t n);
 
-template <DType kType>
+// bias[j], or bias[0] for a constant bias.
+template <bool kConstant>
+inline float BiasAt(const float* bias, int64_t j) {
+  return kConstant ? bias[0] : bias[j];
+}
+
+template <DType kType, bool kConstant = false>
 void AddBiasRowScalar(void* row, const float* bias, int64_t n) {
   if constexpr (kType == DType::kFloat32) {
     float* r = static_cast<float*>(row);
-    for (int64_t j = 0; j < n; ++j) r[j] += bias[j];  // key
+    for (int64_t j = 0; j < n; ++j) r[j] += BiasAt<kConstant>(bias, j);  // key
   } else {
     uint16_t* r = static_cast<uint16_t*>(row);
     for (int64_t j = 0; j < n; ++j) {  // key
       if constexpr (kType == DType::kFloat16) {
-        r[j] = FloatToHalf(HalfToFloat(r[j]) + bias[j]);
+        r[j] = FloatToHalf(HalfToFloat(r[j]) + BiasAt<kConstant>(bias, j));
       } else {
-        r[j] = FloatToBFloat16(BFloat16ToFloat(r[j]) + bias[j]);
+        r[j] = FloatToBFloat16(BFloat16ToFloat(r[j]) + BiasAt<kConstant>(bias, j));
       }
     }
   }
@@ -155,34 +162,40 @@ __attribute__((target("avx2,f16c"))) inline void Store8(void* row, int64_t j, __
   }
 }
 
+template <bool kConstant>
+__attribute__((target("avx2"))) inline __m256 Bias8(const float* bias, int64_t j) {
+  return kConstant ? _mm256_broadcast_ss(bias) : _mm256_loadu_ps(bias + j);
+}
+
 // 32 lanes per step: four independent loads in flight, as the roofline pass has.
-template <DType kType>
+template <DType kType, bool kConstant = false>
 __attribute__((target("avx2,f16c"))) void AddBiasRowAvx2(void* row, const float* bias, int64_t n) {
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // key
-    const __m256 r0 = _mm256_add_ps(Load8<kType>(row, j), _mm256_loadu_ps(bias + j));
-    const __m256 r1 = _mm256_add_ps(Load8<kType>(row, j + 8), _mm256_loadu_ps(bias + j + 8));
-    const __m256 r2 = _mm256_add_ps(Load8<kType>(row, j + 16), _mm256_loadu_ps(bias + j + 16));
-    const __m256 r3 = _mm256_add_ps(Load8<kType>(row, j + 24), _mm256_loadu_ps(bias + j + 24));
+    const __m256 r0 = _mm256_add_ps(Load8<kType>(row, j), Bias8<kConstant>(bias, j));
+    const __m256 r1 = _mm256_add_ps(Load8<kType>(row, j + 8), Bias8<kConstant>(bias, j + 8));
+    const __m256 r2 = _mm256_add_ps(Load8<kType>(row, j + 16), Bias8<kConstant>(bias, j + 16));
+    const __m256 r3 = _mm256_add_ps(Load8<kType>(row, j + 24), Bias8<kConstant>(bias, j + 24));
     Store8<kType>(row, j, r0);
     Store8<kType>(row, j + 8, r1);
     Store8<kType>(row, j + 16, r2);
     Store8<kType>(row, j + 24, r3);
   }
   for (; j + 8 <= n; j += 8) {
-    Store8<kType>(row, j, _mm256_add_ps(Load8<kType>(row, j), _mm256_loadu_ps(bias + j)));
+    Store8<kType>(row, j, _mm256_add_ps(Load8<kType>(row, j), Bias8<kConstant>(bias, j)));
   }
   const size_t elem = DTypeSize(kType);
-  AddBiasRowScalar<kType>(static_cast<char*>(row) + j * elem, bias + j, n - j);
+  AddBiasRowScalar<kType, kConstant>(static_cast<char*>(row) + j * elem,
+                                     kConstant ? bias : bias + j, n - j);
 }
 
 // 16-bit scores, 16 lanes per vector, the tail under a mask. bfloat16 rounds with
 // VCVTNEPS2BF16 where the CPU has AVX512_BF16 (NarrowBf16x16Native), else in integer ops.
 #define POSENC_AVX512_BIAS __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-template <DType kType, bool kNative>
+template <DType kType, bool kNative, bool kConstant>
 POSENC_AVX512_BIAS inline void AddBias16(void* row, const float* bias, int64_t j, __mmask16 m) {
-  const __m512 b = _mm512_maskz_loadu_ps(m, bias + j);
+  const __m512 b = kConstant ? _mm512_set1_ps(bias[0]) : _mm512_maskz_loadu_ps(m, bias + j);
   uint16_t* r = static_cast<uint16_t*>(row) + j;
   const __m256i h = _mm256_maskz_loadu_epi16(m, r);
   __m256i out;
@@ -196,50 +209,52 @@ POSENC_AVX512_BIAS inline void AddBias16(void* row, const float* bias, int64_t j
   _mm256_mask_storeu_epi16(r, m, out);
 }
 
-template <DType kType, bool kNative>
+template <DType kType, bool kNative, bool kConstant = false>
 POSENC_AVX512_BIAS void AddBiasRowAvx512(void* row, const float* bias, int64_t n) {
   const __mmask16 all = 0xffff;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // key
-    AddBias16<kType, kNative>(row, bias, j, all);
-    AddBias16<kType, kNative>(row, bias, j + 16, all);
+    AddBias16<kType, kNative, kConstant>(row, bias, j, all);
+    AddBias16<kType, kNative, kConstant>(row, bias, j + 16, all);
   }
   for (; j < n; j += 16) {
     const int64_t left = n - j;
-    AddBias16<kType, kNative>(row, bias, j,
-                              left >= 16 ? all : static_cast<__mmask16>((1u << left) - 1));
+    AddBias16<kType, kNative, kConstant>(
+        row, bias, j, left >= 16 ? all : static_cast<__mmask16>((1u << left) - 1));
   }
 }
 #undef POSENC_AVX512_BIAS
 
 // REQUIRES: dtype is FLOAT16 or BFLOAT16.
-template <bool kNative>
+template <bool kNative, bool kConstant>
 AddBiasRowFn Avx512BiasRow(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return AddBiasRowAvx512<DType::kFloat16, kNative>;
-    default: return AddBiasRowAvx512<DType::kBFloat16, kNative>;
+    case DType::kFloat16: return AddBiasRowAvx512<DType::kFloat16, kNative, kConstant>;
+    default: return AddBiasRowAvx512<DType::kBFloat16, kNative, kConstant>;
   }
 }
 
-// The row function for `dtype` and `implementation` (bias_kernel.h): AVX-512 for 16-bit
-// scores where the ISA bound allows it (the conversions are the work), AVX2 for float32
-// (memory-bound either way), scalar at a scalar bound.
+// The row function (kConstant: the constant-bias one) for `dtype` and `implementation`
+// (bias_kernel.h): AVX-512 for 16-bit scores where the ISA bound allows it (the conversions
+// are the work), AVX2 for float32 (memory-bound either way), scalar at a scalar bound.
+template <bool kConstant = false>
 AddBiasRowFn BiasRowFor(DType dtype, KernelImpl implementation) {
   const KernelImpl isa = IsaBoundFor(implementation);
   if (isa == KernelImpl::kAvx512 && dtype != DType::kFloat32) {
-    return simd::HasAvx512Bf16() ? Avx512BiasRow<true>(dtype) : Avx512BiasRow<false>(dtype);
+    return simd::HasAvx512Bf16() ? Avx512BiasRow<true, kConstant>(dtype)
+                                 : Avx512BiasRow<false, kConstant>(dtype);
   }
   if (isa == KernelImpl::kAvx2 || isa == KernelImpl::kAvx512) {
     switch (dtype) {
-      case DType::kFloat16: return AddBiasRowAvx2<DType::kFloat16>;
-      case DType::kBFloat16: return AddBiasRowAvx2<DType::kBFloat16>;
-      default: return AddBiasRowAvx2<DType::kFloat32>;
+      case DType::kFloat16: return AddBiasRowAvx2<DType::kFloat16, kConstant>;
+      case DType::kBFloat16: return AddBiasRowAvx2<DType::kBFloat16, kConstant>;
+      default: return AddBiasRowAvx2<DType::kFloat32, kConstant>;
     }
   }
   switch (dtype) {
-    case DType::kFloat16: return AddBiasRowScalar<DType::kFloat16>;
-    case DType::kBFloat16: return AddBiasRowScalar<DType::kBFloat16>;
-    default: return AddBiasRowScalar<DType::kFloat32>;
+    case DType::kFloat16: return AddBiasRowScalar<DType::kFloat16, kConstant>;
+    case DType::kBFloat16: return AddBiasRowScalar<DType::kBFloat16, kConstant>;
+    default: return AddBiasRowScalar<DType::kFloat32, kConstant>;
   }
 }
 
@@ -762,8 +777,11 @@ ShawColumns MakeShawColumns(const float* table, int64_t dim, int64_t lo, int64_t
   return c;
 }
 
-// Query rows per block of dot products: each load of a column vector serves all of them.
-constexpr int kShawBlockRows = 4;
+// Query rows per block of dot products, at most: each load of a column vector serves all
+// of them. The AVX2 passes take 4 rows of 2 vectors (8 accumulators of 16 registers), the
+// AVX-512 ones 8 rows of 2 (16 of 32), which also wastes fewer lanes on the block's
+// columns (2k + 1 + rows - 1 of them) than 4 rows would.
+constexpr int kShawBlockRows = 8;
 
 // The query rows of one block (as float32) and where their dot products go: a row b's dot
 // with table row r lands at out[b][r - lo] for the block's column range [lo, hi].
@@ -773,16 +791,16 @@ struct ShawBlock {
 };
 
 // out[b][at .. at + 8 * kV) = dots of q[b] with the kV vectors of columns from col on, for
-// the block's four rows: per feature kV column loads, four broadcasts, 4 * kV FMAs (the
-// accumulators stay in registers). Asks for one line of `ahead` in L2 per feature while
-// the FMAs run (ahead_lines of them).
-template <int kV>
+// the block's first kRows rows: per feature kV column loads, kRows broadcasts, kRows * kV
+// FMAs (the accumulators stay in registers). Asks for one line of `ahead` in L2 per feature
+// while the FMAs run (ahead_lines of them).
+template <int kRows, int kV>
 __attribute__((target("avx2,fma"))) inline void ShawBlockPass(const ShawBlock& blk,
                                                               const float* col, int64_t dim,
                                                               int64_t stride, int64_t at,
                                                               const char* ahead,
                                                               int64_t ahead_lines) {
-  __m256 acc[kShawBlockRows][kV];
+  __m256 acc[kRows][kV];
   for (auto& row : acc) {
     for (__m256& a : row) a = _mm256_setzero_ps();
   }
@@ -791,24 +809,24 @@ __attribute__((target("avx2,fma"))) inline void ShawBlockPass(const ShawBlock& b
     const float* t = col + d * stride;
     __m256 c[kV];
     for (int v = 0; v < kV; ++v) c[v] = _mm256_loadu_ps(t + 8 * v);
-    for (int b = 0; b < kShawBlockRows; ++b) {
+    for (int b = 0; b < kRows; ++b) {
       const __m256 x = _mm256_broadcast_ss(blk.q[b] + d);
       for (int v = 0; v < kV; ++v) acc[b][v] = _mm256_fmadd_ps(x, c[v], acc[b][v]);
     }
   }
-  for (int b = 0; b < kShawBlockRows; ++b) {
+  for (int b = 0; b < kRows; ++b) {
     for (int v = 0; v < kV; ++v) _mm256_storeu_ps(blk.out[b] + at + 8 * v, acc[b][v]);
   }
 }
 
 // The same pass in AVX-512, sixteen columns per vector.
-template <int kV>
+template <int kRows, int kV>
 __attribute__((target("avx512f"))) inline void ShawBlockPass512(const ShawBlock& blk,
                                                                 const float* col, int64_t dim,
                                                                 int64_t stride, int64_t at,
                                                                 const char* ahead,
                                                                 int64_t ahead_lines) {
-  __m512 acc[kShawBlockRows][kV];
+  __m512 acc[kRows][kV];
   for (auto& row : acc) {
     for (__m512& a : row) a = _mm512_setzero_ps();
   }
@@ -817,25 +835,25 @@ __attribute__((target("avx512f"))) inline void ShawBlockPass512(const ShawBlock&
     const float* t = col + d * stride;
     __m512 c[kV];
     for (int v = 0; v < kV; ++v) c[v] = _mm512_loadu_ps(t + 16 * v);
-    for (int b = 0; b < kShawBlockRows; ++b) {
+    for (int b = 0; b < kRows; ++b) {
       const __m512 x = _mm512_set1_ps(blk.q[b][d]);
       for (int v = 0; v < kV; ++v) acc[b][v] = _mm512_fmadd_ps(x, c[v], acc[b][v]);
     }
   }
-  for (int b = 0; b < kShawBlockRows; ++b) {
+  for (int b = 0; b < kRows; ++b) {
     for (int v = 0; v < kV; ++v) _mm512_storeu_ps(blk.out[b] + at + 16 * v, acc[b][v]);
   }
 }
 
-// The block's dot products with table rows [lo, hi] from the columns, 2 * kLanes at a
-// time (passes of one vector for a tail of at most kLanes). Each out[b] has room for
-// 2 * kLanes floats past hi - lo (whole vectors are stored).
+// The dot products of the block's first kRows rows with table rows [lo, hi] from the
+// columns, 2 * kLanes at a time (passes of one vector for a tail of at most kLanes). Each
+// out[b] has room for 2 * kLanes floats past hi - lo (whole vectors are stored).
 // ahead[0, ahead_bytes): memory the caller reads next (the next block's score rows), asked
 // for in L2 a line per feature as the passes run and the rest after them. The dot products
 // issue no memory traffic; without this the hardware prefetcher saw the score rows in
 // bursts and each row's add met DRAM latency cold (and a loop of prefetches before the dots
 // waited on full miss queues).
-template <int kLanes>
+template <int kLanes, int kRows>
 void ShawBlockDots(const ShawBlock& blk, const ShawColumns& c, int64_t dim, int64_t lo, int64_t hi,
                    const char* ahead, int64_t ahead_bytes) {
   const int64_t count = hi - lo + 1;
@@ -847,11 +865,11 @@ void ShawBlockDots(const ShawBlock& blk, const ShawColumns& c, int64_t dim, int6
     const int64_t n = std::max<int64_t>(0, lines - line);
     const int vectors = count - c0 > kLanes ? 2 : 1;
     if constexpr (kLanes == 16) {
-      if (vectors == 2) ShawBlockPass512<2>(blk, col, dim, c.stride, c0, pf, n);
-      else ShawBlockPass512<1>(blk, col, dim, c.stride, c0, pf, n);
+      if (vectors == 2) ShawBlockPass512<kRows, 2>(blk, col, dim, c.stride, c0, pf, n);
+      else ShawBlockPass512<kRows, 1>(blk, col, dim, c.stride, c0, pf, n);
     } else {
-      if (vectors == 2) ShawBlockPass<2>(blk, col, dim, c.stride, c0, pf, n);
-      else ShawBlockPass<1>(blk, col, dim, c.stride, c0, pf, n);
+      if (vectors == 2) ShawBlockPass<kRows, 2>(blk, col, dim, c.stride, c0, pf, n);
+      else ShawBlockPass<kRows, 1>(blk, col, dim, c.stride, c0, pf, n);
     }
     line += dim;
   }
@@ -861,9 +879,16 @@ void ShawBlockDots(const ShawBlock& blk, const ShawColumns& c, int64_t dim, int6
 using ShawBlockDotsFn = void (*)(const ShawBlock& blk, const ShawColumns& c, int64_t dim,
                                  int64_t lo, int64_t hi, const char* ahead, int64_t ahead_bytes);
 
+// The block dot products of one ISA and the rows of its blocks.
+struct ShawBlockPlan {
+  ShawBlockDotsFn dots;
+  int rows;
+};
+
 // REQUIRES: a vector ISA bound (AVX2 or AVX-512).
-ShawBlockDotsFn ShawBlockDotsFor(KernelImpl implementation) {
-  return IsaBoundFor(implementation) == KernelImpl::kAvx512 ? ShawBlockDots<16> : ShawBlockDots<8>;
+ShawBlockPlan ShawBlockPlanFor(KernelImpl implementation) {
+  if (IsaBoundFor(implementation) == KernelImpl::kAvx512) return {ShawBlockDots<16, 8>, 8};
+  return {ShawBlockDots<8, 4>, 4};
 }
 
 ShawDotsFn ShawDotsFor(KernelImpl implementation) {
@@ -934,19 +959,29 @@ absl::Status BuildShawEmbeddings(const ShawSpec& spec, const BiasGeometry& geom,
 
 namespace {
 
-// term[j] for the keys j of one query row at query_pos, from its dot products with table
-// rows [lo, hi] (dots_row[r - lo]): along the keys the index is 0 (clipped left), then
-// rises by one per key, then stays 2k (clipped right): two fills around one copy.
-void GatherShawTerm(const float* dots_row, int64_t lo, int64_t hi, int64_t query_pos, int32_t kmax,
-                    int64_t k, float* term) {
+// The term of one query row at query_pos along its k keys, from its dot products with
+// table rows [lo, hi] (dots_row[r - lo]): the index is 0 (clipped left) for keys [0, left),
+// rises by one per key over [left, right), whose dot products start at middle, then stays
+// 2k (clipped right) for keys [right, k).
+struct ShawTermSpans {
+  int64_t left, right;
+  const float* middle;
+};
+
+ShawTermSpans ShawTermSpansOf(const float* dots_row, int64_t lo, int64_t query_pos, int32_t kmax,
+                              int64_t k) {
   const int64_t left = std::clamp<int64_t>(query_pos - kmax, 0, k);
   const int64_t right = std::clamp<int64_t>(query_pos + kmax + 1, left, k);
-  std::fill(term, term + left, dots_row[0]);
-  if (right > left) {
-    std::memcpy(term + left, dots_row + (ShawIndexOf(left - query_pos, kmax) - lo),
-                static_cast<size_t>(right - left) * sizeof(float));
-  }
-  std::fill(term + right, term + k, dots_row[hi - lo]);
+  return {left, right, dots_row + (ShawIndexOf(left - query_pos, kmax) - lo)};
+}
+
+// term[j] for the keys j of one query row: two fills around one copy.
+void GatherShawTerm(const float* dots_row, int64_t lo, int64_t hi, int64_t query_pos, int32_t kmax,
+                    int64_t k, float* term) {
+  const ShawTermSpans spans = ShawTermSpansOf(dots_row, lo, query_pos, kmax, k);
+  std::fill(term, term + spans.left, dots_row[0]);
+  std::copy(spans.middle, spans.middle + (spans.right - spans.left), term + spans.left);
+  std::fill(term + spans.right, term + k, dots_row[hi - lo]);
 }
 
 // One query row of a Shaw call: its position and the table rows its keys reach (key 0 and
@@ -960,10 +995,9 @@ ShawRow ShawRowAt(const BiasGeometry& geom, int32_t kmax, int64_t row) {
   return {pos, ShawIndexOf(-pos, kmax), ShawIndexOf(geom.key_length - 1 - pos, kmax)};
 }
 
-// A ShawQueryTerm call's work for one kernel thread: query rows in blocks of
-// kShawBlockRows, each block's dot products (from the columns where there are any, else row
-// by row), then each row's term gathered along the keys and added to (or stored as) its
-// score row.
+// A ShawQueryTerm call's work for one kernel thread: query rows in blocks of the plan's
+// rows (at most kShawBlockRows), each block's dot products (from the columns where there
+// are any, else row by row), then each row's term added to (or stored as) its score row.
 class ShawRowRunner {
  public:
   ShawRowRunner(const BiasGeometry& geom, int32_t kmax, const ConstTensorView& query,
@@ -971,11 +1005,13 @@ class ShawRowRunner {
                 KernelImpl implementation, const float* table, int64_t dim, int64_t dots_width)
       : geom_(geom), kmax_(kmax), query_(query), out_(out), add_to_out_(add_to_out),
         columns_(columns), dots_(ShawDotsFor(implementation)),
-        block_dots_(columns.n > 0 ? ShawBlockDotsFor(implementation) : nullptr),
-        add_row_(BiasRowFor(out.dtype, implementation)), table_(table), dim_(dim),
+        block_plan_(columns.n > 0 ? ShawBlockPlanFor(implementation)
+                                  : ShawBlockPlan{nullptr, kShawBlockRows}),
+        add_row_(BiasRowFor(out.dtype, implementation)),
+        add_constant_(BiasRowFor<true>(out.dtype, implementation)), table_(table), dim_(dim),
         q_rows_(static_cast<size_t>(kShawBlockRows * dim), 0.0f),
         dots_rows_(static_cast<size_t>(kShawBlockRows * dots_width)),
-        term_(static_cast<size_t>(geom.key_length)) {
+        term_(add_to_out ? 0 : static_cast<size_t>(geom.key_length)) {
     for (int b = 0; b < kShawBlockRows; ++b) {
       block_.q[b] = q_rows_.data() + b * dim;
       block_.out[b] = dots_rows_.data() + b * dots_width;
@@ -983,8 +1019,9 @@ class ShawRowRunner {
   }
 
   void Run(int64_t first, int64_t last) {
-    for (int64_t row0 = first; row0 < last; row0 += kShawBlockRows) {  // (batch, head, query)
-      RunBlock(row0, std::min<int64_t>(kShawBlockRows, last - row0), last);
+    const int rows = block_plan_.rows;
+    for (int64_t row0 = first; row0 < last; row0 += rows) {  // (batch, head, query)
+      RunBlock(row0, std::min<int64_t>(rows, last - row0), last);
     }
   }
 
@@ -1011,9 +1048,9 @@ class ShawRowRunner {
         hi = std::max(hi, at[b].hi);
       }
       // The next block's score rows, read next, asked for while the dots run.
-      const int64_t next = std::min<int64_t>(kShawBlockRows, last - row0 - n);
+      const int64_t next = std::min<int64_t>(block_plan_.rows, last - row0 - n);
       const auto next_bytes = static_cast<int64_t>(next * geom_.key_length * DTypeSize(out_.dtype));
-      block_dots_(block_, columns_, dim_, lo, hi, ScoreRow(row0 + n), next_bytes);
+      block_plan_.dots(block_, columns_, dim_, lo, hi, ScoreRow(row0 + n), next_bytes);
       for (int64_t b = 0; b < n; ++b) dots_of[b] = block_.out[b] + (at[b].lo - lo);
     } else {
       for (int64_t b = 0; b < n; ++b) {
@@ -1022,15 +1059,29 @@ class ShawRowRunner {
       }
     }
     for (int64_t b = 0; b < n; ++b) {
+      if (add_to_out_) {
+        AddTerm(dots_of[b], at[b], ScoreRow(row0 + b));
+        continue;
+      }
       GatherShawTerm(dots_of[b], at[b].lo, at[b].hi, at[b].pos, kmax_, geom_.key_length,
                      term_.data());
-      if (add_to_out_) {
-        add_row_(ScoreRow(row0 + b), term_.data(), geom_.key_length);
-      } else {
-        FromFloat32(term_.data(), out_.dtype, ScoreRow(row0 + b),
-                    static_cast<size_t>(geom_.key_length));
-      }
+      FromFloat32(term_.data(), out_.dtype, ScoreRow(row0 + b),
+                  static_cast<size_t>(geom_.key_length));
     }
+  }
+
+  // score += the row's term, span by span (ShawTermSpans), without writing the term out:
+  // the clipped spans add a constant, the middle one its dot products.
+  void AddTerm(const float* dots_row, const ShawRow& at, char* score) const {
+    const int64_t k = geom_.key_length;
+    const size_t elem = DTypeSize(out_.dtype);
+    const ShawTermSpans spans = ShawTermSpansOf(dots_row, at.lo, at.pos, kmax_, k);
+    if (spans.left > 0) add_constant_(score, dots_row, spans.left);
+    if (spans.right > spans.left) {
+      add_row_(score + spans.left * elem, spans.middle, spans.right - spans.left);
+    }
+    if (k > spans.right)
+      add_constant_(score + spans.right * elem, dots_row + (at.hi - at.lo), k - spans.right);
   }
 
   const BiasGeometry& geom_;
@@ -1040,13 +1091,14 @@ class ShawRowRunner {
   const bool add_to_out_;
   const ShawColumns& columns_;
   const ShawDotsFn dots_;
-  const ShawBlockDotsFn block_dots_;
+  const ShawBlockPlan block_plan_;
   const AddBiasRowFn add_row_;
+  const AddBiasRowFn add_constant_;
   const float* const table_;
   const int64_t dim_;
   std::vector<float> q_rows_;     // the block's query rows as float32
   std::vector<float> dots_rows_;  // the block's dot products, dots_width per row
-  std::vector<float> term_;       // one row's term along the keys
+  std::vector<float> term_;       // one row's term along the keys (when storing it)
   ShawBlock block_;
 };
 

@@ -424,7 +424,7 @@ void PutSeries(const RatioSeries& s, const std::string& prefix, json& row) {
 // of the rounds, with the best round and the spread beside it; `ms` and `gbps` are the
 // kernel's best round, `gbps_median` its median. The builds only write: beside the
 // read-modify-write roofline they get a write-only one (write_*); the scans only read and
-// get a read-only one (read_*).
+// get a read-only one (read_*). A case's `prepare` runs before each roofline pass too.
 json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rounds,
                  KernelImpl isa) {
   const bool write_only = c.moved_bytes == c.tensor_bytes && !c.read_only;
@@ -436,8 +436,8 @@ json MeasureCase(const KernelCase& c, Roofline& roofline, double budget, int rou
   for (int round = 0; round < std::max(2, rounds); ++round) {
     double r = 0, w = 0;
     const auto roofs = [&] {
-      r = roofline.Gbps(c.tensor_bytes, budget);
-      if (has_side) w = roofline.Gbps(c.tensor_bytes, budget, side_kind);
+      r = roofline.Gbps(c.tensor_bytes, budget, RooflineKind::kReadWrite, c.prepare);
+      if (has_side) w = roofline.Gbps(c.tensor_bytes, budget, side_kind, c.prepare);
     };
     if (round % 2 == 1) roofs();
     const double s = BestSeconds(c.run, budget, 3, 1000000, c.prepare);

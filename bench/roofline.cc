@@ -101,7 +101,8 @@ void Roofline::ReadWritePass(void* x, size_t bytes) {
   Rmw(static_cast<float*>(x), bytes / sizeof(float), 0.5f, 0.5f, KernelThreads());
 }
 
-double Roofline::Gbps(size_t bytes, double budget_s, RooflineKind kind) {
+double Roofline::Gbps(size_t bytes, double budget_s, RooflineKind kind,
+                      const std::function<void()>& prepare) {
   auto& buffer = buffers_[bytes];
   if (!buffer) {
     buffer = std::make_unique<Buffer>(bytes);
@@ -116,8 +117,8 @@ double Roofline::Gbps(size_t bytes, double budget_s, RooflineKind kind) {
   for (int threads : {1, KernelThreads()}) {
     for (int pass : passes) {
       // a, b keep values bounded: x -> 0.5x + 0.5 converges to 1.
-      best_s =
-          std::min(best_s, BestSeconds([&] { Rmw(x, n, 0.5f, 0.5f, threads, pass); }, budget_s));
+      best_s = std::min(best_s, BestSeconds([&] { Rmw(x, n, 0.5f, 0.5f, threads, pass); }, budget_s,
+                                            3, 1000000, prepare));
     }
     if (KernelThreads() == 1) break;
   }

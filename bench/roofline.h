@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -18,10 +19,14 @@ enum class RooflineKind { kReadWrite, kWriteOnly, kReadOnly };
 
 // The best GB/s of a pass of `kind` at a buffer size, over 1 thread and the kernel threads.
 // Measured anew on every call (buffers are kept): memory bandwidth on a shared machine
-// drifts, so each kernel is compared with a roofline taken right beside it.
+// drifts, so each kernel is compared with a roofline taken right beside it. `prepare`, if
+// any, runs untimed before every timed pass, as it does before the kernel the roofline
+// judges: a kernel that refills its tensor first meets the caches that refill leaves (dirty
+// lines of the tensor's end, nothing else), and so does its roofline.
 class Roofline {
  public:
-  double Gbps(size_t bytes, double budget_s, RooflineKind kind = RooflineKind::kReadWrite);
+  double Gbps(size_t bytes, double budget_s, RooflineKind kind = RooflineKind::kReadWrite,
+              const std::function<void()>& prepare = nullptr);
   // One read+write pass over `bytes` (a multiple of 4) at x on the kernel threads: the
   // roofline's own pass as a kernel case, the A/A row whose ratio is the bench's noise.
   static void ReadWritePass(void* x, size_t bytes);

@@ -135,6 +135,46 @@ TEST(DebertaBuckets, BuildMatchesPerElementBucketsBitForBit) {
   EXPECT_EQ(compared, 9 * 10 - 7);  // all but seven of the largest
 }
 
+// Bucketed rows are kept per (spec, first offset, length): repeat calls, calls that share a
+// row through different geometries, more pairs than the cache holds, and a spec without
+// finite buckets all give what each element's bucket says, pass after pass.
+TEST(DebertaBuckets, KeptRowsGiveEveryCallItsOwnBuckets) {
+  struct Call {
+    DebertaSpec spec;
+    BiasGeometry geom;
+  };
+  std::vector<Call> calls;
+  for (int32_t buckets : {256, 64, 8}) {
+    // {3, 5, 2} and {5, 3, 0} share their row (first offset 4, 7 entries).
+    for (const BiasGeometry& geom : {BiasGeometry{3, 5, 2}, BiasGeometry{5, 3, 0},
+                                     BiasGeometry{40, 300, 7}, BiasGeometry{300, 40, 1000}}) {
+      calls.push_back({{buckets, 4 * buckets}, geom});
+    }
+  }
+  ASSERT_GT(calls.size(), 8u);  // more than the cache keeps
+  for (int pass = 0; pass < 3; ++pass) {
+    for (const Call& c : calls) {
+      const int64_t q = c.geom.query_length, k = c.geom.key_length;
+      std::vector<int32_t> out(static_cast<size_t>(q * k), -7);
+      ASSERT_THAT(BuildDebertaPositions(c.spec, c.geom, out.data()), IsOk());
+      for (int64_t i = 0; i < q; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          ASSERT_EQ(out[static_cast<size_t>(i * k + j)],
+                    *DebertaLogBucket(c.geom.query_offset + i - j, c.spec.position_buckets,
+                                      c.spec.max_relative_positions))
+              << "pass " << pass << " buckets " << c.spec.position_buckets << " q " << q << " k "
+              << k << " at " << i << "," << j;
+        }
+      }
+    }
+    const BiasGeometry far{1, 1000, 999};
+    std::vector<int32_t> wide(1000);
+    EXPECT_THAT(BuildDebertaPositions({256, 129}, far, wide.data()),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("deberta.max_relative_positions")));
+  }
+}
+
 TEST(DebertaBuckets, DefaultsAreHfs) {
   const DebertaSpec spec;
   EXPECT_EQ(spec.position_buckets, 256);

@@ -165,7 +165,8 @@ absl::Status ShawQueryTerm(const ShawSpec& spec, const BiasGeometry& geom, const
                            int64_t dim, const ConstTensorView& query, const TensorView& out,
                            bool add_to_out, KernelImpl implementation = KernelImpl::kAuto);
 // out: [query_length, key_length] int32, the relative position query_pos - key_pos, or its
-// log bucket when spec.Bucketed().
+// log bucket when spec.Bucketed(). The bucketed rows of recent (spec, geometry) pairs are
+// kept (at most 8 rows of at most 65,536 entries), so repeat calls only copy them.
 absl::Status BuildDebertaPositions(const DebertaSpec& spec, const BiasGeometry& geom, int32_t* out);
 
 // --- Plain per-element versions of the formulas, for tests. ------------------------------

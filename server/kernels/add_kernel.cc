@@ -375,30 +375,30 @@ __attribute__((target("avx2"))) void AddRowsBf16Avx2(void* const* xs, const char
   AddTailBf16Avx2<kOp, kRows>(xs, pe, c, dim, a, b);  // past the last 16 columns: in order
 }
 
-// float16 rows with F16C, 32 lanes per step as above.
-template <RowOp kOp, int kRows>
+// float16 rows with F16C, 32 lanes per step as above (kUnit as for the float32 rows).
+template <RowOp kOp, bool kUnit, int kRows>
 __attribute__((target("avx2,f16c"))) void AddRowsF16Avx2(void* const* xs, const char* const* ahead,
                                                          const float* pe, int64_t dim, float a,
                                                          float b) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   int64_t c = 0;
   for (; c + 32 <= dim; c += 32) {
-    const __m256 p0 = ScaledPe8(pe + c, vb), p1 = ScaledPe8(pe + c + 8, vb);
-    const __m256 p2 = ScaledPe8(pe + c + 16, vb), p3 = ScaledPe8(pe + c + 24, vb);
+    const __m256 p0 = Pe8<kUnit>(pe + c, vb), p1 = Pe8<kUnit>(pe + c + 8, vb);
+    const __m256 p2 = Pe8<kUnit>(pe + c + 16, vb), p3 = Pe8<kUnit>(pe + c + 24, vb);
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
       if (ahead[g] != nullptr) PrefetchLine(ahead[g] + c * 2);
       const __m256 x0 = simd::LoadF16x8(x + c), x1 = simd::LoadF16x8(x + c + 8);
       const __m256 x2 = simd::LoadF16x8(x + c + 16), x3 = simd::LoadF16x8(x + c + 24);
-      simd::StoreF16x32(x + c, Op8<kOp, false>(x0, p0, va), Op8<kOp, false>(x1, p1, va),
-                        Op8<kOp, false>(x2, p2, va), Op8<kOp, false>(x3, p3, va));
+      simd::StoreF16x32(x + c, Op8<kOp, kUnit>(x0, p0, va), Op8<kOp, kUnit>(x1, p1, va),
+                        Op8<kOp, kUnit>(x2, p2, va), Op8<kOp, kUnit>(x3, p3, va));
     }
   }
   for (; c + 8 <= dim; c += 8) {
-    const __m256 p = ScaledPe8(pe + c, vb);
+    const __m256 p = Pe8<kUnit>(pe + c, vb);
     for (int g = 0; g < kRows; ++g) {
       auto* x = static_cast<uint16_t*>(xs[g]);
-      simd::StoreF16x8(x + c, Op8<kOp, false>(simd::LoadF16x8(x + c), p, va));
+      simd::StoreF16x8(x + c, Op8<kOp, kUnit>(simd::LoadF16x8(x + c), p, va));
     }
   }
   for (; c < dim; ++c) {
@@ -631,7 +631,8 @@ RowFns RowFnsFor(DType dtype, bool unit, bool wide_rows, bool by_parity) {
   if (dtype == DType::kBFloat16) {
     return unit ? Bf16Avx2RowFns<kOp, true>(by_parity) : Bf16Avx2RowFns<kOp, false>(by_parity);
   }
-  return RowFns{AddRowsF16Avx2<kOp, 2>, AddRowsF16Avx2<kOp, 1>};
+  return unit ? RowFns{AddRowsF16Avx2<kOp, true, 2>, AddRowsF16Avx2<kOp, true, 1>}
+              : RowFns{AddRowsF16Avx2<kOp, false, 2>, AddRowsF16Avx2<kOp, false, 1>};
 }
 
 // The rows of kOp (the add's or the multiply's: the same row functions) for x's dtype, then

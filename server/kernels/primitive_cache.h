@@ -1,9 +1,9 @@
 // A bounded, thread-safe cache of things that are costly to make and cheap to share: the
 // oneDNN primitives, one per shape signature (oneDNN 2.6 JIT-compiles each, which "can take
-// quite some time"). Least recently used entries go beyond `capacity`, so no stream of
-// client shapes grows it. A value is made once per key, outside the lock: concurrent misses
-// on one key wait for the first caller's creation (as TableCache does), and other keys are
-// not held up by it.
+// quite some time"), and DeBERTa's bucket rows, one per spec and geometry. Least recently
+// used entries go beyond `capacity`, so no stream of client shapes grows it. A value is
+// made once per key, outside the lock: concurrent misses on one key wait for the first
+// caller's creation (as TableCache does), and other keys are not held up by it.
 #pragma once
 
 #include <cstddef>

@@ -16,6 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/kernels/add_kernel.h"
 #include "server/kernels/kernel_impl.h"
 #include "server/schemes/absolute_scheme.h"
 #include "server/tables/sinusoidal_table.h"
@@ -235,6 +236,39 @@ TEST(Sinusoidal2D, EveryFusionAndDtypeOnANonSquareGridWithClsToken) {
               << DTypeName(dtype) << " token " << t << " column " << c;
         }
       }
+    }
+  }
+}
+
+// The bfloat16 add of the 2D table on every ISA is bit-identical to the scalar loop's; at
+// AVX2 it reads a copy of the table in the add's own layout, cached beside the table.
+TEST(Sinusoidal2D, BFloat16AddIsTheSameOnEveryIsaAndReadsTheAddsLayout) {
+  const int64_t h = 5, w = 8, d = 200, seq = h * w, batch = 2;  // 12 groups of 16 and 8 more
+  std::vector<uint16_t> input(batch * seq * d);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = FloatToBFloat16(0.001f * (i % 977) - 0.4f);
+  const Sinusoidal2DSpec spec{h, w, false, 10000, 0};
+  std::vector<uint16_t> want = input;
+  {
+    const ScopedKernelOverride scalar(KernelImpl::kScalar);
+    TableCache cache(8 << 20);
+    ASSERT_THAT(ApplySinusoidal2D(spec, {},
+                                  TensorView{DType::kBFloat16, {batch, seq, d}, want.data()}, {},
+                                  cache, {}),
+                IsOk());
+  }
+  for (KernelImpl isa : CpuVectorIsas()) {
+    const ScopedKernelOverride forced(isa);
+    TableCache cache(8 << 20);
+    for (int call = 0; call < 2; ++call) {  // a miss, then the cached tables
+      std::vector<uint16_t> got = input;
+      ASSERT_THAT(ApplySinusoidal2D(spec, {},
+                                    TensorView{DType::kBFloat16, {batch, seq, d}, got.data()}, {},
+                                    cache, {}),
+                  IsOk());
+      EXPECT_EQ(got, want) << KernelImplName(isa) << " call " << call;
+      const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16);
+      EXPECT_EQ(cache.entries(), layout != nullptr ? 2u : 1u) << KernelImplName(isa);
+      EXPECT_EQ(LastAddRowLayout(), layout) << KernelImplName(isa);
     }
   }
 }

@@ -6,6 +6,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "server/common/checked_math.h"
 #include "server/common/status_macros.h"
 #include "server/kernels/add_kernel.h"
@@ -212,9 +213,11 @@ absl::Status CheckScales(const CombineSpec& combine, absl::string_view field) {
 }
 
 // Where the add reads its rows faster in a layout of its own (for `dtype`), a copy of
-// `table` in that layout is cached beside it under `key`, and `rows` reads from it.
+// `table` in that layout is cached beside it under `key`, and `rows` reads from it: group g
+// from the table row starts[g], as rows.groups does.
 absl::Status AddLaidOutRows(const Table& table, const std::string& key, DType dtype,
-                            const PositionGrid& grid, TableCache& cache, EncodingRows& rows) {
+                            absl::Span<const int64_t> starts, TableCache& cache,
+                            EncodingRows& rows) {
   const AddRowLayout* layout = AddRowLayoutFor(dtype);
   if (layout == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(
@@ -225,7 +228,7 @@ absl::Status AddLaidOutRows(const Table& table, const std::string& key, DType dt
         return t;
       }));
   rows.layout = layout;
-  for (int64_t start : grid.starts) rows.laid_out.push_back(rows.laid_out_table->Row(start));
+  for (int64_t start : starts) rows.laid_out.push_back(rows.laid_out_table->Row(start));
   return absl::OkStatus();
 }
 
@@ -263,7 +266,7 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal(SinusoidalSpec spec, const Combin
                        return t;
                      }));
     if (combine.fusion != Fusion::kConcat && grid.contiguous) {
-      RETURN_IF_ERROR(AddLaidOutRows(*table, key, e.x3.dtype, grid, cache, rows));
+      RETURN_IF_ERROR(AddLaidOutRows(*table, key, e.x3.dtype, grid.starts, cache, rows));
     }
     RETURN_IF_ERROR(RowsFromTable(std::move(table), grid, limits, rows));
   } else {
@@ -463,14 +466,19 @@ absl::StatusOr<AbsoluteResult> ApplySinusoidal2D(Sinusoidal2DSpec spec, const Co
                              static_cast<int64_t>(4 * limits.max_output_bytes),
                              "the sinusoidal_2d table", "4 x --max_message_bytes")
                       .status());
+  const std::string key = Sinusoidal2DTableKey(spec);
   ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
-                   cache.GetOrCompute(Sinusoidal2DTableKey(spec), [&]() -> absl::StatusOr<Table> {
+                   cache.GetOrCompute(key, [&]() -> absl::StatusOr<Table> {
                      Table t = ComputeSinusoidal2DTable(spec);
                      RETURN_IF_ERROR(CheckRowsFinite(t.data, "sinusoidal_2d"));
                      return t;
                    }));
   EncodingRows rows;
   rows.dim = spec.dim;
+  if (combine.fusion != Fusion::kConcat) {
+    const int64_t first_row = 0;
+    RETURN_IF_ERROR(AddLaidOutRows(*table, key, e.x3.dtype, {first_row}, cache, rows));
+  }
   rows.groups.push_back(table->Row(0));
   rows.table = std::move(table);
   return Combine(e, input, rows, combine, limits);

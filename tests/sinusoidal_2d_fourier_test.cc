@@ -11,6 +11,7 @@
 // of the float64 product; 16-bit results within one ulp of their dtype.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -240,37 +241,38 @@ TEST(Sinusoidal2D, EveryFusionAndDtypeOnANonSquareGridWithClsToken) {
   }
 }
 
-// The bfloat16 add of the 2D table on every ISA is bit-identical to the scalar loop's; at
-// AVX2 it reads a copy of the table in the add's own layout, cached beside the table.
-TEST(Sinusoidal2D, BFloat16AddIsTheSameOnEveryIsaAndReadsTheAddsLayout) {
-  const int64_t h = 5, w = 8, d = 200, seq = h * w, batch = 2;  // 12 groups of 16 and 8 more
+// `apply` (a scheme's bfloat16 add of cached rows to an input [2, 40, 200]: 12 column groups
+// of 16 and 8 more) on every ISA is bit-identical to the scalar loop's; at AVX2 it reads a
+// copy of the table in the add's own layout, cached beside the table.
+void ExpectBf16AddReadsTheAddsLayout(
+    const std::function<absl::Status(const TensorView&, TableCache&)>& apply) {
+  const int64_t batch = 2, seq = 40, d = 200;
   std::vector<uint16_t> input(batch * seq * d);
   for (size_t i = 0; i < input.size(); ++i) input[i] = FloatToBFloat16(0.001f * (i % 977) - 0.4f);
-  const Sinusoidal2DSpec spec{h, w, false, 10000, 0};
   std::vector<uint16_t> want = input;
   {
     const ScopedKernelOverride scalar(KernelImpl::kScalar);
     TableCache cache(8 << 20);
-    ASSERT_THAT(ApplySinusoidal2D(spec, {},
-                                  TensorView{DType::kBFloat16, {batch, seq, d}, want.data()}, {},
-                                  cache, {}),
-                IsOk());
+    ASSERT_THAT(apply(TensorView{DType::kBFloat16, {batch, seq, d}, want.data()}, cache), IsOk());
   }
   for (KernelImpl isa : CpuVectorIsas()) {
     const ScopedKernelOverride forced(isa);
     TableCache cache(8 << 20);
     for (int call = 0; call < 2; ++call) {  // a miss, then the cached tables
       std::vector<uint16_t> got = input;
-      ASSERT_THAT(ApplySinusoidal2D(spec, {},
-                                    TensorView{DType::kBFloat16, {batch, seq, d}, got.data()}, {},
-                                    cache, {}),
-                  IsOk());
+      ASSERT_THAT(apply(TensorView{DType::kBFloat16, {batch, seq, d}, got.data()}, cache), IsOk());
       EXPECT_EQ(got, want) << KernelImplName(isa) << " call " << call;
       const AddRowLayout* layout = AddRowLayoutFor(DType::kBFloat16);
       EXPECT_EQ(cache.entries(), layout != nullptr ? 2u : 1u) << KernelImplName(isa);
       EXPECT_EQ(LastAddRowLayout(), layout) << KernelImplName(isa);
     }
   }
+}
+
+TEST(Sinusoidal2D, BFloat16AddIsTheSameOnEveryIsaAndReadsTheAddsLayout) {
+  ExpectBf16AddReadsTheAddsLayout([](const TensorView& x, TableCache& cache) {
+    return ApplySinusoidal2D({5, 8, false, 10000, 0}, {}, x, {}, cache, {}).status();
+  });
 }
 
 TEST(Sinusoidal2D, BadParametersNameTheirField) {
@@ -391,6 +393,14 @@ TEST(Fourier, MultiAxisPerBatchValuesEveryFusionAndDtype) {
       }
     }
   }
+}
+
+TEST(Fourier, BFloat16AddFromIntegerPositionsReadsTheAddsLayout) {
+  std::vector<double> b(100);  // 2F = 200
+  for (size_t k = 0; k < b.size(); ++k) b[k] = 0.5 / static_cast<double>(k + 1);
+  ExpectBf16AddReadsTheAddsLayout([&](const TensorView& x, TableCache& cache) {
+    return ApplyFourier({b, 1}, {}, x, {}, cache, {}).status();
+  });
 }
 
 TEST(Fourier, BadParametersNameTheirField) {

@@ -529,20 +529,23 @@ absl::Status FourierRowsFromValues(const FourierEncoder& encoder, const Position
 // Rows for integer positions: from a cached table of rows 0..max when it pays, else
 // computed per token into scratch.
 absl::Status FourierRowsFromGrid(const FourierEncoder& encoder, const PositionGrid& grid,
-                                 TableCache& cache, const SchemeLimits& limits,
-                                 EncodingRows& rows) {
+                                 const CombineSpec& combine, DType dtype, TableCache& cache,
+                                 const SchemeLimits& limits, EncodingRows& rows) {
   const int64_t width = encoder.dim();
   const std::optional<int64_t> rows_needed =
       DenseTableRows(kSinusoidalDensePolicy, grid.max_position, grid.groups() * grid.seq,
                      width * int64_t{sizeof(float)}, cache.budget_bytes());
   if (rows_needed) {
+    const std::string key = encoder.IntegerRowsKey(*rows_needed);
     ASSIGN_OR_RETURN(std::shared_ptr<const Table> table,
-                     cache.GetOrCompute(encoder.IntegerRowsKey(*rows_needed),
-                                        [&]() -> absl::StatusOr<Table> {
-                                          Table t = encoder.IntegerRows(*rows_needed);
-                                          RETURN_IF_ERROR(CheckRowsFinite(t.data, "fourier"));
-                                          return t;
-                                        }));
+                     cache.GetOrCompute(key, [&]() -> absl::StatusOr<Table> {
+                       Table t = encoder.IntegerRows(*rows_needed);
+                       RETURN_IF_ERROR(CheckRowsFinite(t.data, "fourier"));
+                       return t;
+                     }));
+    if (combine.fusion != Fusion::kConcat && grid.contiguous) {
+      RETURN_IF_ERROR(AddLaidOutRows(*table, key, dtype, grid.starts, cache, rows));
+    }
     return RowsFromTable(std::move(table), grid, limits, rows);
   }
   RETURN_IF_ERROR(AllocateScratch(rows, grid.groups(), grid.seq, limits));
@@ -597,7 +600,7 @@ absl::StatusOr<AbsoluteResult> ApplyFourier(const FourierSpec& fourier, const Co
     if (e.seq == 0 || e.batch == 0) {
       return Combine(e, input, EncodingRows::None(width), combine, limits);
     }
-    RETURN_IF_ERROR(FourierRowsFromGrid(encoder, grid, cache, limits, rows));
+    RETURN_IF_ERROR(FourierRowsFromGrid(encoder, grid, combine, e.x3.dtype, cache, limits, rows));
   }
   RETURN_IF_ERROR(CheckRowsFinite(rows.scratch, "fourier"));  // empty with a table
   return Combine(e, input, rows, combine, limits);

@@ -795,8 +795,9 @@ struct ShawBlock {
 
 // out[b][at .. at + 8 * kV) = dots of q[b] with the kV vectors of columns from col on, for
 // the block's first kRows rows: per feature kV column loads, kRows broadcasts, kRows * kV
-// FMAs (the accumulators stay in registers). Asks for one line of `ahead` in L2 per feature
-// while the FMAs run (ahead_lines of them).
+// FMAs. Asks for one line of `ahead` in L2 per feature while the FMAs run (ahead_lines of
+// them). GCC keeps a stack copy of the accumulators, stored after each FMA; forcing them
+// into registers made the whole pass slower (docs/performance.md, "Kernel choices").
 template <int kRows, int kV>
 __attribute__((target("avx2,fma"))) inline void ShawBlockPass(const ShawBlock& blk,
                                                               const float* col, int64_t dim,

@@ -186,7 +186,7 @@ json RunHttp(const Options& o) {
   const int posenc_port = HttpPort(posenc, "posenc-server");
   const int echo_port = HttpPort(echo, "posenc-bench-http-echo");
   json rows = json::array();
-  std::vector<size_t> payloads = {64 << 10, 1 << 20, 48 << 20};
+  std::vector<size_t> payloads = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 48 << 20};
   if (o.quick) payloads = {64 << 10, 1 << 20};
   for (size_t payload : payloads) {
     const std::string request = InferRequest(payload);

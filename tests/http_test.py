@@ -306,6 +306,20 @@ def test_models(server, pb, stub):
     compare("alibi CAUSAL curl binary", via_curl(server, "alibi", [], params, True), want)
 
 
+def test_body_sizes(server, pb, stub):
+    """Bodies parsed where they arrive and on either lane of the work pool answer alike."""
+    cases = [
+        ("a small binary body (parsed and run on the I/O thread)", floats(1, 16, 64), True),
+        ("a binary body over 330 KiB (the work pool)", floats(1, 96, 1024), True),
+        ("a binary body over 1 MiB (the bulk lane)", floats(2, 160, 1024), True),
+        ("a JSON body over 16 KiB (the work pool)", floats(1, 16, 256), False),
+    ]
+    for where, x, binary in cases:
+        ins = [("input", "FP32", x)]
+        want = grpc_answer(stub, pb, "sinusoidal", ins, {"position_offset": 5})
+        compare(where, via_curl(server, "sinusoidal", ins, {"position_offset": 5}, binary), want)
+
+
 def test_metadata(server):
     client = triton.InferenceServerClient(server.url)
     check(client.is_server_live() and client.is_server_ready(), "server live and ready")
@@ -635,6 +649,7 @@ def main():
         stub = pb_grpc.GRPCInferenceServiceStub(
             grpc.insecure_channel("127.0.0.1:%d" % server.grpc))
         test_models(server, pb, stub)
+        test_body_sizes(server, pb, stub)
         test_metadata(server)
         test_bad_input(server)
         test_metrics(server)

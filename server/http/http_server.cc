@@ -12,6 +12,7 @@
 #include "server/http/oip_routes.h"
 #include "server/service/admission.h"
 #include "server/service/proto_convert.h"
+#include "server/service/request_cost.h"
 #include "server/shm/peer_identity.h"
 
 namespace posenc {
@@ -21,6 +22,13 @@ using Clock = std::chrono::steady_clock;
 
 // Bodies up to this are parsed on the work pool's cheap lane, larger ones on the bulk lane.
 constexpr size_t kCheapBodyBytes = size_t{1} << 20;
+// An infer body of at most kInlineBodyBytes, with at most kInlineJsonBytes of it JSON, is
+// parsed on the I/O thread it arrived on, and its work runs there too when small enough to
+// run inline (request_cost.h): the rule of a streamed gRPC message (PlacementOf). The
+// hand-off to the work pool and back costs more wake-ups than such a call's parse and
+// kernel; text parses slower than the binary part moves, hence its own bound.
+constexpr size_t kInlineBodyBytes = kInlineCallBytes / 3;
+constexpr size_t kInlineJsonBytes = size_t{16} << 10;
 // Marks an upload refused because the others in progress hold the budget now.
 constexpr absl::string_view kUploadBusyPayload = "posenc.dev/http-upload-busy";
 
@@ -430,18 +438,22 @@ void HttpServer::SubmitInfer(std::shared_ptr<Call> call, HttpRequest request, Ht
   const Lane lane = job->request.body.size() + job->request.body_tail.size() > kCheapBodyBytes
                         ? Lane::kBulk
                         : Lane::kCheap;
+  const size_t json = job->request.body.size(), binary = job->request.body_tail.size();
+  const bool run_inline = json <= kInlineJsonBytes && json + binary <= kInlineBodyBytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++jobs_;
   }
-  inference_.runtime().pool->Submit(lane, [this, job = std::move(job)]() mutable {
-    RunInfer(std::move(job));
+  if (run_inline) return RunInfer(std::move(job), std::nullopt);
+  inference_.runtime().pool->Submit(lane, [this, lane, job = std::move(job)]() mutable {
+    RunInfer(std::move(job), lane);
   });
 }
 
-// On the pool: the body into a ModelInferRequest (then the body's bytes go back to the
-// upload budget), then the gRPC ModelInfer's path from there on.
-void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
+// On the pool's `lane`, or on the I/O thread for a small body (SubmitInfer): the body into a
+// ModelInferRequest (then the body's bytes go back to the upload budget), then the gRPC
+// ModelInfer's path from there on, its work right here when its cost places it on `lane`.
+void HttpServer::RunInfer(std::shared_ptr<InferJob> job, std::optional<Lane> lane) {
   const Route& route = job->call->route;
   std::optional<size_t> header_length;
   if (const std::string* h = job->request.Header("inference-header-content-length")) {
@@ -472,7 +484,8 @@ void HttpServer::RunInfer(std::shared_ptr<InferJob> job) {
       [this] { return stopping_.load(); }, raw->response,
       [this, job = std::move(job)](CallOutcome outcome) mutable {
         FinishInfer(std::move(job), std::move(outcome));
-      });
+      },
+      lane);
 }
 
 // Admits the JSON text of the job's answer (InferResponseJsonBytes) beside what the call

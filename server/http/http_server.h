@@ -9,8 +9,10 @@
 // Limits (docs/operations.md): a body over --max_message_bytes is refused (413) from its
 // Content-Length before it is read; as it arrives, its bytes are granted from
 // --http_max_upload_bytes (all uploads in progress together) and from --max_inflight_bytes,
-// and it takes a call slot only once complete. The JSON is parsed and the answer written on
-// the work pool, never on the I/O threads. Drain (ServerFront): once it starts, new
+// and it takes a call slot only once complete. A small body (SubmitInfer: at most 16 KiB of
+// JSON and about 330 KiB in all) is parsed on the I/O thread it arrived on, and its work runs
+// there when it may run inline, as a small gRPC call runs on gRPC's thread; larger bodies are
+// parsed, and their answers written, on the work pool. Drain (ServerFront): once it starts, new
 // requests get 503 and their connection closes; accepted ones run to completion; Stop
 // closes whatever is still open.
 // Thread-safe.
@@ -78,9 +80,10 @@ class HttpServer final : public ServerFront, private HttpHandler {
 
   // The answers of the endpoints that are not infer, on the I/O thread.
   HttpResponse Answer(Call& call, const HttpRequest& request);
-  // Infer, on the work pool: parse, run, write.
+  // Infer: parse, run, write; on the I/O thread for a small body, else on the work pool
+  // (RunInfer's `lane`: the lane it was handed to).
   void SubmitInfer(std::shared_ptr<Call> call, HttpRequest request, HttpRespond respond);
-  void RunInfer(std::shared_ptr<InferJob> job);
+  void RunInfer(std::shared_ptr<InferJob> job, std::optional<Lane> lane);
   void FinishInfer(std::shared_ptr<InferJob> job, CallOutcome outcome);
   grpc::Status AdmitJsonAnswer(InferJob& job, bool& retryable);
   bool Ready() const;

@@ -124,12 +124,13 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 
 void InferenceService::InferAsync(ModelInferRequest& request, ShmOwner shm_owner,
                                   CancelCheck cancelled, ModelInferResponse& response,
-                                  InferDone done) const {
+                                  InferDone done, std::optional<Lane> running_on) const {
   auto native = std::make_shared<absl::StatusOr<std::unique_ptr<NativeRequest>>>(
       ToNativeRequest(request, convert_));
   if (native->ok()) (**native)->shm_owner = std::move(shm_owner);
   absl::StatusOr<CallCost> cost =
       native->ok() ? CostOfNative(***native) : WithId(native->status(), request.id());
+  if (cost.ok() && running_on == cost->lane) cost->run_inline = true;
   runner_.Run(
       cost, CallRunner::Slot::kCall, /*request_id=*/"",
       [cancelled = std::move(cancelled)] {

@@ -8,6 +8,7 @@
 // rpcs answer on gRPC's thread. Thread-safe; owns nothing but its handlers.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/functional/any_invocable.h"
@@ -57,10 +58,14 @@ class InferenceService final : public InferenceServiceBase {
   // done(CallOutcome) on the thread that ran the work, without blocking this one. The
   // outcome's ticket is for the front to hold until the response has been written.
   // `cancelled` is polled by long work; `shm_owner` names the regions it may use.
+  // `running_on`: the work pool's lane this thread serves, when the caller runs there; work
+  // whose cost places it on that lane then runs right here rather than being handed to the
+  // pool a second time.
   // REQUIRES: `request` and `response` outlive done.
   using InferDone = absl::AnyInvocable<void(CallOutcome) &&>;
   void InferAsync(inference::ModelInferRequest& request, ShmOwner shm_owner, CancelCheck cancelled,
-                  inference::ModelInferResponse& response, InferDone done) const;
+                  inference::ModelInferResponse& response, InferDone done,
+                  std::optional<Lane> running_on = std::nullopt) const;
 
   // What the metadata rpcs answer, for every front. NOT_FOUND for an unknown model.
   void FillServerMetadata(inference::ServerMetadataResponse& response) const;

@@ -435,11 +435,9 @@ void HttpServer::SubmitInfer(std::shared_ptr<Call> call, HttpRequest request, Ht
   job->call = std::move(call);
   job->request = std::move(request);
   job->respond = std::move(respond);
-  const Lane lane = job->request.body.size() + job->request.body_tail.size() > kCheapBodyBytes
-                        ? Lane::kBulk
-                        : Lane::kCheap;
-  const size_t json = job->request.body.size(), binary = job->request.body_tail.size();
-  const bool run_inline = json <= kInlineJsonBytes && json + binary <= kInlineBodyBytes;
+  const size_t json = job->request.body.size(), body = json + job->request.body_tail.size();
+  const Lane lane = body > kCheapBodyBytes ? Lane::kBulk : Lane::kCheap;
+  const bool run_inline = json <= kInlineJsonBytes && body <= kInlineBodyBytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++jobs_;
